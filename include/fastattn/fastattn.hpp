@@ -1,0 +1,8 @@
+// fastattn/fastattn.hpp — everything a caller needs.
+#pragma once
+
+#include "fastattn/attention.hpp"
+#include "fastattn/error.hpp"
+#include "fastattn/options.hpp"
+#include "fastattn/tensor.hpp"
+#include "fastattn/version.hpp"

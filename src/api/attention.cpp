@@ -1,0 +1,82 @@
+// attention.cpp — the public entry points: validate, choose, run.
+#include "fastattn/attention.hpp"
+
+#include <string>
+
+#include "api/dispatch.hpp"
+#include "api/validate.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "fastattn/version.hpp"
+#include "reference/reference.hpp"
+#if FASTATTN_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#endif
+
+namespace fastattn {
+
+KernelChoice plan_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out, const std::optional<TensorView>& lse,
+                          const AttentionOptions& options) {
+  const AttentionProblem p = validate_forward(q, k, v, out, lse, options);
+  return choose_kernel(p, Direction::forward, options.backend);
+}
+
+KernelChoice forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const std::optional<TensorView>& lse,
+                     const AttentionOptions& options) {
+  const AttentionProblem p = validate_forward(q, k, v, out, lse, options);
+  const KernelChoice choice = choose_kernel(p, Direction::forward, options.backend);
+  if (p.total_q == 0) return choice;  // nothing to write
+  switch (choice.backend) {
+    case Backend::reference: reference::forward(p); break;
+    case Backend::cpu: cpu::forward(p, choice); break;
+#if FASTATTN_HAVE_CUDA
+    case Backend::cuda: cuda::forward(p, choice); break;
+#endif
+    default: throw Error(ErrorCode::internal, "forward: dispatcher chose an unbuilt backend");
+  }
+  return choice;
+}
+
+KernelChoice plan_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                           const TensorView& v, const TensorView& out, const TensorView& lse,
+                           const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                           const AttentionOptions& options) {
+  const AttentionProblem p = validate_backward(dout, q, k, v, out, lse, dq, dk, dv, options);
+  return choose_kernel(p, Direction::backward, options.backend);
+}
+
+KernelChoice backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                      const TensorView& v, const TensorView& out, const TensorView& lse,
+                      const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                      const AttentionOptions& options) {
+  const AttentionProblem p = validate_backward(dout, q, k, v, out, lse, dq, dk, dv, options);
+  const KernelChoice choice = choose_kernel(p, Direction::backward, options.backend);
+  if (p.total_q == 0 && p.total_k == 0) return choice;
+  switch (choice.backend) {
+    case Backend::reference: reference::backward(p); break;
+    case Backend::cpu: cpu::backward(p, choice); break;
+    default: throw Error(ErrorCode::internal, "backward: dispatcher chose an unbuilt backend");
+  }
+  return choice;
+}
+
+BuildInfo build_info() {
+  BuildInfo info;
+  info.version = FASTATTN_VERSION_STRING;
+  info.cuda_compiled = FASTATTN_HAVE_CUDA;
+  for (cpu::Isa isa : cpu::compiled_isas()) info.cpu_isas_compiled.push_back(cpu::to_string(isa));
+  info.cpu_isa_selected = cpu::to_string(cpu::selected_isa());
+#if FASTATTN_HAVE_CUDA
+  info.cuda_archs_compiled = cuda::compiled_archs();
+  info.cuda_head_dims = cuda::compiled_head_dims();
+  for (const cuda::DeviceInfo& d : cuda::devices()) {
+    info.cuda_devices.push_back("cuda:" + std::to_string(d.ordinal) + " " + d.name + " (sm" +
+                                std::to_string(d.compute_capability) + ", " +
+                                std::to_string(d.multiprocessors) + " SMs)");
+  }
+#endif
+  return info;
+}
+
+}  // namespace fastattn

@@ -1,0 +1,149 @@
+// dispatch.cpp — which kernel runs a call, and why.
+//
+// Read top to bottom: backend from the device (or the caller's request), then for the CPU the
+// widest instruction set this machine runs, then the tile sizes for (ISA, dtype, head_dim).
+// There is no silent fallback: a request no kernel serves is an Error naming what is missing.
+#include "api/dispatch.hpp"
+
+#include <omp.h>
+
+#include <string>
+
+#include "cpu/cpu_backend.hpp"
+#if FASTATTN_HAVE_CUDA
+#include "cuda/cuda_backend.hpp"
+#include "cuda/flash_fwd/launch_blocks.hpp"
+#endif
+#include "fastattn/error.hpp"
+
+namespace fastattn {
+namespace {
+
+struct Tiles {
+  int block_q;
+  int block_k;
+};
+
+// Tiles of the CPU forward (see src/cpu/forward_kernel.hpp and docs/cpu-forward-notes.md):
+// block_q query rows per work unit, whose Q^T and O (2 * block_q * head_dim f32) stay in a
+// 512 KiB-2 MiB L2 and share each K/V tile; block_k keys per tile, a multiple of the
+// micro-kernel's rows (AVX2 6, AVX-512 12) so the QK^T product has no ragged row block.
+// block_q is a multiple of 48 (AVX2) / 96 (AVX-512) so no sub-block is padded.
+Tiles cpu_forward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
+  (void)dtype;  // K/V are converted to f32 once per call; tiles are sized in f32
+  const bool avx512 = isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16;
+  if (avx512) {
+    if (head_dim <= 128) return {384, 96};
+    return {192, 96};
+  }
+  if (head_dim <= 64) return {384, 96};
+  if (head_dim <= 128) return {192, 72};
+  return {96, 48};
+}
+
+// Tiles of the CPU backward: block_k keys per work unit (dK, dV stay resident), block_q query
+// rows per inner step. Multiples of the micro-kernel's rows (AVX2 6, AVX-512 12) and of its
+// panel width (16 / 32 keys) leave no ragged register tiles. Measured (docs/cpu-backward-notes.md):
+// Zen 3 AVX2 d = 128, 48 x 96 ~30% faster than 64 x 64 on one thread (2% on two); d = 256,
+// 48 x 96 beats 48 x 48 and 24 x 96; Xeon AVX-512 d = 256, 24 x 96 beats 48 x 96 by ~9%.
+Tiles cpu_backward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
+  (void)dtype;  // the kernels compute in f32 for every dtype
+  if (head_dim <= 64) return {96, 96};
+  if (head_dim <= 128 || isa == cpu::Isa::avx2) return {48, 96};
+  return {24, 96};
+}
+
+Backend resolve_backend(const AttentionProblem& p, Backend requested) {
+  const bool on_cpu = p.device.type == DeviceType::cpu;
+  if (requested == Backend::automatic) return on_cpu ? Backend::cpu : Backend::cuda;
+  if (requested == Backend::cuda && on_cpu) {
+    throw Error(ErrorCode::invalid_argument,
+                "options.backend: expected cpu, reference or automatic for tensors on cpu, got cuda");
+  }
+  if (requested != Backend::cuda && !on_cpu) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("options.backend: expected cuda or automatic for tensors on ") +
+                    to_string(p.device) + ", got " + to_string(requested));
+  }
+  return requested;
+}
+
+// The CPU ISA for this dtype: the AVX-512 BF16 dot-product kernels only pay for bf16 inputs.
+cpu::Isa cpu_isa_for(DType dtype) {
+  cpu::Isa isa = cpu::selected_isa();
+  if (isa == cpu::Isa::avx512bf16 && dtype != DType::bf16) isa = cpu::Isa::avx512;
+  return isa;
+}
+
+KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) {
+#if FASTATTN_HAVE_CUDA
+  if (direction == Direction::backward) {
+    throw Error(ErrorCode::unsupported, "cuda backward: no CUDA backward kernel in this version");
+  }
+  if (!cuda::has_forward_kernel(p.dtype, p.head_dim)) {
+    std::string dims;
+    for (int d : cuda::compiled_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(ErrorCode::unsupported,
+                std::string("cuda forward: expected dtype f16 or bf16 and head_dim in {") + dims +
+                    "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
+                    " and head_dim " + std::to_string(p.head_dim));
+  }
+  const cuda::ForwardBlocks blocks = cuda::forward_blocks(static_cast<int>(p.head_dim));
+  KernelChoice c;
+  c.backend = Backend::cuda;
+  c.isa = "sm80";
+  c.kernel = std::string("cuda.forward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim);
+  c.block_q = blocks.block_m;
+  c.block_k = blocks.block_n;
+  c.num_threads = blocks.threads;
+  c.reason = "mma.sync m16n8k16 kernel; CTAs over (query block, head, batch)";
+  return c;
+#else
+  const char* dir = direction == Direction::forward ? "forward" : "backward";
+  throw Error(ErrorCode::unsupported, std::string("cuda ") + dir +
+                                          ": this build of fastattn has no CUDA backend (dtype " +
+                                          to_string(p.dtype) + ", head_dim " +
+                                          std::to_string(p.head_dim) + ")");
+#endif
+}
+
+}  // namespace
+
+KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested) {
+  const char* dir = direction == Direction::forward ? "forward" : "backward";
+  KernelChoice c;
+  c.backend = resolve_backend(p, requested);
+
+  if (c.backend == Backend::reference) {
+    c.kernel = std::string("reference.") + dir + ".f64";
+    c.isa = "scalar";
+    c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+    c.reason = "requested: float64 oracle, materialises seqlen_q x seqlen_k scores";
+    return c;
+  }
+
+  if (c.backend == Backend::cuda) return choose_cuda_kernel(p, direction);
+
+  // CPU.
+  const cpu::Isa isa = cpu_isa_for(p.dtype);
+  if (isa == cpu::Isa::none) {
+    throw Error(ErrorCode::unsupported,
+                std::string("cpu ") + dir + ": expected a CPU with AVX2 and FMA (or AVX-512), " +
+                    "got neither; use options.backend = reference for a slow exact answer");
+  }
+  const Tiles t = direction == Direction::forward ? cpu_forward_tiles(isa, p.dtype, p.head_dim)
+                                                  : cpu_backward_tiles(isa, p.dtype, p.head_dim);
+  c.isa = cpu::to_string(isa);
+  c.block_q = t.block_q;
+  c.block_k = t.block_k;
+  c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+  c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + to_string(p.dtype) + ".d" +
+             std::to_string(p.head_dim);
+  c.reason = direction == Direction::forward
+                 ? "widest ISA on this CPU; threads over (batch, head, query block)"
+                 : "widest ISA on this CPU; threads over (batch, kv head, key block)";
+  if (direction == Direction::backward) c.workspace_bytes = cpu::backward_workspace_bytes(p, c);
+  return c;
+}
+
+}  // namespace fastattn

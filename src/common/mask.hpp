@@ -1,0 +1,70 @@
+// mask.hpp — the attention mask as arithmetic on positions, and the tiling-mask.
+//
+// No mask matrix is ever built. Visibility of key j to query i is a pair of inequalities
+// (FastAttention's tiling-mask, and flash-attn's local/causal masks):
+//   d = i + offset, offset = seqlen_k - seqlen_q (bottom-right) or 0 (top-left)
+//   visible(i, j) = (left < 0 || j >= d - left) && (right < 0 || j <= d + right) && j < seqlen_k
+// A (query tile, key tile) pair is classified once: empty tiles are skipped, full tiles run
+// with no mask arithmetic, and only partial tiles evaluate the inequalities per element.
+// This header is plain C++ so that CPU and CUDA kernels share one definition.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FASTATTN_HD __host__ __device__ __forceinline__
+#else
+#define FASTATTN_HD inline
+#endif
+
+namespace fastattn {
+
+enum class TileClass : int { empty = 0, partial = 1, full = 2 };
+
+// The mask of one sequence: its window and diagonal offset.
+struct SequenceMask {
+  std::int64_t left = -1;   // -1: unbounded
+  std::int64_t right = -1;  // -1: unbounded
+  std::int64_t offset = 0;  // key index of query 0's diagonal
+  std::int64_t seqlen_k = 0;
+
+  FASTATTN_HD bool visible(std::int64_t i, std::int64_t j) const {
+    const std::int64_t d = i + offset;
+    return j < seqlen_k && (left < 0 || j >= d - left) && (right < 0 || j <= d + right);
+  }
+
+  // First key visible to any query in [q0, q1) (clamped to [0, seqlen_k]).
+  FASTATTN_HD std::int64_t key_begin(std::int64_t q0) const {
+    if (left < 0) return 0;
+    const std::int64_t b = q0 + offset - left;
+    return b < 0 ? 0 : (b > seqlen_k ? seqlen_k : b);
+  }
+  // One past the last key visible to any query in [q0, q1) (clamped to [0, seqlen_k]).
+  FASTATTN_HD std::int64_t key_end(std::int64_t q1) const {
+    if (right < 0) return seqlen_k;
+    const std::int64_t e = (q1 - 1) + offset + right + 1;
+    return e < 0 ? 0 : (e > seqlen_k ? seqlen_k : e);
+  }
+
+  // Classify the tile of queries [q0, q1) x keys [k0, k1); requires q0 < q1, k0 < k1.
+  // Pass the tile's nominal end k1 even when it reaches past seqlen_k: such a tile is partial,
+  // so kernels that compute a whole padded tile mask the keys past the end (visible() checks
+  // j < seqlen_k).
+  FASTATTN_HD TileClass classify(std::int64_t q0, std::int64_t q1, std::int64_t k0,
+                                 std::int64_t k1) const {
+    const std::int64_t d_first = q0 + offset, d_last = (q1 - 1) + offset;
+    bool all = k1 <= seqlen_k;
+    if (left >= 0) {
+      if (k1 - 1 < d_first - left) return TileClass::empty;  // every key left of every window
+      if (k0 < d_last - left) all = false;
+    }
+    if (right >= 0) {
+      if (k0 > d_last + right) return TileClass::empty;  // every key right of every window
+      if (k1 - 1 > d_first + right) all = false;
+    }
+    return all ? TileClass::full : TileClass::partial;
+  }
+};
+
+}  // namespace fastattn
