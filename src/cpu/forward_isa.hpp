@@ -1,0 +1,23 @@
+// forward_isa.hpp — the per-ISA instantiations of the CPU forward kernel.
+//
+// forward.cpp (plain flags) picks one of these from KernelChoice::isa; each is defined in a
+// file compiled for its instruction set (forward_avx2.cpp, forward_avx512.cpp).
+#pragma once
+
+#include "common/problem.hpp"
+
+namespace fastattn::cpu {
+
+// What the forward kernel needs from a KernelChoice, already resolved.
+struct ForwardTiles {
+  int block_q = 0;      // query rows per work unit; 0: the kernel's default
+  int block_k = 0;      // keys per inner tile; 0: the kernel's default
+  int num_threads = 0;  // OpenMP threads; 0: OpenMP's default
+};
+
+void forward_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
+#if FASTATTN_HAVE_AVX512
+void forward_avx512(const AttentionProblem& p, const ForwardTiles& tiles);
+#endif
+
+}  // namespace fastattn::cpu
