@@ -1,0 +1,45 @@
+// test_support.hpp — small helpers shared by the test files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fastattn/fastattn.hpp"
+#include "harness/harness.hpp"
+
+namespace fastattn::testing {
+
+// Fails the test with the full report (case string, kernels, per-tensor errors and bounds).
+inline void expect_pass(const harness::CheckReport& r) {
+  EXPECT_TRUE(r.pass) << r.to_string();
+}
+
+// Base fixture of GPU tests (label `gpu`): skipped unless fastattn was built with CUDA.
+// Device presence is the CUDA backend's business; tests that need a device call
+// fastattn::forward with Backend::cuda and skip on ErrorCode::device_error.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const BuildInfo info = fastattn::build_info();
+    if (!info.cuda_compiled) GTEST_SKIP() << "fastattn was built without CUDA";
+    if (info.cuda_devices.empty()) GTEST_SKIP() << "no CUDA device on this machine";
+  }
+};
+
+// Expects `fn` to throw fastattn::Error with `code` and a message containing `needle`.
+template <typename Fn>
+void expect_error(Fn&& fn, ErrorCode code, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected fastattn::Error containing \"" << needle << "\", nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << needle;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected fastattn::Error, got another exception: " << e.what();
+  }
+}
+
+}  // namespace fastattn::testing

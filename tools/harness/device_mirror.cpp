@@ -1,0 +1,80 @@
+// device_mirror.cpp — device copies of harness tensors (see device_mirror.hpp).
+#include "harness/device_mirror.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fastattn/error.hpp"
+
+#if FASTATTN_HARNESS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace fastattn::harness {
+
+#if FASTATTN_HARNESS_CUDA
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(ErrorCode::device_error, std::string("harness: ") + what + ": " + cudaGetErrorString(status));
+  }
+}
+
+// One host tensor's allocation on the device.
+class DeviceMirror {
+ public:
+  explicit DeviceMirror(HostTensor& host) : host_(host), bytes_(host.storage_bytes()) {
+    check(cudaMalloc(&device_, bytes_), "cudaMalloc");
+    check(cudaMemcpy(device_, host.storage(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    view_ = host.view();
+    const auto offset = static_cast<const std::uint8_t*>(view_.data) - host.storage();
+    view_.data = static_cast<std::uint8_t*>(device_) + offset;
+    view_.device = Device::cuda(0);
+  }
+  ~DeviceMirror() { cudaFree(device_); }
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+
+  const TensorView& view() const { return view_; }
+  void copy_back() {
+    check(cudaMemcpy(host_.storage(), device_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+  }
+
+ private:
+  HostTensor& host_;
+  std::size_t bytes_;
+  void* device_ = nullptr;
+  TensorView view_;
+};
+
+}  // namespace
+
+KernelChoice run_forward_on_device(CaseData& data, AttentionOptions options) {
+  DeviceMirror q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse);
+  const bool varlen = options.cu_seqlens_q.has_value();
+  std::optional<DeviceMirror> cu_q, cu_k;
+  if (varlen) {
+    cu_q.emplace(data.cu_seqlens_q);
+    cu_k.emplace(data.cu_seqlens_k);
+    options.cu_seqlens_q = cu_q->view();
+    options.cu_seqlens_k = cu_k->view();
+  }
+  const KernelChoice choice = fastattn::forward(q.view(), k.view(), v.view(), out.view(), lse.view(), options);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after forward");
+  out.copy_back();
+  lse.copy_back();
+  return choice;
+}
+
+#else
+
+KernelChoice run_forward_on_device(CaseData&, AttentionOptions) {
+  throw Error(ErrorCode::unsupported, "harness: this build has no CUDA backend to run on");
+}
+
+#endif
+
+}  // namespace fastattn::harness
