@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build bench_cpu, run the CPU benchmark (bars, baseline, peaks, memory) and regenerate the
+# results in docs/performance.md from the JSON it writes.
+#
+#   bench/run_cpu.sh [bench_cpu options...]      e.g. --threads 2, --no-memory, --quick
+#   BUILD_DIR=build/release JOBS=2 bench/run_cpu.sh
+#
+# Exit status: bench_cpu's (1 when a bar fails). Quick runs are not written into the docs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
+JOBS=${JOBS:-2}
+GENERATOR=()
+command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DFASTATTN_BUILD_BENCH=ON
+fi
+cmake --build "$BUILD_DIR" --target bench_cpu -j "$JOBS"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+"$BUILD_DIR/bench/bench_cpu" "$@" | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+json=$(sed -n 's/^wrote //p' "$log" | tail -n 1)
+if [[ -z "$json" || ! -f "$json" ]]; then
+  echo "run_cpu.sh: bench_cpu wrote no JSON (exit status $status)" >&2
+  exit "${status:-1}"
+fi
+python3 "$ROOT/bench/render_performance.py" "$json"
+exit "$status"

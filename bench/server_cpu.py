@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""fastattn vs PyTorch's CPU flash attention, same CPU, same thread count, one run.
+
+    python3 bench/server_cpu.py --fastattn path/to/fastattn [--threads 16] [--out DIR]
+
+Runs the carried `fastattn bench` binary (fp32 and bf16, forward, backward, forward+backward,
+non-causal and causal) and then torch.nn.functional.scaled_dot_product_attention on CPU tensors
+with the flash backend forced (PyTorch's CPU flash-attention kernel) on the same shapes, with
+torch.set_num_threads equal to fastattn's thread count. Writes DIR/server_cpu.json (render it
+into docs/performance.md with bench/render_performance.py) and prints a markdown table.
+Needs python3, torch and numpy only.
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+PASSES = ("fwd", "bwd", "fwd+bwd")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fastattn", required=True, help="the fastattn CLI binary")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--out", default=os.environ.get("OUT") or "server_cpu_out")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seqlen", type=int, default=2048)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--masks", default="none,causal")
+    p.add_argument("--forward-only", action="store_true", help="skip bwd and fwd+bwd")
+    p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed calls per row")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per row, at least")
+    p.add_argument("--machine", help="name for the result (default: from the CPU model)")
+    return p.parse_args()
+
+
+def machine_slug(model, threads):
+    """Same rule as fastattn's machine_slug: 'Intel(R) Xeon(R) Platinum 8480+' -> intel-xeon-platinum-8480."""
+    words = []
+    for token in re.split(r"[^0-9A-Za-z-]+", model.split("@")[0]):
+        token = token.lower()
+        if re.match(r"^\d+-", token):  # "64-Core"
+            break
+        token = token.replace("-", "")
+        if token and token not in ("r", "tm", "cpu", "processor") and len(words) < 4:
+            words.append(token)
+    return ("-".join(words) or "cpu") + f"-{threads}t"
+
+
+def visible_pairs(seqlen, causal):
+    return seqlen * (seqlen + 1) // 2 if causal else seqlen * seqlen
+
+
+def flops(args, causal, pass_name):
+    forward = 4.0 * args.batch * args.heads * args.head_dim * visible_pairs(args.seqlen, causal)
+    return forward * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[pass_name]
+
+
+# ---- fastattn ---------------------------------------------------------------------------------
+
+def run_fastattn(args, out_dir, causal):
+    """One `fastattn bench` invocation per mask; returns its parsed JSON."""
+    json_path = out_dir / f"fastattn_bench_{'causal' if causal else 'none'}.json"
+    passes = "fwd" if args.forward_only else "fwd,bwd,fwdbwd"
+    cmd = [args.fastattn, "bench", "--batch", str(args.batch), "--heads", str(args.heads),
+           "--seqlen", str(args.seqlen), "--head-dim", str(args.head_dim),
+           "--dtype", args.dtypes, "--pass", passes, "--threads", str(args.threads),
+           "--min-time", str(args.min_time), "--repeats", str(args.repeats),
+           "--json", str(json_path)]
+    if causal:
+        cmd.append("--causal")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout, file=sys.stderr)
+    if not json_path.exists():
+        raise SystemExit(f"server_cpu.py: fastattn bench failed (exit {proc.returncode})")
+    return json.loads(json_path.read_text()), " ".join(cmd)
+
+
+# ---- PyTorch ----------------------------------------------------------------------------------
+
+def median_time(fn, min_time, repeats, warmup=2):
+    for _ in range(warmup):
+        fn()
+    samples = []
+    while len(samples) < repeats or sum(samples) < min_time:
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+        if len(samples) >= 1000:
+            break
+    return statistics.median(samples), len(samples)
+
+
+def run_torch(args, notes):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def flash():
+            return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+        backend_name = "flash (forced with torch.nn.attention.sdpa_kernel)"
+    except ImportError:  # torch < 2.3: no way to force; CPU picks flash when it applies
+        import contextlib
+
+        def flash():
+            return contextlib.nullcontext()
+        backend_name = "default SDPA choice (torch < 2.3 cannot force flash)"
+    notes.append(f"PyTorch SDPA backend: {backend_name}; tensors [batch, heads, seqlen, head_dim] "
+                 f"contiguous; torch.set_num_threads({args.threads})")
+
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    shape = (args.batch, args.heads, args.seqlen, args.head_dim)
+    results = []
+    for dtype_name in args.dtypes.split(","):
+        dtype = dtypes[dtype_name]
+        gen = torch.Generator().manual_seed(1)
+        q, k, v, dout = (torch.rand(shape, generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(dtype)
+                         for _ in range(4))
+        for mask in args.masks.split(","):
+            causal = mask == "causal"
+
+            def forward():
+                with torch.no_grad(), flash():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+
+            def forward_backward():
+                with flash():
+                    out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                torch.autograd.grad(out, (qg, kg, vg), dout)
+
+            with flash():
+                out_kept = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+            def backward():
+                torch.autograd.grad(out_kept, (qg, kg, vg), dout, retain_graph=True)
+
+            passes = {"fwd": forward} if args.forward_only else {
+                "fwd": forward, "bwd": backward, "fwd+bwd": forward_backward}
+            for pass_name, fn in passes.items():
+                row = {"impl": "torch_sdpa", "dtype": dtype_name, "mask": mask, "pass": pass_name}
+                try:
+                    median, n = median_time(fn, args.min_time, args.repeats)
+                    row.update(median_s=median, repeats=n,
+                               gflops=flops(args, causal, pass_name) / median / 1e9)
+                except RuntimeError as e:  # e.g. flash refused this dtype
+                    row["error"] = str(e).splitlines()[0]
+                print(f"torch {dtype_name} {mask} {pass_name}: "
+                      f"{row.get('median_s', float('nan')) * 1e3:.2f} ms", file=sys.stderr, flush=True)
+                results.append(row)
+            del out_kept
+    return results, torch.__version__, torch.backends.cpu.get_cpu_capability()
+
+
+# ---- merge ------------------------------------------------------------------------------------
+
+def fastattn_rows(bench_json):
+    rows = []
+    for r in bench_json.get("results", []):
+        s = r["shape"]
+        row = {"impl": "fastattn", "dtype": s["dtype"], "mask": "causal" if s["causal"] else "none",
+               "pass": r["pass"]}
+        if "error" in r:
+            row["error"] = r["error"]
+        else:
+            row.update(median_s=r["median_s"], repeats=r["repeats"], gflops=r["gflops"],
+                       percent_of_peak=r.get("percent_of_peak"), kernel=r["kernel"]["kernel"])
+        rows.append(row)
+    return rows
+
+
+def main():
+    args = parse_args()
+    load_at_start = os.getloadavg()[0]
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notes = []
+
+    fa_json, fa_rows, commands, peaks = None, [], [], None
+    for mask in args.masks.split(","):
+        bench_json, command = run_fastattn(args, out_dir, mask == "causal")
+        fa_json = fa_json or bench_json
+        commands.append(command)
+        fa_rows += fastattn_rows(bench_json)
+        p = bench_json.get("peaks_by_threads", {}).get(str(args.threads))
+        if p:  # keep the best of each peak over the invocations
+            peaks = p if peaks is None else {k: (max(v, peaks[k]) if isinstance(v, (int, float)) and
+                                                 isinstance(peaks.get(k), (int, float)) else v)
+                                            for k, v in p.items()}
+    torch_rows, torch_version, capability = run_torch(args, notes)
+
+    shape = f"b{args.batch} h{args.heads} s{args.seqlen} d{args.head_dim}"
+    comparisons = []
+    for fa in fa_rows:
+        match = [t for t in torch_rows if (t["dtype"], t["mask"], t["pass"]) ==
+                 (fa["dtype"], fa["mask"], fa["pass"])]
+        t = match[0] if match else {}
+        c = {"shape": shape, "dtype": fa["dtype"], "mask": fa["mask"], "pass": fa["pass"],
+             "fastattn_ms": fa["median_s"] * 1e3 if "median_s" in fa else None,
+             "torch_ms": t["median_s"] * 1e3 if "median_s" in t else None,
+             "fastattn_gflops": fa.get("gflops"), "torch_gflops": t.get("gflops"),
+             "fastattn_kernel": fa.get("kernel"), "fastattn_percent_of_peak": fa.get("percent_of_peak")}
+        c["speedup"] = (c["torch_ms"] / c["fastattn_ms"]
+                        if c["torch_ms"] and c["fastattn_ms"] else None)
+        for side, row in (("fastattn", fa), ("torch", t)):
+            if "error" in row:
+                c[f"{side}_error"] = row["error"]
+        comparisons.append(c)
+
+    ctx = fa_json["context"]
+    cpu_model = ctx["cpu"]["model"]
+    result = {
+        "kind": "server_cpu",
+        "machine": args.machine or machine_slug(cpu_model, args.threads),
+        "threads": args.threads,
+        "context": {
+            "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "cpu_model": cpu_model,
+            "cpu_features": ctx["cpu"]["features"],
+            "fastattn_version": ctx["build"]["version"],
+            "fastattn_isa": ctx["build"]["cpu_isa_selected"],
+            "torch_version": torch_version,
+            "torch_cpu_capability": capability,
+            "command": " ".join([sys.executable, *sys.argv]),
+            "load_average_1min_at_start": load_at_start,
+            "load_average_1min": os.getloadavg()[0],
+            "fastattn_commands": commands,
+        },
+        "peaks": peaks,
+        "comparisons": comparisons,
+        "fastattn_runs": fa_rows,
+        "torch_runs": torch_rows,
+        "notes": notes + ["FLOPs: 4*B*H*visible pairs*D forward (causal: S(S+1)/2 pairs), "
+                          "backward 2.5x, fwd+bwd 3.5x, for both implementations",
+                          "speedup = torch time / fastattn time (> 1: fastattn is faster)"],
+    }
+    path = out_dir / "server_cpu.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+    def f(x, d=1):
+        return "-" if x is None else f"{x:.{d}f}"
+    print(f"\n## fastattn vs PyTorch CPU flash attention: {cpu_model}, {args.threads} threads\n")
+    print("| shape | dtype | mask | pass | fastattn ms | torch ms | fastattn GFLOP/s | torch GFLOP/s | speedup |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for c in comparisons:
+        print(f"| {c['shape']} | {c['dtype']} | {c['mask']} | {c['pass']} | {f(c['fastattn_ms'], 2)} | "
+              f"{f(c['torch_ms'], 2)} | {f(c['fastattn_gflops'])} | {f(c['torch_gflops'])} | "
+              f"{f(c['speedup'], 2)} |")
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+// bench.cpp — `fastattn bench`: time forward / backward / both over a grid of shapes.
+//
+// Every combination of the list options is one row. Peaks are measured in the same run, before
+// and after the rows (per thread count; the better of the two counts), so "% peak" compares
+// numbers taken under the same machine load.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention_bench.hpp"
+#include "commands.hpp"
+#include "cpu_features.hpp"
+#include "peaks.hpp"
+#include "progress.hpp"
+#include "report_json.hpp"
+#include "table.hpp"
+
+namespace fastattn::cli {
+
+namespace {
+
+// Shapes of the sweep when no shape option is given: the common LLM head size at growing
+// lengths, both masks, fp32 and bf16.
+void apply_default_sweep(BenchArgs& a) {
+  a.batch = {1};
+  a.heads = {8};
+  a.head_dim = {128};
+  a.seqlen = {512, 1024, 2048, 4096};
+  if (a.dtype.empty()) a.dtype = {"f32", "bf16"};
+  if (a.pass.empty()) a.pass = {"fwd", "bwd"};
+}
+
+struct Row {
+  perf::BenchShape shape;
+  perf::Pass pass = perf::Pass::forward;
+  int threads = 0;
+};
+
+// rows x values: every row once per value, `set` writing the value into the copy.
+template <class T, class Set>
+void multiply(std::vector<Row>& rows, const std::vector<T>& values, Set set) {
+  std::vector<Row> product;
+  for (const Row& row : rows)
+    for (const T& value : values) {
+      Row copy = row;
+      set(copy, value);
+      product.push_back(copy);
+    }
+  rows = std::move(product);
+}
+
+// One row per combination of the list options; the first list varies slowest.
+std::vector<Row> expand(const BenchArgs& a, const std::vector<bool>& masks) {
+  Row base{};
+  if (a.window.size() == 2) {
+    base.shape.window_left = a.window[0];
+    base.shape.window_right = a.window[1];
+  }
+  base.shape.softcap = a.softcap;
+  std::vector<Row> rows = {base};
+  multiply(rows, a.threads, [](Row& r, int t) { r.threads = t; });
+  multiply(rows, a.dtype,
+           [](Row& r, const std::string& d) { r.shape.dtype = perf::dtype_from_string(d); });
+  multiply(rows, a.batch, [](Row& r, std::int64_t b) { r.shape.batch = b; });
+  multiply(rows, a.heads, [](Row& r, std::int64_t h) { r.shape.heads = r.shape.kv_heads = h; });
+  if (!a.kv_heads.empty())
+    multiply(rows, a.kv_heads, [](Row& r, std::int64_t h) { r.shape.kv_heads = h; });
+  multiply(rows, a.head_dim, [](Row& r, std::int64_t d) { r.shape.head_dim = d; });
+  multiply(rows, a.seqlen, [](Row& r, std::int64_t s) { r.shape.seqlen_q = r.shape.seqlen_k = s; });
+  if (!a.seqlen_k.empty())
+    multiply(rows, a.seqlen_k, [](Row& r, std::int64_t s) { r.shape.seqlen_k = s; });
+  multiply(rows, masks, [](Row& r, bool causal) { r.shape.causal = causal; });
+  multiply(rows, a.pass, [](Row& r, const std::string& p) { r.pass = perf::pass_from_string(p); });
+  return rows;
+}
+
+std::string kernel_name(const perf::BenchResult& r) {
+  std::string name = r.kernel.kernel;
+  if (r.kernel_backward) name += " + " + r.kernel_backward->kernel;
+  return name;
+}
+
+// Peaks per thread count, measured before and after the runs; each field keeps the larger.
+std::map<int, perf::Peaks> measure_peaks_for(const perf::CpuFeatures& cpu,
+                                             const std::vector<int>& thread_counts,
+                                             const std::map<int, perf::Peaks>& earlier) {
+  std::map<int, perf::Peaks> peaks;
+  for (const int t : thread_counts) {
+    if (peaks.count(t)) continue;
+    fmt::print(stderr, "measuring peaks on {} threads...\n", t);
+    perf::PeakOptions options;
+    options.threads = t;
+    peaks[t] = perf::measure_peaks(cpu, options);
+    if (const auto it = earlier.find(t); it != earlier.end())
+      peaks[t] = perf::max_of(peaks[t], it->second);
+  }
+  return peaks;
+}
+
+// One row per attempted run: the result, or what the library threw.
+struct Outcome {
+  Row row;
+  std::optional<perf::BenchResult> result;
+  std::string error;
+};
+
+std::vector<Outcome> run_rows(const std::vector<Row>& rows, Backend backend,
+                              const perf::TimingOptions& timing) {
+  std::vector<Outcome> outcomes;
+  perf::ProgressBar progress(static_cast<int>(rows.size()), "bench");
+  for (const Row& row : rows) {
+    progress.start(row.shape.label() + " " + row.shape.mask_label() + " " +
+                   perf::to_string(row.pass));
+    Outcome o{row, std::nullopt, ""};
+    try {
+      o.result = perf::run_attention_bench(row.shape, row.pass, backend, row.threads, timing);
+    } catch (const Error& e) {
+      o.error = e.what();
+    }
+    outcomes.push_back(std::move(o));
+    progress.finish_item();
+  }
+  return outcomes;  // the bar is cleared here, before anything is printed
+}
+
+perf::Table make_table(const std::vector<Outcome>& outcomes,
+                       const std::map<int, perf::Peaks>& peaks) {
+  perf::Table table;
+  using Align = perf::Table::Align;
+  for (const char* h : {"shape", "mask", "pass", "thr"}) table.add_column(h);
+  for (const char* h : {"time", "GFLOP/s", "% peak", "tensors", "+peak mem"})
+    table.add_column(h, Align::right);
+  table.add_column("kernel");
+  for (const Outcome& o : outcomes) {
+    const Row& row = o.row;
+    if (!o.result) {
+      table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
+                     std::to_string(row.threads), "-", "-", "-", "-", "-", "error: " + o.error});
+      continue;
+    }
+    const perf::BenchResult& r = *o.result;
+    std::string percent = "-";
+    if (const auto it = peaks.find(row.threads); it != peaks.end()) {
+      const perf::PeakRef ref = perf::peak_for(it->second, row.shape.dtype, r.kernel.isa);
+      if (ref.gflops > 0) percent = perf::format_fixed(100.0 * r.gflops / ref.gflops, 1);
+    }
+    table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
+                   std::to_string(r.threads), perf::format_seconds(r.timing.median_s),
+                   perf::format_fixed(r.gflops, 1), percent,
+                   perf::format_bytes(static_cast<double>(r.tensor_bytes)),
+                   perf::format_bytes(static_cast<double>(r.peak_extra_bytes)), kernel_name(r)});
+  }
+  return table;
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time forward, backward and forward+backward over shapes (lists: 512,1024)");
+  cmd->add_option("--batch", a.batch, "Batch sizes")->delimiter(',');
+  cmd->add_option("--seqlen", a.seqlen, "Query sequence lengths")->delimiter(',');
+  cmd->add_option("--seqlen-k", a.seqlen_k, "Key sequence lengths (default: = seqlen)")
+      ->delimiter(',');
+  cmd->add_option("--heads", a.heads, "Query heads")->delimiter(',');
+  cmd->add_option("--kv-heads", a.kv_heads, "KV heads (default: = heads)")->delimiter(',');
+  cmd->add_option("--head-dim", a.head_dim, "Head dimensions")->delimiter(',');
+  cmd->add_option("--dtype", a.dtype, "f32, bf16, f16 (default: f32)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16"}));
+  cmd->add_option("--pass", a.pass, "fwd, bwd, fwdbwd (default: all three)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fwd", "bwd", "fwdbwd"}));
+  cmd->add_flag("--causal", a.causal, "Causal mask");
+  cmd->add_option("--window", a.window, "Sliding window LEFT,RIGHT (-1: unbounded)")
+      ->delimiter(',')
+      ->expected(2);
+  cmd->add_option("--softcap", a.softcap, "Logit soft-cap (0: off)");
+  cmd->add_option("--threads", a.threads, "CPU thread counts (default: all)")->delimiter(',');
+  cmd->add_option("--device", a.device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--backend", a.backend, "cpu, reference or auto (with --device cpu)")
+      ->check(CLI::IsMember({"cpu", "reference", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--warmup", a.warmup, "Untimed calls per row")->capture_default_str();
+  cmd->add_option("--repeats", a.repeats, "Timed calls per row, at least")->capture_default_str();
+  cmd->add_option("--min-time", a.min_time, "Seconds of timed calls per row, at least")
+      ->capture_default_str();
+  cmd->add_flag("--no-peaks", a.no_peaks, "Do not measure peaks (no % of peak column)");
+  cmd->add_flag("--markdown", a.markdown, "Print the table as markdown");
+  cmd->add_option("--json", a.json_path, "Write the results as JSON to this file");
+  cmd->final_callback([cmd, &a] {
+    a.default_sweep = true;
+    for (const char* name : {"--batch", "--seqlen", "--seqlen-k", "--heads", "--kv-heads",
+                             "--head-dim", "--causal", "--window"})
+      if (cmd->count(name) > 0) a.default_sweep = false;
+  });
+  return cmd;
+}
+
+int run_bench(BenchArgs a, int argc, const char* const* argv) {
+  if (a.device == "cuda") {
+    fmt::print(stderr, "fastattn bench: --device cuda: {}\n",
+               build_info().cuda_compiled ? "not implemented in this CLI version"
+                                          : "this build has no CUDA backend");
+    return kExitUsage;
+  }
+  std::vector<bool> masks = {a.causal};
+  if (a.default_sweep) {
+    apply_default_sweep(a);
+    masks = {false, true};
+  }
+  if (a.batch.empty()) a.batch = {1};
+  if (a.heads.empty()) a.heads = {8};
+  if (a.head_dim.empty()) a.head_dim = {128};
+  if (a.seqlen.empty()) a.seqlen = {2048};
+  if (a.dtype.empty()) a.dtype = {"f32"};
+  if (a.pass.empty()) a.pass = {"fwd", "bwd", "fwdbwd"};
+  if (a.threads.empty()) a.threads = {omp_get_max_threads()};
+  const Backend backend = perf::backend_from_string(a.backend);
+  const std::vector<Row> rows = expand(a, masks);
+
+  perf::TimingOptions timing;
+  timing.warmup = a.warmup;
+  timing.min_repeats = a.repeats;
+  timing.min_seconds = a.min_time;
+
+  const perf::CpuFeatures cpu = perf::detect_cpu_features();
+  std::map<int, perf::Peaks> peaks;
+  if (!a.no_peaks) peaks = measure_peaks_for(cpu, a.threads, {});
+  const std::vector<Outcome> outcomes = run_rows(rows, backend, timing);
+  if (!a.no_peaks) peaks = measure_peaks_for(cpu, a.threads, peaks);
+
+  const perf::Table table = make_table(outcomes, peaks);
+  fmt::print("{}", a.markdown ? table.markdown() : table.text());
+  for (const auto& [t, p] : peaks)
+    fmt::print(
+        "peaks on {} threads (best of before and after): fp32 FMA {:.1f} GFLOP/s, {}{}\n", t,
+        p.fma_gflops(),
+        p.bf16_dot_gflops ? fmt::format("bf16 dot {:.1f} GFLOP/s", *p.bf16_dot_gflops)
+                          : std::string("bf16 dot n/a on this CPU"),
+        p.mem_read_gbs ? fmt::format(", memory read {:.1f} GB/s", *p.mem_read_gbs) : std::string());
+
+  int failures = 0;
+  nlohmann::json results = nlohmann::json::array();
+  for (const Outcome& o : outcomes) {
+    if (!o.result) {
+      ++failures;
+      results.push_back({{"shape", perf::to_json(o.row.shape)},
+                         {"pass", perf::to_string(o.row.pass)},
+                         {"threads", o.row.threads},
+                         {"error", o.error}});
+      continue;
+    }
+    const auto it = peaks.find(o.row.threads);
+    results.push_back(perf::to_json(*o.result, it == peaks.end() ? nullptr : &it->second));
+  }
+  if (!a.json_path.empty()) {
+    nlohmann::json peaks_json = nlohmann::json::object();
+    for (const auto& [t, p] : peaks) peaks_json[std::to_string(t)] = perf::to_json(p);
+    perf::write_json_file(a.json_path, {{"context", perf::run_context(cpu, argc, argv)},
+                                        {"peaks_by_threads", peaks_json},
+                                        {"results", results}});
+    fmt::print("wrote {}\n", a.json_path);
+  }
+  return failures ? kExitFailed : kExitOk;
+}
+
+}  // namespace fastattn::cli

@@ -1,0 +1,61 @@
+// commands.hpp — the `fastattn` subcommands: each registers its options on the CLI11 app and
+// runs once parsing succeeded. A run returns the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastattn::cli {
+
+// Exit codes shared by all subcommands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;  // a check failed, or a benchmark could not run
+inline constexpr int kExitUsage = 2;   // bad arguments, or a request this build cannot serve
+
+struct InfoArgs {
+  bool no_peaks = false;
+  int threads = 0;
+  std::string json_path;
+};
+CLI::App* add_info_command(CLI::App& app, InfoArgs& args);
+int run_info(const InfoArgs& args, int argc, const char* const* argv);
+
+struct CheckArgs {
+  std::string backend = "cpu";
+  int cases = 200;
+  std::uint64_t seed = 1;
+  bool quick = false;
+  std::vector<std::string> case_strings;  // --case "b=1 sq=..." (reruns exactly these)
+  bool forward_only = false;
+  bool backward_only = false;
+  bool verbose = false;
+  int threads = 0;
+  std::string json_path;
+};
+CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
+int run_check(const CheckArgs& args, int argc, const char* const* argv);
+
+struct BenchArgs {
+  std::vector<std::int64_t> batch, seqlen, seqlen_k, heads, kv_heads, head_dim;
+  std::vector<std::string> dtype;
+  std::vector<std::string> pass;
+  std::vector<int> threads;
+  std::vector<std::int64_t> window;  // {left, right}
+  bool causal = false;
+  float softcap = 0.0f;
+  std::string device = "cpu";
+  std::string backend = "cpu";
+  int warmup = 1;
+  int repeats = 5;        // at least
+  double min_time = 1.0;  // seconds of timed calls per row, at least
+  bool no_peaks = false;
+  bool markdown = false;
+  std::string json_path;
+  bool default_sweep = false;  // set by the command: no shape option was given
+};
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
+int run_bench(BenchArgs args, int argc, const char* const* argv);
+
+}  // namespace fastattn::cli

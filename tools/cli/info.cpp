@@ -1,0 +1,108 @@
+// info.cpp — `fastattn info`: version, build, CPU, GPUs and measured peaks.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <string>
+
+#include "commands.hpp"
+#include "cpu_features.hpp"
+#include "fastattn/fastattn.hpp"
+#include "gpu_probe.hpp"
+#include "peaks.hpp"
+#include "report_json.hpp"
+
+namespace fastattn::cli {
+
+namespace {
+
+std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
+  std::string s;
+  for (const auto& item : items) s += (s.empty() ? "" : separator) + item;
+  return s.empty() ? "none" : s;
+}
+
+std::string yes_no(bool value) { return value ? "yes" : "no"; }
+
+void row(const std::string& key, const std::string& value) {
+  fmt::print("  {:<20} {}\n", key, value);
+}
+
+std::string gflops_or(const std::optional<double>& v, const char* absent) {
+  return v ? fmt::format("{:.1f} GFLOP/s", *v) : std::string(absent);
+}
+
+}  // namespace
+
+CLI::App* add_info_command(CLI::App& app, InfoArgs& args) {
+  CLI::App* cmd = app.add_subcommand("info", "Version, build, CPU and GPUs, measured peaks");
+  cmd->add_flag("--no-peaks", args.no_peaks, "Skip the peak measurements (about 2 s)");
+  cmd->add_option("--threads", args.threads, "Threads for the peaks (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", args.json_path, "Also write everything as JSON to this file");
+  return cmd;
+}
+
+int run_info(const InfoArgs& args, int argc, const char* const* argv) {
+  const BuildInfo build = build_info();
+  const perf::CpuFeatures cpu = perf::detect_cpu_features();
+  const int threads = args.threads > 0 ? args.threads : omp_get_max_threads();
+
+  fmt::print("fastattn {}\n\nbuild\n", build.version);
+  row("cpu kernels", join(build.cpu_isas_compiled));
+  row("cuda", build.cuda_compiled ? "compiled" : "not compiled");
+  if (build.cuda_compiled) {
+    row("cuda archs", join(build.cuda_archs_compiled));
+    std::vector<std::string> dims;
+    for (int d : build.cuda_head_dims) dims.push_back(std::to_string(d));
+    row("cuda kernels", "forward f16/bf16, head_dim " + join(dims) + " (no backward yet)");
+  }
+
+  fmt::print("\ncpu\n");
+  row("model", cpu.model.empty() ? "unknown" : cpu.model);
+  row("logical cpus", std::to_string(cpu.logical_cpus));
+  row("avx2 / fma / f16c",
+      fmt::format("{} / {} / {}", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c)));
+  row("avx512f", yes_no(cpu.avx512f));
+  row("avx512 bf16", yes_no(cpu.avx512_bf16));
+  row("amx (tile/bf16)", fmt::format("{} / {}", yes_no(cpu.amx_tile), yes_no(cpu.amx_bf16)));
+  row("selected isa", build.cpu_isa_selected);
+  row("threads", fmt::format("{} (OpenMP default)", omp_get_max_threads()));
+
+  fmt::print("\ngpus\n");
+  const GpuProbe gpus = probe_gpus();
+  if (!build.cuda_compiled) row("usable", "none (built without CUDA)");
+  if (!gpus.driver_found) row("driver", gpus.note);
+  for (const auto& d : gpus.devices)
+    row(fmt::format("device {}", d.ordinal),
+        fmt::format("{} (sm_{}{}, {:.0f} GiB)", d.name, d.cc_major, d.cc_minor,
+                    static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0)));
+  if (gpus.driver_found && gpus.devices.empty()) row("devices", "none");
+
+  nlohmann::json j = {{"context", perf::run_context(cpu, argc, argv)}, {"threads", threads}};
+  if (!args.no_peaks) {
+    perf::PeakOptions options;
+    options.threads = threads;
+    const perf::Peaks peaks = perf::measure_peaks(cpu, options);
+    fmt::print("\npeaks (measured now, {} threads)\n", peaks.threads);
+    row("fp32 FMA, avx2", gflops_or(peaks.fma_avx2_gflops, "n/a on this CPU"));
+    row("fp32 FMA, avx512", gflops_or(peaks.fma_avx512_gflops, "n/a on this CPU"));
+    row("bf16 dot (vdpbf16ps)", gflops_or(peaks.bf16_dot_gflops, "n/a on this CPU"));
+    row("memory read", peaks.mem_read_gbs ? fmt::format("{:.1f} GB/s", *peaks.mem_read_gbs)
+                                          : std::string("not measured"));
+    j["peaks"] = perf::to_json(peaks);
+  }
+  nlohmann::json gpu_list = nlohmann::json::array();
+  for (const auto& d : gpus.devices)
+    gpu_list.push_back({{"ordinal", d.ordinal},
+                        {"name", d.name},
+                        {"compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor)},
+                        {"memory_bytes", d.memory_bytes}});
+  j["gpus"] = {{"driver_found", gpus.driver_found}, {"note", gpus.note}, {"devices", gpu_list}};
+  if (!args.json_path.empty()) {
+    perf::write_json_file(args.json_path, j);
+    fmt::print("\nwrote {}\n", args.json_path);
+  }
+  return kExitOk;
+}
+
+}  // namespace fastattn::cli
