@@ -1,0 +1,144 @@
+"""fastattn C++ bindings (nanobind). Use the functions of the fastattn package, not these.
+
+Array arguments are any object nanobind's ndarray accepts without a copy: objects with
+__dlpack__ (NumPy, PyTorch, CuPy, JAX), DLPack capsules, buffer-protocol objects. Shapes are
+those of fastattn.attention (q [batch, seqlen_q, heads, head_dim], ...).
+"""
+
+import enum
+from typing import Any, Dict, Optional
+
+Array = Any  # a DLPack-capable array or a DLPack capsule
+
+class UnsupportedError(ValueError):
+    """The call is well formed but this build of fastattn has no kernel for it (for example a
+    CUDA tensor in a build without CUDA). A subclass of ValueError."""
+
+
+class Backend(enum.Enum):
+    automatic = 0
+
+    cpu = 1
+
+    reference = 2
+
+    cuda = 3
+
+class MaskAlignment(enum.Enum):
+    bottom_right = 0
+
+    top_left = 1
+
+class CallOptions:
+    """
+    Scalar options of a call (internal); read-only, so the Python layer can reuse them.
+    """
+
+    def __init__(self, causal: bool, window_left: int, window_right: int,
+                 softmax_scale: Optional[float], softcap: float, max_seqlen_q: int,
+                 max_seqlen_k: int, alignment: MaskAlignment, backend: Backend,
+                 num_threads: int, deterministic: bool, cuda_stream: int,
+                 u16_is_bf16: bool) -> None: ...
+
+    @property
+    def causal(self) -> bool: ...
+
+    @property
+    def window_left(self) -> int: ...
+
+    @property
+    def window_right(self) -> int: ...
+
+    @property
+    def softmax_scale(self) -> Optional[float]: ...
+
+    @property
+    def softcap(self) -> float: ...
+
+    @property
+    def max_seqlen_q(self) -> int: ...
+
+    @property
+    def max_seqlen_k(self) -> int: ...
+
+    @property
+    def alignment(self) -> MaskAlignment: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def num_threads(self) -> int: ...
+
+    @property
+    def deterministic(self) -> bool: ...
+
+    @property
+    def cuda_stream(self) -> int: ...
+
+    @property
+    def u16_is_bf16(self) -> bool: ...
+
+class KernelChoice:
+    """What the dispatcher chose for a call: backend, kernel, tiles, threads."""
+
+    @property
+    def backend(self) -> str:
+        """'cpu', 'reference' or 'cuda'."""
+
+    @property
+    def kernel(self) -> str:
+        """Kernel name, e.g. 'cpu.forward.avx2.f32.d64'."""
+
+    @property
+    def isa(self) -> str:
+        """Instruction set, e.g. 'avx2', 'scalar', 'sm80'."""
+
+    @property
+    def block_q(self) -> int:
+        """Query rows per tile."""
+
+    @property
+    def block_k(self) -> int:
+        """Key rows per tile."""
+
+    @property
+    def num_threads(self) -> int:
+        """CPU threads or CUDA blocks per SM."""
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Scratch memory the call uses."""
+
+    @property
+    def reason(self) -> str:
+        """Why this kernel, in one sentence."""
+
+    def describe(self) -> str:
+        """One line for logs."""
+
+    def __repr__(self) -> str: ...
+
+def forward(q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
+            cu_seqlens_q: Optional[Array], cu_seqlens_k: Optional[Array], options: CallOptions,
+            plan_only: bool) -> KernelChoice:
+    """
+    fastattn::forward (or plan_forward with plan_only) on arrays, without copies.
+    """
+
+def backward(dout: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, dq: Array,
+             dk: Array, dv: Array, cu_seqlens_q: Optional[Array], cu_seqlens_k: Optional[Array],
+             options: CallOptions, plan_only: bool) -> KernelChoice:
+    """
+    fastattn::backward (or plan_backward with plan_only) on arrays, without copies.
+    """
+
+def time_forward(q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
+                 cu_seqlens_q: Optional[Array], cu_seqlens_k: Optional[Array],
+                 options: CallOptions, iterations: int) -> float:
+    """
+    Seconds per fastattn::forward call, timed inside C++ (no Python in the loop).
+    """
+
+def build_info() -> Dict[str, Any]:
+    """Build and machine facts of the C++ library."""

@@ -1,0 +1,34 @@
+"""fastattn: exact memory-efficient attention (FlashAttention-2) for any DLPack array.
+
+    import fastattn
+    out = fastattn.attention(q, k, v, causal=True)          # q: [batch, seqlen, heads, head_dim]
+    out, lse = fastattn.attention(q, k, v, return_lse=True)
+    dq, dk, dv = fastattn.attention_backward(dout, q, k, v, out, lse)
+
+Works on NumPy (bfloat16 via ml_dtypes), PyTorch, CuPy and JAX arrays without copies; outputs
+are allocated in the framework of q. For PyTorch autograd and torch.compile use
+``fastattn.torch.attention``. See docs/python.md.
+"""
+
+from ._C import KernelChoice, UnsupportedError
+from ._api import attention, attention_backward, build_info, plan
+
+__version__: str = build_info()["version"]
+
+__all__ = [
+    "KernelChoice",
+    "UnsupportedError",
+    "attention",
+    "attention_backward",
+    "build_info",
+    "plan",
+]
+
+
+def __getattr__(name: str):
+    # `fastattn.torch` without an explicit import; torch itself stays optional.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'fastattn' has no attribute {name!r}")

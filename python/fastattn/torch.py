@@ -1,0 +1,194 @@
+"""PyTorch integration: fastattn as a torch custom op with autograd and torch.compile support.
+
+    import fastattn.torch
+    out = fastattn.torch.attention(q, k, v, causal=True)   # q: [batch, seqlen, heads, head_dim]
+    out.sum().backward()                                    # q.grad, k.grad, v.grad
+
+Layout: fastattn (like flash-attn) is [batch, seqlen, heads, head_dim]; torch's
+scaled_dot_product_attention is [batch, heads, seqlen, head_dim]. ``attention(q, k, v)`` equals
+``sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)``.
+
+Two custom ops, ``torch.ops.fastattn.forward`` and ``torch.ops.fastattn.backward``, are
+registered with ``torch.library.custom_op``. Each has a fake (meta) implementation, so
+torch.compile traces them as single graph nodes without graph breaks, and the forward op's
+gradient is registered with ``register_autograd``. ``AttentionFunction`` is the same pair as a
+``torch.autograd.Function`` for code that wants ``.apply``. Calls on CUDA tensors run on the
+current torch stream.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.utils.dlpack
+from torch import Tensor
+
+from . import _C
+from ._api import call_options, window_bounds
+
+__all__ = ["attention", "AttentionFunction"]
+
+
+def _options(q: Tensor, causal, window_left, window_right, scale, softcap, max_seqlen_q,
+             max_seqlen_k, alignment, backend, num_threads, deterministic) -> "_C.CallOptions":
+    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
+    return call_options(causal, (window_left, window_right), scale, softcap, max_seqlen_q,
+                        max_seqlen_k, alignment, backend, num_threads, deterministic, stream, False)
+
+
+# DLPack capsules: cheaper than Tensor.__dlpack__ and indifferent to requires_grad.
+_capsule = torch.utils.dlpack.to_dlpack
+
+
+def _lse_shape(q: Tensor, varlen: bool) -> Tuple[int, ...]:
+    if varlen:
+        return (q.shape[1], q.shape[0])  # [num_heads, total_q]
+    if q.dim() != 4:  # let the library report the rank; any lse shape will do meanwhile
+        return (0,)
+    return (q.shape[0], q.shape[2], q.shape[1])  # [batch, num_heads, seqlen_q]
+
+
+def _optional_capsule(x: Optional[Tensor]):
+    return None if x is None else _capsule(x)
+
+
+# ---- the custom ops ---------------------------------------------------------------------------
+# Outputs are fresh contiguous tensors (never aliases of inputs), as custom ops require; the
+# fake implementations allocate exactly the same shapes, dtypes and strides.
+
+@torch.library.custom_op("fastattn::forward", mutates_args=())
+def _forward_op(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+    causal: bool, window_left: int, window_right: int, scale: Optional[float], softcap: float,
+    max_seqlen_q: int, max_seqlen_k: int, alignment: str, backend: str, num_threads: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor]:
+    options = _options(q, causal, window_left, window_right, scale, softcap, max_seqlen_q,
+                       max_seqlen_k, alignment, backend, num_threads, deterministic)
+    out = q.new_empty(q.shape)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+    _C.forward(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
+               _capsule(lse) if q.dim() in (3, 4) else None, _optional_capsule(cu_seqlens_q),
+               _optional_capsule(cu_seqlens_k), options, False)
+    return out, lse
+
+
+@_forward_op.register_fake
+def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right, scale,
+                  softcap, max_seqlen_q, max_seqlen_k, alignment, backend, num_threads,
+                  deterministic):
+    out = q.new_empty(q.shape)
+    lse = q.new_empty(_lse_shape(q, cu_seqlens_q is not None), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("fastattn::backward", mutates_args=())
+def _backward_op(
+    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+    cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], causal: bool,
+    window_left: int, window_right: int, scale: Optional[float], softcap: float,
+    max_seqlen_q: int, max_seqlen_k: int, alignment: str, backend: str, num_threads: int,
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    options = _options(q, causal, window_left, window_right, scale, softcap, max_seqlen_q,
+                       max_seqlen_k, alignment, backend, num_threads, deterministic)
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    _C.backward(_capsule(dout), _capsule(q), _capsule(k), _capsule(v), _capsule(out),
+                _capsule(lse), _capsule(dq), _capsule(dk), _capsule(dv),
+                _optional_capsule(cu_seqlens_q), _optional_capsule(cu_seqlens_k), options, False)
+    return dq, dk, dv
+
+
+@_backward_op.register_fake
+def _backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, window_left,
+                   window_right, scale, softcap, max_seqlen_q, max_seqlen_k, alignment, backend,
+                   num_threads, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ---- autograd ---------------------------------------------------------------------------------
+_N_OPTIONS = 11  # forward op arguments after (q, k, v, cu_seqlens_q, cu_seqlens_k)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens_q, cu_seqlens_k = inputs[:5]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.options = inputs[5:]
+
+
+def _gradients(ctx, dout: Tensor, dlse: Optional[Tensor]):
+    # lse is treated as a constant: its gradient (dlse) is dropped, as in flash-attn.
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    if dout.stride(-1) != 1:  # e.g. the expanded ones of out.sum(): head_dim must be contiguous
+        dout = dout.contiguous()
+    dq, dk, dv = _backward_op(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.options)
+    return (dq, dk, dv, None, None) + (None,) * _N_OPTIONS
+
+
+_forward_op.register_autograd(_gradients, setup_context=_setup_context)
+
+
+def _op_arguments(causal, window, scale, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                  max_seqlen_k, alignment, backend, num_threads, deterministic):
+    left, right = window_bounds(window)
+    return (cu_seqlens_q, cu_seqlens_k, bool(causal), left, right,
+            None if scale is None else float(scale), float(softcap), int(max_seqlen_q or 0),
+            int(max_seqlen_k or 0), str(alignment), str(backend), int(num_threads),
+            bool(deterministic))
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    window: Optional[Tuple[int, int]] = None,
+    scale: Optional[float] = None,
+    softcap: float = 0.0,
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_k: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
+    alignment: str = "bottom_right",
+    return_lse: bool = False,
+    backend: str = "auto",
+    num_threads: int = 0,
+    deterministic: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Differentiable exact attention on torch tensors; traceable by torch.compile.
+
+    q: [batch, seqlen_q, num_heads, head_dim]; k, v: [batch, seqlen_k, num_kv_heads, head_dim]
+    (varlen: [total, heads, head_dim] with int32 cu_seqlens_q/k [batch + 1]). Options as in
+    fastattn.attention; ``deterministic`` applies to the backward pass. Returns out (like q,
+    contiguous), or (out, lse) with return_lse, lse float32 [batch, num_heads, seqlen_q]
+    (varlen: [num_heads, total_q]). Gradients flow to q, k, v (not through lse).
+    """
+    args = _op_arguments(causal, window, scale, softcap, cu_seqlens_q, cu_seqlens_k,
+                         max_seqlen_q, max_seqlen_k, alignment, backend, num_threads,
+                         deterministic)
+    out, lse = _forward_op(q, k, v, *args)
+    return (out, lse) if return_lse else out
+
+
+class AttentionFunction(torch.autograd.Function):
+    """``AttentionFunction.apply(q, k, v, causal=False, window=None, scale=None, softcap=0.0)``:
+    the fastattn custom ops as a torch.autograd.Function (padded batches; returns out)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, window=None, scale=None, softcap=0.0):
+        args = _op_arguments(causal, window, scale, softcap, None, None, None, None,
+                             "bottom_right", "auto", 0, False)
+        out, lse = _forward_op(q, k, v, *args)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = args
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dout = dout if dout.stride(-1) == 1 else dout.contiguous()
+        dq, dk, dv = _backward_op(dout, q, k, v, out, lse, *ctx.args)
+        return dq, dk, dv, None, None, None, None
