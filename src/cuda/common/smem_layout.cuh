@@ -1,0 +1,25 @@
+// smem_layout.cuh — row-major tiles of 16-bit elements in shared memory with an XOR swizzle.
+//
+// A tile row of head_dim elements is split into 16-byte chunks (8 elements). Chunk c of row r
+// is stored at chunk position c ^ (r % 8). ldmatrix reads one 16-byte chunk from each of 8
+// consecutive rows at the same logical column: unswizzled, rows 256 bytes apart would all hit
+// the same 4 banks (an 8-way conflict); swizzled, the 8 chunks land in 8 distinct bank groups.
+// Needs at least 8 chunks per row (head_dim >= 64). cp.async writes use the same mapping.
+#pragma once
+
+#include <cstdint>
+
+namespace fastattn::cuda {
+
+template <int kRowElems>
+struct SwizzledTile {
+  static constexpr int kChunks = kRowElems / 8;  // 16-byte chunks per row
+  static_assert(kChunks >= 8 && kChunks % 8 == 0, "swizzle needs rows of >= 64 16-bit elements");
+
+  // Byte offset of (row, chunk) from the tile start.
+  __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
+    return static_cast<uint32_t>((row * kChunks + (chunk ^ (row & 7))) * 16);
+  }
+};
+
+}  // namespace fastattn::cuda

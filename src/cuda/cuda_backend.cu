@@ -1,0 +1,173 @@
+// cuda_backend.cu — AttentionProblem -> kernel parameters -> the generated launcher.
+#include "cuda/cuda_backend.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/flash_fwd/launch.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+namespace {
+
+ForwardParams make_forward_params(const AttentionProblem& p) {
+  ForwardParams f{};
+  f.q = p.q.data;
+  f.k = p.k.data;
+  f.v = p.v.data;
+  f.out = p.out.data;
+  f.lse = p.lse;
+  f.q_batch_stride = p.q.stride.batch;
+  f.q_token_stride = p.q.stride.token;
+  f.q_head_stride = p.q.stride.head;
+  f.k_batch_stride = p.k.stride.batch;
+  f.k_token_stride = p.k.stride.token;
+  f.k_head_stride = p.k.stride.head;
+  f.v_batch_stride = p.v.stride.batch;
+  f.v_token_stride = p.v.stride.token;
+  f.v_head_stride = p.v.stride.head;
+  f.o_batch_stride = p.out.stride.batch;
+  f.o_token_stride = p.out.stride.token;
+  f.o_head_stride = p.out.stride.head;
+  f.lse_batch_stride = p.lse_batch_stride;
+  f.lse_head_stride = p.lse_head_stride;
+  f.lse_token_stride = p.lse_token_stride;
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.batch = static_cast<int>(p.batch);
+  f.num_heads = static_cast<int>(p.num_heads);
+  f.group_size = static_cast<int>(p.group_size());
+  f.seqlen_q = static_cast<int>(p.seqlen_q);
+  f.seqlen_k = static_cast<int>(p.seqlen_k);
+  constexpr float kLog2e = 1.4426950408889634f;
+  f.softcap = p.softcap;
+  f.softcap_pre_scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : 0.0f;
+  f.scale_log2 = p.softcap > 0.0f ? kLog2e : p.softmax_scale * kLog2e;
+  // Windows wider than any sequence mean the same as unbounded-by-length; clamp so the kernel
+  // can compare positions in 32 bits (sequence lengths are < 2^31, validated).
+  constexpr std::int64_t kWide = std::int64_t{1} << 31;
+  f.window_left = p.window_left > kWide - 1 ? kWide - 1 : p.window_left;
+  f.window_right = p.window_right > kWide - 1 ? kWide - 1 : p.window_right;
+  f.bottom_right = p.alignment == MaskAlignment::bottom_right;
+  return f;
+}
+
+// cp.async moves 16-byte chunks: rows must start on 16-byte boundaries.
+void check_alignment(const void* data, const TokenStrides& s, const char* name) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && s.token % 8 == 0 &&
+                       s.head % 8 == 0 && s.batch % 8 == 0;
+  if (!aligned) {
+    throw Error(ErrorCode::unsupported,
+                std::string(name) + ": expected 16-byte aligned rows for the CUDA kernels (data " +
+                    "pointer and token/head/batch strides multiples of 8 elements), got strides " +
+                    std::to_string(s.batch) + ", " + std::to_string(s.token) + ", " +
+                    std::to_string(s.head));
+  }
+}
+
+template <typename Element>
+void forward_for_dtype(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
+  switch (head_dim) {
+#if FASTATTN_CUDA_HDIM_64
+    case 64: return run_forward<Element, 64>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_96
+    case 96: return run_forward<Element, 96>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_128
+    case 128: return run_forward<Element, 128>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_256
+    case 256: return run_forward<Element, 256>(f, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda forward: no launcher for head_dim " + std::to_string(head_dim));
+}
+
+}  // namespace
+
+std::vector<int> compiled_head_dims() {
+  std::vector<int> dims;
+#if FASTATTN_CUDA_HDIM_64
+  dims.push_back(64);
+#endif
+#if FASTATTN_CUDA_HDIM_96
+  dims.push_back(96);
+#endif
+#if FASTATTN_CUDA_HDIM_128
+  dims.push_back(128);
+#endif
+#if FASTATTN_CUDA_HDIM_256
+  dims.push_back(256);
+#endif
+  return dims;
+}
+
+std::vector<std::string> compiled_archs() {
+  std::vector<std::string> archs;
+  const std::string list = FASTATTN_CUDA_ARCH_LIST;  // "80;90", from CMake
+  std::size_t start = 0;
+  while (start < list.size()) {
+    std::size_t end = list.find(';', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) archs.push_back("sm" + list.substr(start, end - start));
+    start = end + 1;
+  }
+  return archs;
+}
+
+bool has_forward_kernel(DType dtype, std::int64_t head_dim) {
+  if (dtype != DType::f16 && dtype != DType::bf16) return false;
+  for (int d : compiled_head_dims()) {
+    if (d == head_dim) return true;
+  }
+  return false;
+}
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    out.push_back({i, prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount,
+                   prop.totalGlobalMem});
+  }
+  return out;
+}
+
+void forward(const AttentionProblem& p, const KernelChoice& choice) {
+  (void)choice;
+  check_alignment(p.q.data, p.q.stride, "q");
+  check_alignment(p.k.data, p.k.stride, "k");
+  check_alignment(p.v.data, p.v.stride, "v");
+  check_alignment(p.out.data, p.out.stride, "out");
+  if (p.batch > 65535 || p.num_heads > 65535) {
+    throw Error(ErrorCode::unsupported, "cuda forward: expected batch and num_heads <= 65535 (grid limits), got " +
+                                            std::to_string(p.batch) + " and " + std::to_string(p.num_heads));
+  }
+  int current = 0;
+  FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
+  const ForwardParams f = make_forward_params(p);
+  auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+  if (p.dtype == DType::bf16) {
+    forward_for_dtype<__nv_bfloat16>(f, p.head_dim, stream);
+  } else {
+    forward_for_dtype<__half>(f, p.head_dim, stream);
+  }
+  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(current));
+}
+
+}  // namespace fastattn::cuda

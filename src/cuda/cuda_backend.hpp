@@ -1,0 +1,29 @@
+// cuda_backend.hpp — the CUDA backend's entry points (plain C++: no CUDA headers here).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/problem.hpp"
+#include "fastattn/options.hpp"
+
+namespace fastattn::cuda {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int compute_capability = 0;  // e.g. 90
+  int multiprocessors = 0;
+  std::size_t memory_bytes = 0;
+};
+
+std::vector<DeviceInfo> devices();          // empty when no driver or GPU
+std::vector<std::string> compiled_archs();  // e.g. {"sm80", "sm90"}
+std::vector<int> compiled_head_dims();      // forward head dims in this build
+
+// Whether this build has a forward kernel for (dtype, head_dim); dispatch errors otherwise.
+bool has_forward_kernel(DType dtype, std::int64_t head_dim);
+
+void forward(const AttentionProblem& p, const KernelChoice& choice);
+
+}  // namespace fastattn::cuda

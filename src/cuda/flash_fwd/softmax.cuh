@@ -1,0 +1,78 @@
+// softmax.cuh — online softmax over the S fragments of one warp (FlashAttention-2).
+//
+// A thread holds, for each of its kMTiles 16-row tiles, two rows (g and g + 8, g = lane / 4);
+// the four lanes of a quad share those rows, so row reductions are two shuffles. Scores are in
+// the log2 domain (the scale is pre-multiplied by log2 e) so exponentials are exp2f.
+// The row sum is kept per lane and reduced across the quad only once, in finalize().
+#pragma once
+
+#include <cmath>
+
+namespace fastattn::cuda {
+
+template <int kRows, int kNTiles>  // kRows = 2 * kMTiles rows per thread
+struct OnlineSoftmax {
+  float row_max[kRows];
+  float row_sum[kRows];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.0f;
+    }
+  }
+
+  __device__ __forceinline__ static float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  }
+  __device__ __forceinline__ static float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+  }
+
+  // s[mt][nt][4]: scores of this tile (log2 domain, -inf where masked). Turns s into
+  // P = exp2(s - max) in place and returns, per row, the factor the O accumulator must be
+  // rescaled by (exp2(old_max - new_max)).
+  template <int kMTiles>
+  __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&rescale)[kRows]) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = mt * 2 + half;
+        float m = row_max[r];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+        m = quad_max(m);
+        // A row that has seen only masked keys keeps max -inf: use 0 as the exponent base so
+        // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
+        const float base = m == -INFINITY ? 0.0f : m;
+        rescale[r] = exp2f(row_max[r] - base);  // old max -inf -> 0
+        row_max[r] = m;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          s[mt][nt][2 * half] = exp2f(s[mt][nt][2 * half] - base);
+          s[mt][nt][2 * half + 1] = exp2f(s[mt][nt][2 * half + 1] - base);
+          sum += s[mt][nt][2 * half] + s[mt][nt][2 * half + 1];
+        }
+        row_sum[r] = row_sum[r] * rescale[r] + sum;
+      }
+    }
+  }
+
+  // Per row: 1 / total sum (0 for rows that saw no key) and lse in natural log (-inf then).
+  __device__ __forceinline__ void finalize(float (&inv_sum)[kRows], float (&lse)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float total = quad_sum(row_sum[r]);
+      const bool empty = total == 0.0f || row_max[r] == -INFINITY;
+      inv_sum[r] = empty ? 0.0f : 1.0f / total;
+      lse[r] = empty ? -INFINITY : (row_max[r] + log2f(total)) * 0.69314718055994530942f;
+    }
+  }
+};
+
+}  // namespace fastattn::cuda
