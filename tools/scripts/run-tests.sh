@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# run-tests.sh — set up, build with warnings as errors, run every test: the GoogleTest suite
+# (Release and ASan+UBSan), `fastattn check`, the install + find_package consumer, and the
+# Python package's tests.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+bash tools/scripts/setup.sh
+jobs=$(nproc)
+
+echo "== Release build (warnings are errors) and tests"
+cmake --preset ci >/dev/null
+cmake --build --preset ci -j "$jobs"
+ctest --preset ci -j "$jobs"
+./build/ci/tools/cli/fastattn check --quick
+
+echo "== install + find_package(fastattn) consumer"
+rm -rf build/install build/consumer
+cmake --install build/ci --prefix build/install >/dev/null
+cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$root/build/install" >/dev/null
+cmake --build build/consumer
+./build/consumer/consumer
+
+echo "== ASan + UBSan build and tests"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1 ctest --preset asan -j "$jobs"
+
+if [ -f tests/python/run.sh ]; then
+  echo "== Python package"
+  bash tests/python/run.sh
+fi
