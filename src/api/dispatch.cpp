@@ -24,21 +24,16 @@ struct Tiles {
   int block_k;
 };
 
-// Tiles of the CPU forward (see src/cpu/forward_kernel.hpp and docs/cpu-forward-notes.md):
-// block_q query rows per work unit, whose Q^T and O (2 * block_q * head_dim f32) stay in a
-// 512 KiB-2 MiB L2 and share each K/V tile; block_k keys per tile, a multiple of the
-// micro-kernel's rows (AVX2 6, AVX-512 12) so the QK^T product has no ragged row block.
-// block_q is a multiple of 48 (AVX2) / 96 (AVX-512) so no sub-block is padded.
+// Tiles of the CPU forward (src/cpu/forward_kernel.hpp; measurements in
+// docs/cpu-forward-notes.md): block_q query rows per work unit, whose Q^T and O
+// (2 * block_q * head_dim f32) stay in L2 and share each K/V tile; block_k keys per tile, a
+// multiple of the micro-kernel's rows (AVX2 6, AVX-512 12). block_q is a multiple of 48
+// (AVX2) / 96 (AVX-512) so that no query sub-block is padded.
 Tiles cpu_forward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   (void)dtype;  // K/V are converted to f32 once per call; tiles are sized in f32
   const bool avx512 = isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16;
-  if (avx512) {
-    if (head_dim <= 128) return {384, 96};
-    return {192, 96};
-  }
-  if (head_dim <= 64) return {384, 96};
-  if (head_dim <= 128) return {192, 72};
-  return {96, 48};
+  if (avx512) return head_dim <= 128 ? Tiles{384, 96} : Tiles{192, 96};  // 2 MiB L2
+  return Tiles{96, 60};  // Zen 3 (512 KiB L2): best of 48..192 x 36..96 at head_dim 128
 }
 
 // Tiles of the CPU backward: block_k keys per work unit (dK, dV stay resident), block_q query

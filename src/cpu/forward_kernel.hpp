@@ -51,7 +51,8 @@ constexpr float kLn2 = 0.693147180559945309f;
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 constexpr std::int64_t gcd(std::int64_t a, std::int64_t b) { return b == 0 ? a : gcd(b, a % b); }
 
-// Tile sizes of one call and the per-thread scratch they need.
+// Tile sizes of one call and the per-thread scratch they need. block_q and block_k come from
+// the dispatcher (cpu_forward_tiles); 0 picks the defaults below.
 template <class V>
 struct ForwardGeometry {
   static constexpr std::int64_t kRows = V::kGemmRows;             // micro-kernel rows
@@ -67,7 +68,7 @@ struct ForwardGeometry {
   std::int64_t max_subs = 0;  // sub-blocks per work unit, <= kMaxSubBlocks
 
   ForwardGeometry(std::int64_t d, int bq, int bk)
-      : head_dim(d), block_q(bq > 0 ? bq : 4 * kQueryAlign), block_k(bk > 0 ? bk : 8 * kRows) {
+      : head_dim(d), block_q(bq > 0 ? bq : 2 * kQueryAlign), block_k(bk > 0 ? bk : 8 * kRows) {
     std::int64_t sub = kScoreTileBytes / static_cast<std::int64_t>(sizeof(float)) / block_k;
     sub = sub / kQueryAlign * kQueryAlign;
     if (sub < kQueryAlign) sub = kQueryAlign;
