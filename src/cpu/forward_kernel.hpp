@@ -87,7 +87,8 @@ struct ForwardGeometry {
   std::int64_t score_floats() const { return lines(block_k * sub_q); }
   std::int64_t stat_floats() const { return lines(max_subs * sub_q); }
   std::size_t scratch_bytes() const {
-    const std::int64_t floats = q_panel_floats() + acc_floats() + score_floats() + 3 * stat_floats();
+    const std::int64_t floats =
+        q_panel_floats() + acc_floats() + score_floats() + 3 * stat_floats();
     return static_cast<std::size_t>(floats) * sizeof(float);
   }
 };
@@ -169,9 +170,9 @@ void score_tile(const AttentionProblem& p, const SubBlock& sb, float* scores, co
     const std::int64_t kb = std::max(k0, mask.key_begin(sb.q0 + j0));
     const std::int64_t ke = std::min(k0 + kn, mask.key_end(sb.q0 + j0 + P));
     if (kb >= ke) continue;
-    gemm::tile_gemm<V>(ke - kb, P, d, gemm::MatrixA{k_tile + (kb - k0) * d, d, gemm::Layout::row_major},
-                       gemm::packed_b<V>(sb.q_panels + j0 * d, d), scores + (kb - k0) * sb.cols + j0,
-                       sb.cols, /*accumulate=*/false);
+    const gemm::MatrixA keys{k_tile + (kb - k0) * d, d, gemm::Layout::row_major};
+    gemm::tile_gemm<V>(ke - kb, P, d, keys, gemm::packed_b<V>(sb.q_panels + j0 * d, d),
+                       scores + (kb - k0) * sb.cols + j0, sb.cols, /*accumulate=*/false);
   }
 }
 
@@ -193,10 +194,10 @@ void accumulate_values(const AttentionProblem& p, const SubBlock& sb, const floa
     const std::int64_t kb = std::max(k0, mask.key_begin(sb.q0 + i0));
     const std::int64_t ke = std::min(k0 + kn, mask.key_end(sb.q0 + i0 + MR));
     if (kb >= ke) continue;
-    gemm::tile_gemm<V>(MR, d, ke - kb,
-                       gemm::MatrixA{scores + (kb - k0) * sb.cols + i0, sb.cols, gemm::Layout::col_major},
-                       gemm::row_major_b<V>(v_tile + (kb - k0) * d, d), sb.acc + i0 * d, d,
-                       /*accumulate=*/true);
+    const gemm::MatrixA weights{scores + (kb - k0) * sb.cols + i0, sb.cols,
+                                gemm::Layout::col_major};
+    gemm::tile_gemm<V>(MR, d, ke - kb, weights, gemm::row_major_b<V>(v_tile + (kb - k0) * d, d),
+                       sb.acc + i0 * d, d, /*accumulate=*/true);
   }
 }
 
@@ -325,8 +326,8 @@ void run_forward(const AttentionProblem& p, const ForwardTiles& tiles) {
     for (std::int64_t c0 = 0; c0 < p.num_kv_heads; c0 += plan.heads_per_chunk) {
       const std::int64_t c1 =
           c0 + plan.heads_per_chunk < p.num_kv_heads ? c0 + plan.heads_per_chunk : p.num_kv_heads;
-      const KvRows kv = plan.in_place ? kv_in_place(p)
-                                      : pack_kv_heads<V>(p, c0, c1, static_cast<float*>(packed.data()));
+      float* packed_rows = static_cast<float*>(packed.data());
+      const KvRows kv = plan.in_place ? kv_in_place(p) : pack_kv_heads<V>(p, c0, c1, packed_rows);
       // Units of the query heads of KV heads [c0, c1): (head, batch, query block), heads
       // outermost so that consecutive units share K/V; within a sequence the longest query
       // blocks (last, under a causal mask) first, which keeps the dynamic schedule's tail short.

@@ -60,8 +60,8 @@ struct KvPlan {
       return;
     }
     const std::size_t head_bytes = static_cast<std::size_t>(p.total_k * d) * sizeof(float) * 2;
-    std::int64_t heads = head_bytes == 0 ? p.num_kv_heads
-                                         : static_cast<std::int64_t>(kChunkBudgetBytes / head_bytes);
+    std::int64_t heads = p.num_kv_heads;
+    if (head_bytes > 0) heads = static_cast<std::int64_t>(kChunkBudgetBytes / head_bytes);
     if (heads < 1) heads = 1;
     if (heads > p.num_kv_heads) heads = p.num_kv_heads;
     heads_per_chunk = heads;

@@ -84,8 +84,8 @@ Isa selected_isa() {
     limit = isa_from_string(cap);
   } catch (const Error&) {
     throw Error(ErrorCode::invalid_argument,
-                std::string("FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, got '") +
-                    cap + "'");
+                std::string("FASTATTN_CPU_ISA: expected one of none, avx2, avx512, ") +
+                    "avx512bf16, got '" + cap + "'");
   }
   return static_cast<int>(limit) < static_cast<int>(detected) ? limit : detected;
 }

@@ -145,7 +145,8 @@ struct Avx2 {
   static __m128i to_bf16(vec x) {
     const __m256i b = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
     const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
     const __m256 is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
     r = _mm256_blendv_epi8(r, quiet_nan, _mm256_castps_si256(is_nan));
@@ -198,7 +199,8 @@ struct Avx512 {
   }
 
   static vec load_bf16(const std::uint16_t* p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m512i w = _mm512_cvtepu16_epi32(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   }
   static vec load_f16(const std::uint16_t* p) {

@@ -131,7 +131,8 @@ void micro_tile(std::int64_t K, const float* a, std::int64_t lda, const float* b
     vec bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = (kPartial && v == NV - 1) ? V::load_partial(b + v * W, last_lanes) : V::load(b + v * W);
+      bv[v] = (kPartial && v == NV - 1) ? V::load_partial(b + v * W, last_lanes)
+                                        : V::load(b + v * W);
     }
     b += ldb;
 #pragma GCC unroll 16
