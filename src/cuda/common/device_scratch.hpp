@@ -1,0 +1,40 @@
+// device_scratch.hpp — scratch device memory for one call, ordered on the call's stream.
+//
+// The caller's Workspace is used when given (too small: an error naming the size needed).
+// Otherwise memory comes from the device's default stream-ordered pool (cudaMallocAsync), whose
+// release threshold is raised once so freed blocks stay cached: no cudaMalloc in the steady
+// state, and the calls stay capturable in a CUDA graph (allocations become graph memory nodes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "common/problem.hpp"
+
+namespace fastattn::cuda {
+
+class DeviceScratch {
+ public:
+  DeviceScratch(const AttentionProblem& p, std::size_t bytes);
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  void* data() const { return data_; }
+  // Byte offset into the scratch, 256-byte aligned by the callers' layout (see align_up).
+  template <class T>
+  T* at(std::size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<unsigned char*>(data_) + offset);
+  }
+
+ private:
+  void* data_ = nullptr;
+  bool owned_ = false;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Sub-buffers inside one scratch block start on 256-byte boundaries.
+constexpr std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace fastattn::cuda
