@@ -23,6 +23,13 @@ template void run_forward<{ctype}, {head_dim}>(const ForwardParams&, cudaStream_
 }}  // namespace fastattn::cuda
 """
 
+BACKWARD = """#include "cuda/flash_bwd/launch.cuh"
+
+namespace fastattn::cuda {{
+template void run_backward<{ctype}, {head_dim}>(const BackwardParams&, cudaStream_t);
+}}  // namespace fastattn::cuda
+"""
+
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
@@ -30,10 +37,11 @@ def main() -> None:
         old.unlink()
     for dtype, ctype in DTYPES.items():
         for head_dim in HEAD_DIMS:
-            name = f"flash_fwd_sm80_{dtype}_hdim{head_dim}.cu"
-            text = HEADER.format(arch="sm80", direction="forward", dtype=dtype, head_dim=head_dim)
-            text += FORWARD.format(ctype=ctype, head_dim=head_dim)
-            (OUT / name).write_text(text)
+            for direction, short, body in (("forward", "fwd", FORWARD), ("backward", "bwd", BACKWARD)):
+                name = f"flash_{short}_sm80_{dtype}_hdim{head_dim}.cu"
+                text = HEADER.format(arch="sm80", direction=direction, dtype=dtype, head_dim=head_dim)
+                text += body.format(ctype=ctype, head_dim=head_dim)
+                (OUT / name).write_text(text)
     print(f"wrote {len(list(OUT.glob('*.cu')))} units to {OUT.relative_to(ROOT)}")
 
 

@@ -56,6 +56,9 @@ KernelChoice backward(const TensorView& dout, const TensorView& q, const TensorV
   switch (choice.backend) {
     case Backend::reference: reference::backward(p); break;
     case Backend::cpu: cpu::backward(p, choice); break;
+#if FASTATTN_HAVE_CUDA
+    case Backend::cuda: cuda::backward(p, choice); break;
+#endif
     default: throw Error(ErrorCode::internal, "backward: dispatcher chose an unbuilt backend");
   }
   return choice;

@@ -70,11 +70,39 @@ cpu::Isa cpu_isa_for(DType dtype) {
   return isa;
 }
 
+#if FASTATTN_HAVE_CUDA
+// Backward: one kernel design per head dim (flash_bwd/plan.hpp); deterministic mode splits the
+// key blocks of each (batch, KV head) over enough CTAs to fill the GPU once.
+KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
+  if (!cuda::has_backward_kernel(p.dtype, p.head_dim)) {
+    std::string dims;
+    for (int d : cuda::compiled_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(ErrorCode::unsupported,
+                std::string("cuda backward: expected dtype f16 or bf16 and head_dim in {") + dims +
+                    "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
+                    " and head_dim " + std::to_string(p.head_dim));
+  }
+  const cuda::BackwardPlan plan = cuda::backward_plan(p);
+  KernelChoice c;
+  c.backend = Backend::cuda;
+  c.isa = "sm80";
+  c.kernel = std::string("cuda.backward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+             (p.deterministic ? ".deterministic" + std::to_string(plan.num_splits) : "");
+  c.block_q = plan.blocks.block_m;
+  c.block_k = plan.blocks.block_n;
+  c.num_threads = plan.blocks.warps * 32;
+  c.workspace_bytes = plan.workspace_bytes;
+  c.reason = p.deterministic
+                 ? "deterministic: " + std::to_string(plan.num_splits) +
+                       " key-block splits per (batch, kv head), dQ buffers summed in split order"
+                 : "key-block parallel, dQ accumulated in fp32 with atomics";
+  return c;
+}
+#endif
+
 KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) {
 #if FASTATTN_HAVE_CUDA
-  if (direction == Direction::backward) {
-    throw Error(ErrorCode::unsupported, "cuda backward: no CUDA backward kernel in this version");
-  }
+  if (direction == Direction::backward) return choose_cuda_backward_kernel(p);
   if (!cuda::has_forward_kernel(p.dtype, p.head_dim)) {
     std::string dims;
     for (int d : cuda::compiled_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/problem.hpp"
+#include "cuda/flash_bwd/plan.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn::cuda {
@@ -25,5 +26,11 @@ std::vector<int> compiled_head_dims();      // forward head dims in this build
 bool has_forward_kernel(DType dtype, std::int64_t head_dim);
 
 void forward(const AttentionProblem& p, const KernelChoice& choice);
+
+// Backward (cuda_backward.cu): the same head dims and dtypes as the forward; the plan
+// (flash_bwd/plan.hpp: blocks, deterministic split count, scratch bytes) for this problem.
+bool has_backward_kernel(DType dtype, std::int64_t head_dim);
+BackwardPlan backward_plan(const AttentionProblem& p);
+void backward(const AttentionProblem& p, const KernelChoice& choice);
 
 }  // namespace fastattn::cuda

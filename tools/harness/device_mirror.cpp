@@ -69,9 +69,35 @@ KernelChoice run_forward_on_device(CaseData& data, AttentionOptions options) {
   return choice;
 }
 
+KernelChoice run_backward_on_device(CaseData& data, AttentionOptions options) {
+  DeviceMirror q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse), dout(data.dout);
+  DeviceMirror dq(data.dq), dk(data.dk), dv(data.dv);
+  const bool varlen = options.cu_seqlens_q.has_value();
+  std::optional<DeviceMirror> cu_q, cu_k;
+  if (varlen) {
+    cu_q.emplace(data.cu_seqlens_q);
+    cu_k.emplace(data.cu_seqlens_k);
+    options.cu_seqlens_q = cu_q->view();
+    options.cu_seqlens_k = cu_k->view();
+  }
+  const KernelChoice choice = fastattn::backward(dout.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
+                                                 dq.view(), dk.view(), dv.view(), options);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after backward");
+  dq.copy_back();
+  dk.copy_back();
+  dv.copy_back();
+  // Inputs come back too, so the harness's inputs-unchanged check covers the device copies.
+  for (DeviceMirror* m : {&q, &k, &v, &out, &lse, &dout}) m->copy_back();
+  return choice;
+}
+
 #else
 
 KernelChoice run_forward_on_device(CaseData&, AttentionOptions) {
+  throw Error(ErrorCode::unsupported, "harness: this build has no CUDA backend to run on");
+}
+
+KernelChoice run_backward_on_device(CaseData&, AttentionOptions) {
   throw Error(ErrorCode::unsupported, "harness: this build has no CUDA backend to run on");
 }
 

@@ -15,4 +15,7 @@ namespace fastattn::harness {
 // lse are copied back to the host tensors. Throws Error(unsupported) in builds without CUDA.
 KernelChoice run_forward_on_device(CaseData& data, AttentionOptions options);
 
+// fastattn::backward of `data` on cuda:0: dq, dk, dv and the inputs are copied back.
+KernelChoice run_backward_on_device(CaseData& data, AttentionOptions options);
+
 }  // namespace fastattn::harness

@@ -370,6 +370,7 @@ KernelChoice CaseData::run_forward(Backend backend) {
 
 KernelChoice CaseData::run_backward(Backend backend) {
   for (HostTensor* t : {&dq, &dk, &dv}) t->fill_view_bits(poison_bits(t->dtype()));
+  if (backend == Backend::cuda) return run_backward_on_device(*this, options(backend));
   return fastattn::backward(dout.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
                             dq.view(), dk.view(), dv.view(), options(backend));
 }

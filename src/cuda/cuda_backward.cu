@@ -1,0 +1,143 @@
+// cuda_backward.cu — AttentionProblem -> backward kernel parameters -> the generated launcher.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "cuda/common/alignment.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_scratch.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/flash_bwd/launch.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+namespace {
+
+int multiprocessor_count(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static int cache[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mutex);
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && cache[device] > 0) return cache[device];
+  int count = 0;
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (cached) cache[device] = count;
+  return count;
+}
+
+BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPlan& plan) {
+  BackwardParams b{};
+  b.q = p.q.data;
+  b.k = p.k.data;
+  b.v = p.v.data;
+  b.out = p.out.data;
+  b.dout = p.dout.data;
+  b.lse = p.lse;
+  b.dq = p.dq.data;
+  b.dk = p.dk.data;
+  b.dv = p.dv.data;
+  auto strides = [](const Operand& o, int64_t& batch, int64_t& token, int64_t& head) {
+    batch = o.stride.batch;
+    token = o.stride.token;
+    head = o.stride.head;
+  };
+  strides(p.q, b.q_batch_stride, b.q_token_stride, b.q_head_stride);
+  strides(p.k, b.k_batch_stride, b.k_token_stride, b.k_head_stride);
+  strides(p.v, b.v_batch_stride, b.v_token_stride, b.v_head_stride);
+  strides(p.out, b.o_batch_stride, b.o_token_stride, b.o_head_stride);
+  strides(p.dout, b.do_batch_stride, b.do_token_stride, b.do_head_stride);
+  strides(p.dq, b.dq_batch_stride, b.dq_token_stride, b.dq_head_stride);
+  strides(p.dk, b.dk_batch_stride, b.dk_token_stride, b.dk_head_stride);
+  strides(p.dv, b.dv_batch_stride, b.dv_token_stride, b.dv_head_stride);
+  b.lse_batch_stride = p.lse_batch_stride;
+  b.lse_head_stride = p.lse_head_stride;
+  b.lse_token_stride = p.lse_token_stride;
+  b.cu_seqlens_q = p.cu_seqlens_q;
+  b.cu_seqlens_k = p.cu_seqlens_k;
+  b.batch = static_cast<int>(p.batch);
+  b.num_heads = static_cast<int>(p.num_heads);
+  b.num_kv_heads = static_cast<int>(p.num_kv_heads);
+  b.group_size = static_cast<int>(p.group_size());
+  b.seqlen_q = static_cast<int>(p.seqlen_q);
+  b.seqlen_k = static_cast<int>(p.seqlen_k);
+  b.total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
+  constexpr float kLog2e = 1.4426950408889634f;
+  b.scale = p.softmax_scale;
+  b.softcap = p.softcap;
+  b.softcap_pre_scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : 0.0f;
+  b.scale_log2 = p.softcap > 0.0f ? kLog2e : p.softmax_scale * kLog2e;
+  // Windows wider than any sequence mean unbounded-by-length; clamp so positions compare in
+  // 32 bits (sequence lengths are < 2^31, validated).
+  constexpr std::int64_t kWide = std::int64_t{1} << 31;
+  b.window_left = p.window_left > kWide - 1 ? kWide - 1 : p.window_left;
+  b.window_right = p.window_right > kWide - 1 ? kWide - 1 : p.window_right;
+  b.bottom_right = p.alignment == MaskAlignment::bottom_right;
+  b.num_splits = plan.num_splits;
+  b.deterministic = p.deterministic;
+  return b;
+}
+
+template <typename Element>
+void backward_for_dtype(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
+  switch (head_dim) {
+#if FASTATTN_CUDA_HDIM_64
+    case 64: return run_backward<Element, 64>(b, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_96
+    case 96: return run_backward<Element, 96>(b, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_128
+    case 128: return run_backward<Element, 128>(b, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_256
+    case 256: return run_backward<Element, 256>(b, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda backward: no launcher for head_dim " + std::to_string(head_dim));
+}
+
+}  // namespace
+
+bool has_backward_kernel(DType dtype, std::int64_t head_dim) { return has_forward_kernel(dtype, head_dim); }
+
+BackwardPlan backward_plan(const AttentionProblem& p) {
+  const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
+  return plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k, total_q,
+                       p.deterministic, p.deterministic ? multiprocessor_count(p.device.index) : 0);
+}
+
+void backward(const AttentionProblem& p, const KernelChoice& choice) {
+  (void)choice;
+  const std::pair<const Operand*, const char*> operands[] = {
+      {&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.out, "out"}, {&p.dout, "dout"},
+      {&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}};
+  for (const auto& [operand, name] : operands) check_row_alignment(operand->data, operand->stride, name);
+  if (p.batch > 65535 || p.num_kv_heads > 65535) {
+    throw Error(ErrorCode::unsupported,
+                "cuda backward: expected batch and num_kv_heads <= 65535 (grid limits), got " +
+                    std::to_string(p.batch) + " and " + std::to_string(p.num_kv_heads));
+  }
+  int current = 0;
+  FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
+  const BackwardPlan plan = backward_plan(p);
+  DeviceScratch scratch(p, plan.workspace_bytes);
+  BackwardParams b = make_backward_params(p, plan);
+  b.d_sum = scratch.at<float>(0);
+  b.dq_accum = scratch.at<float>(plan.d_sum_bytes);
+  auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+  if (p.dtype == DType::bf16) {
+    backward_for_dtype<__nv_bfloat16>(b, p.head_dim, stream);
+  } else {
+    backward_for_dtype<__half>(b, p.head_dim, stream);
+  }
+  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(current));
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,58 @@
+// params.hpp — what the backward kernels read: plain values built on the host from an
+// AttentionProblem (cuda_backend.cu). 64-bit strides and offsets throughout.
+#pragma once
+
+#include <cstdint>
+
+namespace fastattn::cuda {
+
+struct BackwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* out;
+  const void* dout;
+  const float* lse;  // [batch, heads, seqlen_q] by the strides below (varlen: global tokens)
+  void* dq;
+  void* dk;
+  void* dv;
+
+  // Element strides; in varlen mode batch strides are unused (cu_seqlens give token offsets).
+  int64_t q_batch_stride, q_token_stride, q_head_stride;
+  int64_t k_batch_stride, k_token_stride, k_head_stride;
+  int64_t v_batch_stride, v_token_stride, v_head_stride;
+  int64_t o_batch_stride, o_token_stride, o_head_stride;
+  int64_t do_batch_stride, do_token_stride, do_head_stride;
+  int64_t dq_batch_stride, dq_token_stride, dq_head_stride;
+  int64_t dk_batch_stride, dk_token_stride, dk_head_stride;
+  int64_t dv_batch_stride, dv_token_stride, dv_head_stride;
+  int64_t lse_batch_stride, lse_head_stride, lse_token_stride;
+
+  const int32_t* cu_seqlens_q;  // device pointers, or null for padded batches
+  const int32_t* cu_seqlens_k;
+
+  int batch;
+  int num_heads;
+  int num_kv_heads;
+  int group_size;  // query heads per KV head
+  int seqlen_q;    // padded: the length; varlen: the longest
+  int seqlen_k;
+  int64_t total_q;  // query rows of the scratch buffers: batch * seqlen_q, or total tokens
+
+  float scale;       // softmax scale: dQ and dK are scale * (dS K) and scale * (dS^T Q)
+  float scale_log2;  // scale * log2(e); with softcap: log2(e)
+  float softcap;     // 0: off
+  float softcap_pre_scale;  // scale / softcap
+  int64_t window_left;
+  int64_t window_right;
+  bool bottom_right;
+
+  // Scratch (fp32): D = rowsum(dO * O) as [heads][total_q], and dQ partial sums as
+  // [num_splits][total_q][heads][head_dim].
+  float* d_sum;
+  float* dq_accum;
+  int num_splits;      // deterministic: key-block splits, each with its own dQ buffer; else 1
+  bool deterministic;  // true: plain read-add-write into this split's dQ buffer; false: atomics
+};
+
+}  // namespace fastattn::cuda

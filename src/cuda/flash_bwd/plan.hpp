@@ -1,0 +1,58 @@
+// plan.hpp — the backward launcher's tile sizes, split count and scratch size. Host-only (no
+// CUDA headers) so the dispatcher can report them; launch.cuh instantiates the same blocks.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace fastattn::cuda {
+
+// Per head_dim, close to flash-attn 2's sm80 backward: kBlockN = 16 keys per warp row, the dK
+// and dV accumulators of a warp (16 keys x head_dim / warps_d) stay in registers for the whole
+// CTA. kBlockM = 64 everywhere: at d = 64 a 128-row query block made each warp's S^T and dP^T
+// 64 registers each and ptxas spilled (140 bytes; 468 with soft-cap).
+struct BackwardBlocks {
+  int block_m;  // query rows per inner step
+  int block_n;  // key rows per CTA
+  int warps;
+  int warps_d;  // warps that split head_dim for dK/dV (2 at d = 256 to fit registers)
+  int stages;   // Q/dO shared-memory buffers (1 at d = 256 to fit the sm80 smem limit)
+};
+constexpr BackwardBlocks backward_blocks(int head_dim) {
+  return head_dim <= 128 ? BackwardBlocks{64, 128, 8, 1, 2} : BackwardBlocks{64, 64, 8, 2, 1};
+}
+
+struct BackwardPlan {
+  BackwardBlocks blocks{};
+  int num_splits = 1;  // deterministic mode: CTAs per (batch, kv head), each with a dQ buffer
+  std::size_t d_sum_bytes = 0;
+  std::size_t dq_accum_bytes = 0;
+  std::size_t workspace_bytes = 0;
+};
+
+constexpr std::size_t scratch_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// total_q: batch * seqlen_q (padded) or total tokens (varlen). In deterministic mode the
+// n_blocks key blocks of a (batch, kv head) are split over enough CTAs to fill the SMs once;
+// each split sums its blocks' dQ in a fixed order into its own buffer and the convert kernel
+// adds the buffers in split order, so the result does not depend on scheduling.
+inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t num_heads,
+                                  std::int64_t num_kv_heads, std::int64_t seqlen_k, std::int64_t total_q,
+                                  bool deterministic, int num_sms) {
+  BackwardPlan plan;
+  plan.blocks = backward_blocks(head_dim);
+  if (deterministic) {
+    const std::int64_t n_blocks = (seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n;
+    const std::int64_t ctas = std::max<std::int64_t>(1, batch * num_kv_heads);
+    const std::int64_t fill = (std::max(num_sms, 1) + ctas - 1) / ctas;
+    plan.num_splits = static_cast<int>(std::max<std::int64_t>(1, std::min(n_blocks, fill)));
+  }
+  plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
+  plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(plan.num_splits) *
+                                      static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
+  plan.workspace_bytes = plan.d_sum_bytes + plan.dq_accum_bytes;
+  return plan;
+}
+
+}  // namespace fastattn::cuda
