@@ -7,6 +7,7 @@
 // written, padding and inputs untouched, empty rows 0 / -inf.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "harness/harness.hpp"
@@ -63,6 +64,73 @@ TEST_F(CudaBackend, ChosenForwardCasesMatchFloat64) {
     const harness::Case c = harness::parse_case(text);
     const harness::CheckReport r = harness::check_case(c, Backend::cuda, forward_only());
     EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+  }
+}
+
+// ---- split-KV forward (flash_fwd/kernel*.cuh split mode + combine.cuh) ----------------------
+
+// FASTATTN_CUDA_NUM_SPLITS, set for one scope (flash_fwd/heuristics.hpp reads it on every call).
+ScopedEnv force_splits(int n) { return ScopedEnv("FASTATTN_CUDA_NUM_SPLITS", std::to_string(n)); }
+
+void expect_split_pass(const harness::CheckReport& r, int splits, const std::string& what) {
+  EXPECT_TRUE(r.pass) << what << " splits=" << splits << "\n" << r.to_string();
+  if (splits > 1) {
+    EXPECT_NE(r.forward_choice.kernel.find(".splitkv" + std::to_string(splits)), std::string::npos)
+        << r.forward_choice.describe();
+  }
+}
+
+// Random cases (every mask, GQA/MQA, varlen with empty sequences, soft-cap, seqlen 1..1000)
+// with forced split counts, including more splits than key tiles (empty splits).
+TEST_F(CudaBackend, ForcedSplitKvRandomCasesMatchFloat64) {
+  const harness::CaseLimits limits = cuda_limits();
+  const int splits[] = {2, 3, 5, 16, 128};
+  for (std::uint64_t seed = 1; seed <= 50; ++seed) {
+    const int n = splits[seed % 5];
+    const ScopedEnv env = force_splits(n);
+    const harness::Case c = harness::random_case(1000 + seed, limits);
+    expect_split_pass(harness::check_case(c, Backend::cuda, forward_only()), n, "seed " + std::to_string(1000 + seed));
+  }
+}
+
+// Short queries (the 16-row kernel) against long keys, and the main kernel's split mode.
+TEST_F(CudaBackend, ForcedSplitKvChosenCasesMatchFloat64) {
+  struct Forced {
+    std::string text;
+    int splits;
+  };
+  std::vector<Forced> cases;
+  for (int d : build_info().cuda_head_dims) {
+    const std::string hd = " d=" + std::to_string(d);
+    cases.push_back({"b=1 sq=1 sk=20000 h=4 hkv=4" + hd + " dtype=bf16 mask=none", 7});
+    cases.push_back({"b=2 sq=16 sk=3001 h=8 hkv=2" + hd + " dtype=f16 mask=causal", 13});
+    cases.push_back({"b=1 sq=5 sk=4099 h=2 hkv=1" + hd + " dtype=bf16 mask=window wl=300 wr=0", 9});
+    cases.push_back({"b=1 sq=16 sk=2048 h=2 hkv=2" + hd + " dtype=bf16 mask=causal align=top_left softcap=30", 4});
+    cases.push_back({"b=1 sq=9 sk=1500 h=4 hkv=1" + hd + " dtype=f16 mask=none qk_std=4", 128});
+    cases.push_back({"b=4 sq=1 sk=1 h=4 hkv=2" + hd + " dtype=bf16 mask=none lens_q=1,0,16,3 lens_k=4000,7,0,1", 6});
+    cases.push_back({"b=1 sq=300 sk=5000 h=2 hkv=1" + hd + " dtype=bf16 mask=causal", 5});
+    cases.push_back({"b=2 sq=130 sk=2000 h=3 hkv=3" + hd + " dtype=f16 mask=window wl=100 wr=50 align=top_left", 3});
+    cases.push_back({"b=3 sq=1 sk=1 h=2 hkv=1" + hd + " dtype=bf16 mask=causal lens_q=200,0,40 lens_k=3000,10,0", 8});
+  }
+  for (const Forced& f : cases) {
+    const ScopedEnv env = force_splits(f.splits);
+    expect_split_pass(harness::check_case(harness::parse_case(f.text), Backend::cuda, forward_only()), f.splits, f.text);
+  }
+}
+
+// Decode shapes with no forcing: the heuristic must choose the 16-row kernel and split.
+TEST_F(CudaBackend, DecodeShapesSplitByHeuristicMatchFloat64) {
+  const ScopedEnv env("FASTATTN_CUDA_NUM_SPLITS", std::nullopt);
+  for (int d : build_info().cuda_head_dims) {
+    const std::string hd = " d=" + std::to_string(d);
+    for (const std::string& text : {"b=1 sq=1 sk=16384 h=32 hkv=32" + hd + " dtype=bf16 mask=none",
+                                   "b=1 sq=16 sk=8192 h=8 hkv=8" + hd + " dtype=bf16 mask=causal",
+                                   "b=2 sq=4 sk=10000 h=8 hkv=2" + hd + " dtype=f16 mask=none"}) {
+      const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+      EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+      EXPECT_NE(r.forward_choice.kernel.find(".q16.splitkv"), std::string::npos) << r.forward_choice.describe();
+      EXPECT_GT(r.forward_choice.workspace_bytes, 0u);
+    }
   }
 }
 

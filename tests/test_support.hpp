@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "fastattn/fastattn.hpp"
@@ -41,5 +43,32 @@ void expect_error(Fn&& fn, ErrorCode code, const std::string& needle) {
     ADD_FAILURE() << "expected fastattn::Error, got another exception: " << e.what();
   }
 }
+
+// Sets (or, with nullopt, unsets) an environment variable for a scope and restores the previous
+// state after, e.g. FASTATTN_CUDA_NUM_SPLITS in the split-KV tests.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (saved_) {
+      setenv(name_, saved_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
 
 }  // namespace fastattn::testing

@@ -12,7 +12,7 @@
 #include "cpu/cpu_backend.hpp"
 #if FASTATTN_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
-#include "cuda/flash_fwd/launch_blocks.hpp"
+#include "cuda/flash_fwd/heuristics.hpp"
 #endif
 #include "fastattn/error.hpp"
 
@@ -111,15 +111,19 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
                     "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
                     " and head_dim " + std::to_string(p.head_dim));
   }
-  const cuda::ForwardBlocks blocks = cuda::forward_blocks(static_cast<int>(p.head_dim));
+  // Kernel (main or 16-row short-query) and split-KV count: flash_fwd/heuristics.hpp.
+  const cuda::ForwardPlan plan = cuda::forward_plan(p);
   KernelChoice c;
   c.backend = Backend::cuda;
   c.isa = "sm80";
-  c.kernel = std::string("cuda.forward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim);
-  c.block_q = blocks.block_m;
-  c.block_k = blocks.block_n;
-  c.num_threads = blocks.threads;
-  c.reason = "mma.sync m16n8k16 kernel; CTAs over (query block, head, batch)";
+  c.kernel = std::string("cuda.forward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+             (plan.short_query ? ".q16" : "") +
+             (plan.num_splits > 1 ? ".splitkv" + std::to_string(plan.num_splits) : "");
+  c.block_q = plan.blocks.block_m;
+  c.block_k = plan.blocks.block_n;
+  c.num_threads = plan.blocks.threads;
+  c.workspace_bytes = plan.workspace_bytes;
+  c.reason = cuda::describe_plan(plan);
   return c;
 #else
   const char* dir = direction == Direction::forward ? "forward" : "backward";

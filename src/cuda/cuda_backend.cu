@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_scratch.hpp"
 #include "cuda/flash_fwd/launch.hpp"
+#include "cuda/flash_fwd/split_layout.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -55,7 +58,33 @@ ForwardParams make_forward_params(const AttentionProblem& p) {
   f.window_left = p.window_left > kWide - 1 ? kWide - 1 : p.window_left;
   f.window_right = p.window_right > kWide - 1 ? kWide - 1 : p.window_right;
   f.bottom_right = p.alignment == MaskAlignment::bottom_right;
+  f.short_query = false;
+  f.num_splits = 1;
+  f.total_q = p.total_q;
+  f.oaccum = nullptr;
+  f.lseaccum = nullptr;
   return f;
+}
+
+// SM count and shared memory per SM of a device, read once (cudaDeviceGetAttribute, not the
+// slower cudaGetDeviceProperties) and cached: the dispatcher asks on every call.
+struct DeviceShape {
+  int multiprocessors = 0;
+  int smem_per_multiprocessor = 0;
+};
+DeviceShape device_shape(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static DeviceShape cache[kMaxDevices];
+  std::lock_guard<std::mutex> lock(mutex);
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && cache[device].multiprocessors > 0) return cache[device];
+  DeviceShape shape;
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&shape.multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&shape.smem_per_multiprocessor,
+                                             cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  if (cached) cache[device] = shape;
+  return shape;
 }
 
 // cp.async moves 16-byte chunks: rows must start on 16-byte boundaries.
@@ -147,8 +176,23 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
+ForwardPlan forward_plan(const AttentionProblem& p) {
+  const DeviceShape device = device_shape(p.device.index);
+  ForwardShape s;
+  s.batch = p.batch;
+  s.num_heads = p.num_heads;
+  s.head_dim = p.head_dim;
+  s.seqlen_q = p.seqlen_q;
+  s.seqlen_k = p.seqlen_k;
+  s.total_q = p.total_q;
+  s.window_left = p.window_left;
+  s.window_right = p.window_right;
+  s.multiprocessors = device.multiprocessors;
+  s.smem_per_multiprocessor = device.smem_per_multiprocessor;
+  return cuda::plan_forward(s);
+}
+
 void forward(const AttentionProblem& p, const KernelChoice& choice) {
-  (void)choice;
   check_alignment(p.q.data, p.q.stride, "q");
   check_alignment(p.k.data, p.k.stride, "k");
   check_alignment(p.v.data, p.v.stride, "v");
@@ -160,8 +204,31 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   int current = 0;
   FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
   if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
-  const ForwardParams f = make_forward_params(p);
+  ForwardParams f = make_forward_params(p);
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+  // The dispatcher's plan, recomputed from the same inputs; the scratch size it reported must
+  // be the one used (a caller's Workspace was sized from it).
+  const ForwardPlan plan = forward_plan(p);
+  if (plan.workspace_bytes != choice.workspace_bytes) {
+    throw Error(ErrorCode::internal, "cuda forward: the launch plan changed since dispatch (workspace " +
+                                         std::to_string(plan.workspace_bytes) + " vs " +
+                                         std::to_string(choice.workspace_bytes) + " bytes)");
+  }
+  f.short_query = plan.short_query;
+  f.num_splits = plan.num_splits;
+  DeviceScratch scratch(p, plan.workspace_bytes);
+  if (plan.num_splits > 1) {
+    // float4 reads of the partials (combine.cuh) need 16-byte aligned rows; sub-buffers are
+    // 256-byte aligned from the base.
+    const auto misalignment = reinterpret_cast<std::uintptr_t>(scratch.data()) % 256;
+    if (misalignment != 0) {
+      throw Error(ErrorCode::invalid_argument, "options.workspace: expected 256-byte aligned data for the CUDA "
+                                               "split-KV forward, got an address 256 * k + " +
+                                                   std::to_string(misalignment));
+    }
+    f.oaccum = scratch.at<float>(0);
+    f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
+  }
   if (p.dtype == DType::bf16) {
     forward_for_dtype<__nv_bfloat16>(f, p.head_dim, stream);
   } else {

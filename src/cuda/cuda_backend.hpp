@@ -6,6 +6,7 @@
 
 #include "common/problem.hpp"
 #include "cuda/flash_bwd/plan.hpp"
+#include "cuda/flash_fwd/heuristics.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn::cuda {
@@ -24,6 +25,10 @@ std::vector<int> compiled_head_dims();      // forward head dims in this build
 
 // Whether this build has a forward kernel for (dtype, head_dim); dispatch errors otherwise.
 bool has_forward_kernel(DType dtype, std::int64_t head_dim);
+
+// The forward's launch plan (flash_fwd/heuristics.hpp: kernel, split-KV count, scratch bytes)
+// for this problem on its device; the dispatcher reports it and forward() runs it.
+ForwardPlan forward_plan(const AttentionProblem& p);
 
 void forward(const AttentionProblem& p, const KernelChoice& choice);
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "common/mask.hpp"
+#include "cuda/common/fast_exp.cuh"
 #include "cuda/common/fragment_address.cuh"
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd/traits.cuh"
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
               dtanh[nt][e] = 1.0f - th * th;
               s = p.softcap * th;
             }
-            float prob = exp2f(s * p.scale_log2 - lse2[e & 1]);
+            float prob = exp2_ftz(s * p.scale_log2 - lse2[e & 1]);
             if (masked) {
               const int i = q0 + col + (e & 1), r = e / 2;
               if (i < q_lo[r] || i > q_hi[r]) prob = 0.0f;

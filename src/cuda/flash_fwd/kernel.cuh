@@ -1,13 +1,18 @@
-// kernel.cuh — the FlashAttention-2 forward kernel: one CTA per (query block, head, batch).
+// kernel.cuh — the FlashAttention-2 forward kernel: one CTA per (query block, head, batch), or
+// per (key split, query block, head, batch) in split-KV mode.
 //
 // Roles, in order: tile scheduler (which block a CTA owns), global->shared copy, main loop
-// (S = Q K^T, mask, online softmax, O += P V), epilogue (O / l, lse). The MMA atom
-// (sm80/mma.cuh), the copy (sm80/copy.cuh) and the shared-memory layout (common/smem_layout.cuh)
-// are the per-architecture parts.
+// (S = Q K^T, mask, online softmax, O += P V), epilogue (O / l, lse; or the split's f32
+// partials). The MMA atom (sm80/mma.cuh), the copy (sm80/copy.cuh) and the shared-memory layout
+// (common/smem_layout.cuh) are the per-architecture parts; tile_ops.cuh holds the tile steps.
 //
 // Pipeline (FlashAttention-2, Dao 2023, Algorithm 1 with the flash-attn 2.x load order): key
 // tiles are visited from the last to the first, so the masked diagonal tiles come first. The V
 // tile loads while S = Q K^T runs; the next K tile loads while O += P V runs.
+//
+// kSplit (heuristics.hpp chooses it): the query block's key tiles [n_begin, n_end) are cut into
+// num_splits equal ranges and this CTA walks one; its epilogue writes f32 partials that
+// flash_combine_kernel (combine.cuh) merges. kSplit = false compiles to the plain kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,91 +20,28 @@
 #include <cstdint>
 
 #include "common/mask.hpp"
+#include "cuda/flash_fwd/epilogue.cuh"
 #include "cuda/flash_fwd/params.hpp"
 #include "cuda/flash_fwd/softmax.cuh"
+#include "cuda/flash_fwd/tile_ops.cuh"
 #include "cuda/flash_fwd/traits.cuh"
 #include "cuda/sm80/copy.cuh"
 #include "cuda/sm80/mma.cuh"
 
 namespace fastattn::cuda {
 
-// Copies a (kRows, kHeadDim) tile from global memory (rows token_stride apart) into a swizzled
-// shared tile; rows at or past rows_valid are zero-filled so padded keys contribute 0 * 0.
-template <class T, int kRows>
-__device__ __forceinline__ void load_tile(uint32_t smem, const typename T::Element* gmem,
-                                          int64_t token_stride, int rows_valid) {
-  constexpr int kChunks = T::kHeadDim / 8;
-#pragma unroll
-  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += T::kThreads) {
-    const int row = idx / kChunks, chunk = idx % kChunks;
-    const bool valid = row < rows_valid;
-    const typename T::Element* src = valid ? gmem + row * token_stride + chunk * 8 : gmem;
-    sm80::cp_async_16(smem + T::Layout::offset(row, chunk), src, valid);
-  }
+// Cuts the key tiles [n_begin, n_end) of a query block into `num_splits` ranges of
+// ceil(count / num_splits) tiles and keeps range `split` (empty for trailing splits when the
+// count does not divide). Splitting the block's own visible range, not [0, seqlen_k), keeps the
+// splits balanced under causal and window masks.
+__device__ __forceinline__ void split_key_range(int& n_begin, int& n_end, int split, int num_splits) {
+  const int per_split = (n_end - n_begin + num_splits - 1) / num_splits;
+  const int lo = min(n_end, n_begin + split * per_split);
+  n_end = min(n_end, lo + per_split);
+  n_begin = lo;
 }
 
-// acc_s (kMTiles x kNTilesS n8 tiles) = Q_warp K^T over the whole head_dim.
-template <class T>
-__device__ __forceinline__ void gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][4], uint32_t sQ,
-                                        uint32_t sK, int warp_row0, int lane) {
-#pragma unroll
-  for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < T::kNTilesS; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < T::kKStepsQK; ++kk) {
-    uint32_t a[T::kMTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt) {
-      sm80::ldmatrix_x4(a[mt], sQ + T::Layout::offset(warp_row0 + mt * 16 + (lane % 16), kk * 2 + lane / 16));
-    }
-#pragma unroll
-    for (int np = 0; np < T::kNTilesS / 2; ++np) {
-      uint32_t b[4];  // b[0..1]: n-tile 2np, b[2..3]: n-tile 2np + 1
-      sm80::ldmatrix_x4(b, sK + T::Layout::offset(np * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < T::kMTiles; ++mt) {
-        sm80::mma_16816<typename T::Element>(acc_s[mt][2 * np], a[mt], b_lo);
-        sm80::mma_16816<typename T::Element>(acc_s[mt][2 * np + 1], a[mt], b_hi);
-      }
-    }
-  }
-}
-
-// acc_o (kMTiles x kNTilesO) += P V, with P taken from the S accumulators in registers.
-template <class T>
-__device__ __forceinline__ void gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][4],
-                                        const float (&p)[T::kMTiles][T::kNTilesS][4], uint32_t sV,
-                                        int lane) {
-  using E = typename T::Element;
-#pragma unroll
-  for (int kp = 0; kp < T::kKStepsPV; ++kp) {
-    uint32_t a[T::kMTiles][4];  // two S n8-tiles form one A k16-tile (see mma.cuh)
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt) {
-      a[mt][0] = sm80::pack2<E>(p[mt][2 * kp][0], p[mt][2 * kp][1]);
-      a[mt][1] = sm80::pack2<E>(p[mt][2 * kp][2], p[mt][2 * kp][3]);
-      a[mt][2] = sm80::pack2<E>(p[mt][2 * kp + 1][0], p[mt][2 * kp + 1][1]);
-      a[mt][3] = sm80::pack2<E>(p[mt][2 * kp + 1][2], p[mt][2 * kp + 1][3]);
-    }
-#pragma unroll
-    for (int dp = 0; dp < T::kNTilesO / 2; ++dp) {
-      uint32_t b[4];  // V is (keys, head_dim) row-major: the transposed load gives col-major B
-      sm80::ldmatrix_x4_trans(b, sV + T::Layout::offset(kp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dp * 2 + lane / 16));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mt = 0; mt < T::kMTiles; ++mt) {
-        sm80::mma_16816<E>(acc_o[mt][2 * dp], a[mt], b_lo);
-        sm80::mma_16816<E>(acc_o[mt][2 * dp + 1], a[mt], b_hi);
-      }
-    }
-  }
-}
-
-template <class T, bool kSoftcap>
+template <class T, bool kSoftcap, bool kSplit>
 __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const ForwardParams p) {
   using E = typename T::Element;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -108,7 +50,11 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
   const uint32_t sV = sK + T::kSmemK;
 
   // ---- tile scheduler: heaviest (last) query blocks first, for causal load balance ---------
-  const int m_block = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
+  // Split-KV: blockIdx.x = (reversed query block) * num_splits + split.
+  const int num_splits = kSplit ? p.num_splits : 1;
+  const int split = kSplit ? static_cast<int>(blockIdx.x) % num_splits : 0;
+  const int m_block = kSplit ? static_cast<int>(gridDim.x) / num_splits - 1 - static_cast<int>(blockIdx.x) / num_splits
+                             : static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
   const int head = blockIdx.y, batch = blockIdx.z;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t q_start = varlen ? p.cu_seqlens_q[batch] : 0;
@@ -139,8 +85,9 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
   // Key tiles covering [key_begin, key_end): none when the window misses every key (both ends
   // clamp to the same position), else every tile in the range sees at least one pair.
   const int64_t key_begin = mask.key_begin(q0), key_end = mask.key_end(q1);
-  const int n_begin = static_cast<int>(key_begin / T::kBlockN);
-  const int n_end = key_begin < key_end ? static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN) : n_begin;
+  int n_begin = static_cast<int>(key_begin / T::kBlockN);
+  int n_end = key_begin < key_end ? static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN) : n_begin;
+  if constexpr (kSplit) split_key_range(n_begin, n_end, split, num_splits);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_row0 = warp * T::kWarpRows;
@@ -176,33 +123,8 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
     float acc_s[T::kMTiles][T::kNTilesS][4];
     gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
 
-    // Scores to the log2 domain, soft-cap, then mask (partial tiles only). For a partial tile
-    // each row's visible keys are one interval [lo, hi] (mask.hpp), compared in 32 bits.
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int lo = 0, hi = len_k - 1;
-        if (masked) {
-          const int i = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
-          const long long d = static_cast<long long>(i) + diagonal;  // 64-bit: no overflow
-          if (window_left >= 0) lo = static_cast<int>(max(0LL, d - window_left));
-          if (window_right >= 0) hi = static_cast<int>(min(static_cast<long long>(hi), d + window_right));
-        }
-#pragma unroll
-        for (int nt = 0; nt < T::kNTilesS; ++nt)
-#pragma unroll
-          for (int e = 2 * half; e < 2 * half + 2; ++e) {
-            float s = acc_s[mt][nt][e];
-            if constexpr (kSoftcap) s = p.softcap * tanhf(s * p.softcap_pre_scale);
-            s *= p.scale_log2;
-            if (masked) {
-              const int j = k0 + nt * 8 + 2 * (lane % 4) + (e & 1);
-              if (j < lo || j > hi) s = -INFINITY;
-            }
-            acc_s[mt][nt][e] = s;
-          }
-      }
+    scale_and_mask<T, kSoftcap>(acc_s, p, masked, q0 + warp_row0, k0, len_k, diagonal, window_left, window_right,
+                                lane);
 
     float rescale[2 * T::kMTiles];
     softmax.update(acc_s, rescale);
@@ -226,31 +148,39 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
     gemm_pv<T>(acc_o, acc_s, sV, lane);
   }
 
-  // ---- epilogue: O / l and lse; rows that saw no key get 0 and -inf ---------------------------
+  // ---- epilogue: O / l and lse (rows that saw no key get 0 and -inf), or the split's partials
   float inv_sum[2 * T::kMTiles], lse[2 * T::kMTiles];
   softmax.finalize(inv_sum, lse);
-  E* o_ptr = static_cast<E*>(p.out) + (varlen ? q_start * p.o_token_stride : batch * p.o_batch_stride) +
-             head * p.o_head_stride;
+  if constexpr (kSplit) {
+    // The split index re-read from blockIdx rather than kept live through the main loop.
+    const RowBlock rows{varlen, q_start, batch, head, q0, len_q};
+    store_partial<T>(p, rows, static_cast<int>(blockIdx.x) % p.num_splits, acc_o, inv_sum, lse, warp_row0, lane);
+  } else {
+    // store_output (epilogue.cuh) inlined by hand: through the helper ptxas spills 16 more
+    // bytes at d = 128 (255 registers either way).
+    E* o_ptr = static_cast<E*>(p.out) + (varlen ? q_start * p.o_token_stride : batch * p.o_batch_stride) +
+               head * p.o_head_stride;
 #pragma unroll
-  for (int mt = 0; mt < T::kMTiles; ++mt)
+    for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
-      if (row >= len_q) continue;
-      const float inv = inv_sum[2 * mt + half];
-      E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + 2 * (lane % 4);
+      for (int half = 0; half < 2; ++half) {
+        const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+        if (row >= len_q) continue;
+        const float inv = inv_sum[2 * mt + half];
+        E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + 2 * (lane % 4);
 #pragma unroll
-      for (int nt = 0; nt < T::kNTilesO; ++nt) {
-        *reinterpret_cast<uint32_t*>(o_row + nt * 8) =
-            sm80::pack2<E>(acc_o[mt][nt][2 * half] * inv, acc_o[mt][nt][2 * half + 1] * inv);
+        for (int nt = 0; nt < T::kNTilesO; ++nt) {
+          *reinterpret_cast<uint32_t*>(o_row + nt * 8) =
+              sm80::pack2<E>(acc_o[mt][nt][2 * half] * inv, acc_o[mt][nt][2 * half + 1] * inv);
+        }
+        if (p.lse != nullptr && lane % 4 == 0) {
+          float* lse_ptr = p.lse + (varlen ? (q_start + row) * p.lse_token_stride
+                                           : batch * p.lse_batch_stride + row * p.lse_token_stride) +
+                           head * p.lse_head_stride;
+          *lse_ptr = lse[2 * mt + half];
+        }
       }
-      if (p.lse != nullptr && lane % 4 == 0) {
-        float* lse_ptr = p.lse + (varlen ? (q_start + row) * p.lse_token_stride
-                                         : batch * p.lse_batch_stride + row * p.lse_token_stride) +
-                         head * p.lse_head_stride;
-        *lse_ptr = lse[2 * mt + half];
-      }
-    }
+  }
 }
 
 }  // namespace fastattn::cuda

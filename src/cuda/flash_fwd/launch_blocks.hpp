@@ -1,17 +1,38 @@
-// launch_blocks.hpp — the forward launcher's block sizes, for KernelChoice reports (no CUDA
-// headers, so the dispatcher can include it). Must match ForwardConfig in launch.cuh.
+// launch_blocks.hpp — the forward launchers' block sizes, for the dispatcher's heuristics and
+// KernelChoice reports (no CUDA headers, so the dispatcher can include it). Must match
+// ForwardConfig / DecodeConfig in launch.cuh, which are built from these functions.
 #pragma once
 
 namespace fastattn::cuda {
 
-// The block sizes the launcher uses, for KernelChoice reports.
+// The block sizes a launcher uses, for KernelChoice reports.
 struct ForwardBlocks {
   int block_m, block_n, threads;
 };
+
+// The main kernel (kernel.cuh): 4 warps, 128 query rows (64 at d = 256), one K and one V buffer.
 constexpr ForwardBlocks forward_blocks(int head_dim) {
   return head_dim <= 64 ? ForwardBlocks{128, 128, 128}
          : head_dim <= 128 ? ForwardBlocks{128, 64, 128}
                            : ForwardBlocks{64, 64, 128};
+}
+
+// The short-query kernel (kernel_decode.cuh), for seqlen_q <= kDecodeMaxSeqlenQ: one warp, one
+// 16-row MMA tile of queries, kDecodeStages (K, V) buffers of 16 KiB each per tensor
+// (block_n * head_dim * 2 bytes), so a CTA keeps up to 64 KiB of K/V reads in flight.
+constexpr int kDecodeMaxSeqlenQ = 16;
+constexpr int kDecodeStages = 2;
+constexpr ForwardBlocks decode_blocks(int head_dim) {
+  return head_dim <= 64 ? ForwardBlocks{16, 128, 32}
+         : head_dim <= 128 ? ForwardBlocks{16, 64, 32}
+                           : ForwardBlocks{16, 32, 32};
+}
+
+// Shared memory of a launcher: Q plus `stages` (K, V) pairs of 16-bit rows, padded to a
+// multiple of 64 elements (traits.cuh: kSmemRowElems).
+constexpr int forward_smem_bytes(const ForwardBlocks& b, int head_dim, int stages) {
+  const int row_bytes = (head_dim + 63) / 64 * 64 * 2;
+  return (b.block_m + 2 * stages * b.block_n) * row_bytes;
 }
 
 }  // namespace fastattn::cuda

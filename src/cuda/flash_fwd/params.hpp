@@ -35,6 +35,18 @@ struct ForwardParams {
   int64_t window_left;
   int64_t window_right;
   bool bottom_right;
+
+  // Launch plan (heuristics.hpp): which kernel, and the split-KV scratch.
+  bool short_query;  // the 16-row kernel (kernel_decode.cuh) instead of the main one
+  int num_splits;    // 1: no split; else each CTA covers 1/num_splits of its key tiles
+  int64_t total_q;   // rows per head in the scratch: batch * seqlen_q, or varlen total tokens
+  // Split-KV partials (split_layout.hpp), written by the forward, read by the combine kernel:
+  //   oaccum:   (num_splits, num_heads, total_q, head_dim) f32, O of each split normalised by
+  //             its own row sum
+  //   lseaccum: (num_splits, num_heads, total_q) f32, natural-log lse of each split (-inf: the
+  //             split saw no key of that row)
+  float* oaccum;
+  float* lseaccum;
 };
 
 }  // namespace fastattn::cuda

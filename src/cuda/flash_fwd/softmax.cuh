@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include "cuda/common/fast_exp.cuh"
+
 namespace fastattn::cuda {
 
 template <int kRows, int kNTiles>  // kRows = 2 * kMTiles rows per thread
@@ -49,13 +51,13 @@ struct OnlineSoftmax {
         // A row that has seen only masked keys keeps max -inf: use 0 as the exponent base so
         // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
         const float base = m == -INFINITY ? 0.0f : m;
-        rescale[r] = exp2f(row_max[r] - base);  // old max -inf -> 0
+        rescale[r] = exp2_ftz(row_max[r] - base);  // old max -inf -> 0
         row_max[r] = m;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          s[mt][nt][2 * half] = exp2f(s[mt][nt][2 * half] - base);
-          s[mt][nt][2 * half + 1] = exp2f(s[mt][nt][2 * half + 1] - base);
+          s[mt][nt][2 * half] = exp2_ftz(s[mt][nt][2 * half] - base);
+          s[mt][nt][2 * half + 1] = exp2_ftz(s[mt][nt][2 * half + 1] - base);
           sum += s[mt][nt][2 * half] + s[mt][nt][2 * half + 1];
         }
         row_sum[r] = row_sum[r] * rescale[r] + sum;

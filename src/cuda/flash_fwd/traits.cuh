@@ -9,7 +9,9 @@
 
 namespace fastattn::cuda {
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, typename Element_>
+// kStages_: (K, V) buffer pairs; the main kernel has 1 (its own K/V interleaving), the
+// short-query kernel a ring of kDecodeStages (launch_blocks.hpp).
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, typename Element_, int kStages_ = 1>
 struct ForwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -17,6 +19,7 @@ struct ForwardTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStages = kStages_;
 
   static constexpr int kWarpRows = kBlockM / kWarps;
   static constexpr int kMTiles = kWarpRows / 16;     // 16-row MMA tiles per warp
@@ -35,7 +38,8 @@ struct ForwardTraits {
   static constexpr int kSmemQ = kBlockM * kRowBytes;
   static constexpr int kSmemK = kBlockN * kRowBytes;
   static constexpr int kSmemV = kBlockN * kRowBytes;
-  static constexpr int kSmemBytes = kSmemQ + kSmemK + kSmemV;
+  static constexpr int kSmemStage = kSmemK + kSmemV;  // one (K, V) pair
+  static constexpr int kSmemBytes = kSmemQ + kStages * kSmemStage;
 };
 
 }  // namespace fastattn::cuda

@@ -1,0 +1,155 @@
+// heuristics.hpp — which forward kernel runs a CUDA call, and into how many key splits
+// (split-KV) it is cut. Host-only, no CUDA headers: the dispatcher (src/api/dispatch.cpp)
+// reports the plan and the backend (cuda_backend.cu) runs the same plan from the same inputs.
+//
+// 1. Kernel: seqlen_q <= kDecodeMaxSeqlenQ (decode, speculative decoding) takes the 16-row
+//    kernel (kernel_decode.cuh), whose MMAs waste at most 15 padded rows instead of 127; longer
+//    queries take the main kernel (kernel.cuh).
+// 2. Splits: a CTA per (query block, head, batch) leaves SMs idle when there are few of them
+//    (decode: batch * heads CTAs). flash-attn 2's num_splits_heuristic (flash_api.cpp) then cuts
+//    each query block's key tiles into num_splits ranges, one CTA each, choosing the smallest
+//    split count whose wave efficiency (CTAs / (waves * slots)) is within 85% of the best;
+//    slots = SMs * CTAs resident per SM. At most kMaxSplits splits, and at least
+//    kMinTilesPerSplit key tiles per split so that the combine pass stays small against the
+//    K/V reads. The partials are merged by flash_combine_kernel (combine.cuh).
+// 3. FASTATTN_CUDA_NUM_SPLITS=n (1..128) forces n splits (tests, experiments); read here only.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "cuda/flash_fwd/launch_blocks.hpp"
+#include "cuda/flash_fwd/split_layout.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+
+constexpr int kMaxSplits = 128;
+constexpr int kMinTilesPerSplit = 4;
+constexpr int kMainCtasPerSm = 2;        // kernel.cuh: __launch_bounds__(128, 2), 255 registers
+constexpr int kSmemReservedPerCta = 1024;  // the driver's per-CTA shared-memory reservation (sm80+)
+constexpr const char* kNumSplitsEnv = "FASTATTN_CUDA_NUM_SPLITS";
+
+// What the plan depends on.
+struct ForwardShape {
+  std::int64_t batch = 0, num_heads = 0, head_dim = 0;
+  std::int64_t seqlen_q = 0, seqlen_k = 0;  // varlen: the longest sequences
+  std::int64_t total_q = 0;                 // scratch rows per head (split_layout.hpp)
+  std::int64_t window_left = -1, window_right = -1;
+  int multiprocessors = 0;          // cudaDevAttrMultiProcessorCount
+  int smem_per_multiprocessor = 0;  // bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor
+};
+
+struct ForwardPlan {
+  bool short_query = false;  // kernel_decode.cuh, else kernel.cuh
+  ForwardBlocks blocks{};
+  int multiprocessors = 0;
+  int ctas_per_sm = 0;       // resident CTAs per SM (shared memory / launch bounds)
+  std::int64_t ctas = 0;     // batch * heads * query blocks, before splitting
+  std::int64_t n_blocks = 0; // key tiles one query block visits, at most
+  int num_splits = 1;
+  bool forced = false;       // by FASTATTN_CUDA_NUM_SPLITS
+  float wave_efficiency = 0.0f;
+  std::size_t workspace_bytes = 0;
+};
+
+// flash-attn 2's num_splits_heuristic (csrc/flash_attn/flash_api.cpp), with `slots` for its
+// num_SMs (it passes 2 * SMs for two CTAs per SM). Split counts that give the same tiles per
+// split as a smaller count are skipped (64 tiles: 11 splits of 6 and 12 splits of 6 are the same).
+inline int num_splits_heuristic(std::int64_t ctas, std::int64_t slots, std::int64_t n_blocks,
+                                int max_splits) {
+  if (ctas <= 0 || ctas >= 0.8 * static_cast<double>(slots)) return 1;  // empty, or (almost) a full wave
+  max_splits = static_cast<int>(std::min<std::int64_t>({max_splits, slots, n_blocks}));
+  if (max_splits <= 1) return 1;
+  auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  auto eligible = [&](int s) { return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1); };
+  auto efficiency = [&](int s) {
+    const double waves = static_cast<double>(ctas) * s / static_cast<double>(slots);
+    return waves / std::ceil(waves);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= max_splits; ++s) {
+    if (eligible(s)) best = std::max(best, efficiency(s));
+  }
+  for (int s = 1; s <= max_splits; ++s) {
+    if (eligible(s) && efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
+}
+
+// FASTATTN_CUDA_NUM_SPLITS, or 0 when unset or empty. Read on every call, so tests can set it.
+inline int forced_num_splits() {
+  const char* text = std::getenv(kNumSplitsEnv);
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxSplits) {
+    throw Error(ErrorCode::invalid_argument, std::string(kNumSplitsEnv) + ": expected an integer in [1, " +
+                                                 std::to_string(kMaxSplits) + "], got \"" + text + "\"");
+  }
+  return static_cast<int>(n);
+}
+
+inline ForwardPlan plan_forward(const ForwardShape& s) {
+  ForwardPlan plan;
+  const int d = static_cast<int>(s.head_dim);
+  plan.short_query = s.seqlen_q <= kDecodeMaxSeqlenQ;
+  plan.blocks = plan.short_query ? decode_blocks(d) : forward_blocks(d);
+  if (plan.short_query) {
+    const int smem = forward_smem_bytes(plan.blocks, d, kDecodeStages) + kSmemReservedPerCta;
+    plan.ctas_per_sm = std::clamp(s.smem_per_multiprocessor / smem, 1, 16);
+  } else {
+    plan.ctas_per_sm = kMainCtasPerSm;
+  }
+  const std::int64_t m_blocks = (s.seqlen_q + plan.blocks.block_m - 1) / plan.blocks.block_m;
+  plan.ctas = s.batch * s.num_heads * m_blocks;
+  // Keys one query block can see: a two-sided window bounds them below seqlen_k.
+  std::int64_t keys = s.seqlen_k;
+  if (s.window_left >= 0 && s.window_right >= 0) {
+    keys = std::min(keys, s.window_left + s.window_right + plan.blocks.block_m);
+  }
+  plan.n_blocks = (keys + plan.blocks.block_n - 1) / plan.blocks.block_n;
+
+  plan.multiprocessors = std::max(s.multiprocessors, 1);
+  const std::int64_t slots = static_cast<std::int64_t>(plan.multiprocessors) * plan.ctas_per_sm;
+  const int forced = forced_num_splits();
+  if (forced > 0) {
+    plan.forced = true;
+    plan.num_splits = forced;
+  } else {
+    const int max_splits = static_cast<int>(std::min<std::int64_t>(kMaxSplits, plan.n_blocks / kMinTilesPerSplit));
+    plan.num_splits = num_splits_heuristic(plan.ctas, slots, plan.n_blocks, max_splits);
+  }
+  // The split index shares gridDim.x with the query block (at most 2^31 - 1).
+  if (m_blocks > 0) {
+    plan.num_splits = static_cast<int>(std::min<std::int64_t>(plan.num_splits, std::numeric_limits<int>::max() / m_blocks));
+  }
+  plan.num_splits = std::max(plan.num_splits, 1);
+  const double waves = static_cast<double>(plan.ctas) * plan.num_splits / static_cast<double>(slots);
+  plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
+  plan.workspace_bytes = split_workspace_bytes(plan.num_splits, s.num_heads, s.total_q, s.head_dim);
+  return plan;
+}
+
+// The plan in words, for KernelChoice::reason.
+inline std::string describe_plan(const ForwardPlan& plan) {
+  std::string r = plan.short_query ? "mma.sync m16n8k16, 16-query-row kernel (seqlen_q <= 16), "
+                                   : "mma.sync m16n8k16 kernel, ";
+  r += std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
+  const std::string slots = std::to_string(plan.multiprocessors) + " SMs x " + std::to_string(plan.ctas_per_sm);
+  if (plan.num_splits <= 1) return r + (plan.forced ? "; 1 split forced by FASTATTN_CUDA_NUM_SPLITS" : "");
+  char efficiency[16];
+  std::snprintf(efficiency, sizeof efficiency, "%.2f", static_cast<double>(plan.wave_efficiency));
+  r += "; split-KV: " + std::to_string(plan.num_splits) + " key splits of " + std::to_string(plan.n_blocks) +
+       " tiles" + (plan.forced ? " forced by FASTATTN_CUDA_NUM_SPLITS" : " (too few CTAs for " + slots + " slots)") +
+       ", wave efficiency " + efficiency + ", partials merged by a combine kernel";
+  return r;
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,138 @@
+// tile_ops.cuh — the forward kernels' tile operations: global -> shared copy of a tile,
+// S = Q K^T and O += P V on MMA fragments, and scores -> masked log2-domain logits.
+// Shared by the main kernel (kernel.cuh) and the short-query kernel (kernel_decode.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/fragment_address.cuh"
+#include "cuda/flash_fwd/params.hpp"
+#include "cuda/sm80/copy.cuh"
+#include "cuda/sm80/mma.cuh"
+#include "cuda/sm80/tile_copy.cuh"
+
+namespace fastattn::cuda {
+
+// Copies a (kRows, kHeadDim) tile from global memory (rows token_stride apart) into a swizzled
+// shared tile; rows at or past rows_valid are zero-filled so padded keys contribute 0 * 0.
+// Addresses are worked out once per thread (sm80/tile_copy.cuh).
+template <class T, int kRows>
+__device__ __forceinline__ void load_tile(uint32_t smem, const typename T::Element* gmem,
+                                          int64_t token_stride, int rows_valid) {
+  sm80::TileCopy<kRows, T::kHeadDim, T::kThreads, typename T::Layout>::copy(smem, gmem, token_stride, rows_valid,
+                                                                           static_cast<int>(threadIdx.x));
+}
+
+// acc_s (kMTiles x kNTilesS n8 tiles) = Q_warp K^T over the whole head_dim.
+template <class T>
+__device__ __forceinline__ void gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][4], uint32_t sQ,
+                                        uint32_t sK, int warp_row0, int lane) {
+  // warp_row0 is a multiple of 16, so every A row block starts on a multiple of 8.
+  const FragmentAddress<T::kSmemRowElems, LanePattern::kA> frag_q(sQ, lane);
+  const FragmentAddress<T::kSmemRowElems, LanePattern::kB> frag_k(sK, lane);
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < T::kKStepsQK; ++kk) {
+    uint32_t a[T::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt) {
+      sm80::ldmatrix_x4(a[mt], frag_q.at(warp_row0 + mt * 16, kk * 2));
+    }
+#pragma unroll
+    for (int np = 0; np < T::kNTilesS / 2; ++np) {
+      uint32_t b[4];  // b[0..1]: n-tile 2np, b[2..3]: n-tile 2np + 1
+      sm80::ldmatrix_x4(b, frag_k.at(np * 16, kk * 2));
+      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+        sm80::mma_16816<typename T::Element>(acc_s[mt][2 * np], a[mt], b_lo);
+        sm80::mma_16816<typename T::Element>(acc_s[mt][2 * np + 1], a[mt], b_hi);
+      }
+    }
+  }
+}
+
+// acc_o (kMTiles x kNTilesO) += P V, with P taken from the S accumulators in registers.
+template <class T>
+__device__ __forceinline__ void gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][4],
+                                        const float (&p)[T::kMTiles][T::kNTilesS][4], uint32_t sV,
+                                        int lane) {
+  using E = typename T::Element;
+  const FragmentAddress<T::kSmemRowElems, LanePattern::kBTrans> frag_v(sV, lane);
+#pragma unroll
+  for (int kp = 0; kp < T::kKStepsPV; ++kp) {
+    uint32_t a[T::kMTiles][4];  // two S n8-tiles form one A k16-tile (see mma.cuh)
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt) {
+      a[mt][0] = sm80::pack2<E>(p[mt][2 * kp][0], p[mt][2 * kp][1]);
+      a[mt][1] = sm80::pack2<E>(p[mt][2 * kp][2], p[mt][2 * kp][3]);
+      a[mt][2] = sm80::pack2<E>(p[mt][2 * kp + 1][0], p[mt][2 * kp + 1][1]);
+      a[mt][3] = sm80::pack2<E>(p[mt][2 * kp + 1][2], p[mt][2 * kp + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < T::kNTilesO / 2; ++dp) {
+      uint32_t b[4];  // V is (keys, head_dim) row-major: the transposed load gives col-major B
+      sm80::ldmatrix_x4_trans(b, frag_v.at(kp * 16, dp * 2));
+      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+        sm80::mma_16816<E>(acc_o[mt][2 * dp], a[mt], b_lo);
+        sm80::mma_16816<E>(acc_o[mt][2 * dp + 1], a[mt], b_hi);
+      }
+    }
+  }
+}
+
+// Scores to the log2 domain, soft-cap, then mask (kMasked: partial tiles). For a partial tile
+// each row's visible keys are one interval [lo, hi] (mask.hpp), compared in 32 bits.
+template <class T, bool kSoftcap, bool kMasked>
+__device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T::kNTilesS][4],
+                                                    const ForwardParams& p, int q_row0, int k0, int len_k,
+                                                    int diagonal, int window_left, int window_right, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int lo = 0, hi = len_k - 1;
+      if constexpr (kMasked) {
+        const int i = q_row0 + mt * 16 + lane / 4 + half * 8;
+        const long long d = static_cast<long long>(i) + diagonal;  // 64-bit: no overflow
+        if (window_left >= 0) lo = static_cast<int>(max(0LL, d - window_left));
+        if (window_right >= 0) hi = static_cast<int>(min(static_cast<long long>(hi), d + window_right));
+      }
+#pragma unroll
+      for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          float s = acc_s[mt][nt][e];
+          if constexpr (kSoftcap) s = p.softcap * tanhf(s * p.softcap_pre_scale);
+          s *= p.scale_log2;
+          if constexpr (kMasked) {
+            const int j = k0 + nt * 8 + 2 * (lane % 4) + (e & 1);
+            if (j < lo || j > hi) s = -INFINITY;
+          }
+          acc_s[mt][nt][e] = s;
+        }
+    }
+}
+
+// Full tiles take the copy with no mask arithmetic at all (the tiling-mask's point).
+template <class T, bool kSoftcap>
+__device__ __forceinline__ void scale_and_mask(float (&acc_s)[T::kMTiles][T::kNTilesS][4], const ForwardParams& p,
+                                               bool masked, int q_row0, int k0, int len_k, int diagonal,
+                                               int window_left, int window_right, int lane) {
+  if (masked) {
+    scale_and_mask_tile<T, kSoftcap, true>(acc_s, p, q_row0, k0, len_k, diagonal, window_left, window_right, lane);
+  } else {
+    scale_and_mask_tile<T, kSoftcap, false>(acc_s, p, q_row0, k0, len_k, diagonal, window_left, window_right, lane);
+  }
+}
+
+}  // namespace fastattn::cuda

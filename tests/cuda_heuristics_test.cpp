@@ -1,0 +1,116 @@
+// cuda_heuristics_test.cpp — the CUDA forward's launch plan (src/cuda/flash_fwd/heuristics.hpp):
+// kernel choice and split-KV count. Host-only arithmetic, so it runs in CPU CI (label `cpu`).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "cuda/flash_fwd/heuristics.hpp"
+#include "test_support.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+using cuda::ForwardPlan;
+using cuda::ForwardShape;
+
+// An H100 / H200: 132 SMs, 228 KiB shared memory per SM.
+ForwardShape h200(std::int64_t batch, std::int64_t heads, std::int64_t seqlen_q, std::int64_t seqlen_k,
+                  std::int64_t head_dim = 128) {
+  ForwardShape s;
+  s.batch = batch;
+  s.num_heads = heads;
+  s.head_dim = head_dim;
+  s.seqlen_q = seqlen_q;
+  s.seqlen_k = seqlen_k;
+  s.total_q = batch * seqlen_q;
+  s.multiprocessors = 132;
+  s.smem_per_multiprocessor = 228 * 1024;
+  return s;
+}
+
+class CudaHeuristics : public ::testing::Test {
+ protected:
+  ScopedEnv no_forced_splits_{cuda::kNumSplitsEnv, std::nullopt};
+};
+
+TEST_F(CudaHeuristics, DecodeOnFewHeadsSplitsTheKeys) {
+  for (std::int64_t seqlen_q : {1, 7, 16}) {
+    const ForwardShape s = h200(1, 32, seqlen_q, 65536);
+    const ForwardPlan plan = cuda::plan_forward(s);
+    EXPECT_TRUE(plan.short_query) << seqlen_q;
+    EXPECT_EQ(plan.blocks.block_m, 16);
+    EXPECT_EQ(plan.ctas, 32);
+    EXPECT_EQ(plan.ctas_per_sm, 3) << "one-warp CTAs of ~69 KiB: three per 228 KiB SM";
+    EXPECT_GT(plan.num_splits, 1);
+    EXPECT_LE(plan.num_splits, cuda::kMaxSplits);
+    EXPECT_GE(plan.n_blocks / plan.num_splits, cuda::kMinTilesPerSplit);
+    EXPECT_GE(plan.wave_efficiency, 0.85f);
+    // oaccum (splits, heads, total_q, head_dim) f32 + lseaccum (splits, heads, total_q) f32.
+    const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * 32 * seqlen_q;
+    EXPECT_EQ(plan.workspace_bytes, cuda::split_align(rows * 128 * 4) + cuda::split_align(rows * 4));
+    EXPECT_NE(cuda::describe_plan(plan).find("split-KV"), std::string::npos);
+  }
+}
+
+TEST_F(CudaHeuristics, ManyCtasDoNotSplit) {
+  const ForwardPlan decode = cuda::plan_forward(h200(64, 32, 1, 65536));  // 2048 CTAs
+  EXPECT_TRUE(decode.short_query);
+  EXPECT_EQ(decode.num_splits, 1);
+  EXPECT_EQ(decode.workspace_bytes, 0u);
+  const ForwardPlan prefill = cuda::plan_forward(h200(2, 16, 8192, 8192));
+  EXPECT_FALSE(prefill.short_query);
+  EXPECT_EQ(prefill.blocks.block_m, 128);
+  EXPECT_EQ(prefill.num_splits, 1);
+  EXPECT_EQ(prefill.workspace_bytes, 0u);
+}
+
+TEST_F(CudaHeuristics, LongKeysWithFewQueryBlocksSplitInTheMainKernel) {
+  const ForwardPlan plan = cuda::plan_forward(h200(1, 8, 512, 65536));  // 32 CTAs of 128 rows
+  EXPECT_FALSE(plan.short_query);
+  EXPECT_GT(plan.num_splits, 1);
+  EXPECT_GT(plan.workspace_bytes, 0u);
+}
+
+TEST_F(CudaHeuristics, ShortKeysKeepAFewTilesPerSplit) {
+  EXPECT_EQ(cuda::plan_forward(h200(1, 1, 1, 200)).num_splits, 1);  // 4 tiles of 64 keys
+  const ForwardPlan plan = cuda::plan_forward(h200(1, 1, 1, 2048));  // 32 tiles
+  EXPECT_LE(plan.num_splits, 32 / cuda::kMinTilesPerSplit);
+  // A two-sided window bounds the keys a query block sees, whatever seqlen_k is.
+  ForwardShape windowed = h200(1, 1, 1, 1 << 20);
+  windowed.window_left = 100;
+  windowed.window_right = 0;
+  EXPECT_EQ(cuda::plan_forward(windowed).n_blocks, 2);
+  EXPECT_EQ(cuda::plan_forward(windowed).num_splits, 1);
+}
+
+TEST_F(CudaHeuristics, FlashAttention2WaveEfficiency) {
+  // flash-attn 2 on 132 SMs (264 slots), b1 h32 decode at 128-key tiles: the best eligible
+  // efficiency is 0.997 (74 splits: 8.97 waves); 7 splits (224 CTAs, 0.848) is the smallest
+  // within 85% of it (6 splits: 0.727).
+  EXPECT_EQ(cuda::num_splits_heuristic(32, 264, 512, 128), 7);
+  EXPECT_EQ(cuda::num_splits_heuristic(300, 264, 512, 128), 1);  // already a wave
+  EXPECT_EQ(cuda::num_splits_heuristic(1, 264, 1, 128), 1);      // nothing to split
+}
+
+TEST_F(CudaHeuristics, EnvironmentForcesTheSplitCount) {
+  {
+    ScopedEnv forced(cuda::kNumSplitsEnv, "7");
+    const ForwardPlan plan = cuda::plan_forward(h200(64, 32, 1, 100));
+    EXPECT_TRUE(plan.forced);
+    EXPECT_EQ(plan.num_splits, 7);
+    EXPECT_NE(cuda::describe_plan(plan).find("FASTATTN_CUDA_NUM_SPLITS"), std::string::npos);
+  }
+  {
+    ScopedEnv forced(cuda::kNumSplitsEnv, "1");
+    EXPECT_EQ(cuda::plan_forward(h200(1, 32, 1, 65536)).num_splits, 1);
+  }
+  for (const char* bad : {"0", "129", "two", "3x"}) {
+    ScopedEnv forced(cuda::kNumSplitsEnv, bad);
+    expect_error([] { cuda::plan_forward(h200(1, 1, 1, 64)); }, ErrorCode::invalid_argument,
+                 "FASTATTN_CUDA_NUM_SPLITS");
+  }
+  EXPECT_FALSE(cuda::plan_forward(h200(1, 32, 1, 65536)).forced);
+}
+
+}  // namespace
+}  // namespace fastattn::testing
