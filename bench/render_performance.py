@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render benchmark JSON (bench_cpu or server_cpu.py) into docs/performance.md.
+"""Render benchmark JSON (bench_cpu, server_cpu.py or bench/cuda/compare.py) into docs/performance.md.
 
     bench/render_performance.py RESULT.json [RESULT.json ...] [--doc docs/performance.md]
 
@@ -150,6 +150,10 @@ def render(result):
         return render_bench_cpu(result)
     if result.get("kind") == "server_cpu":
         return render_server_cpu(result)
+    if result.get("kind") == "cuda_bench":
+        from render_cuda import render_cuda_bench  # imported late: it imports this module
+
+        return render_cuda_bench(result)
     raise SystemExit(f"render_performance: unknown result kind {result.get('kind')!r}")
 
 

@@ -1,66 +1,183 @@
-"""Time PyTorch scaled_dot_product_attention per backend on the same shapes as
-cuda_forward_bench (bf16, CUDA events via triton.testing.do_bench medians), plus the bf16 GEMM
-ceiling, in the same job. Prints JSON lines."""
+"""Time PyTorch scaled_dot_product_attention with each backend (flash, cuDNN, efficient, math)
+on the shapes of cuda_bench's modes, forward and forward+backward, in the same job, plus the
+bf16 GEMM ceiling. One JSON object per line on stdout; compare.py joins them with cuda_bench's.
+
+    python3 bench/cuda/sdpa_anchor.py MODE [MODE ...] [--backends flash,cudnn,efficient,math]
+        [--repeats 20] [--max-seconds 6] [--no-gemm]
+
+Timing is the same as cuda_bench's: 3 warm-up calls, then >= 20 calls enqueued back to back,
+each between two CUDA events, one synchronisation, the median (fewer calls, at least 5, only
+where a row would take more than --max-seconds; 1 warm-up call and ~1.5 s for math and for the
+long mode's rows). FLOPs follow flash-attn's benchmark: forward
+4 * b * h * sq * sk * d (halved for causal), forward + backward 3.5x. Tensors use SDPA's own
+layout [b, h, s, d], contiguous. The math backend materialises the b * h * sq * sk scores; it
+runs only where an estimate of its memory fits in the free device memory, and a skipped row
+says why.
+"""
+import argparse
 import json
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+PAPER_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
-def shapes(sweep):
-    out = []
-    if sweep in ("paper", "all"):
-        for d in (64, 128):
-            for causal in (False, True):
-                for s in (512, 1024, 2048, 4096, 8192, 16384):
-                    out.append(("paper", 16384 // s, s, 2048 // d, d, causal))
-    if sweep == "short":
-        for d in (64, 128):
-            for causal in (False, True):
-                for s in (2048, 8192):
-                    out.append(("paper", 16384 // s, s, 2048 // d, d, causal))
-        out.append(("seqpar", 1, 32768, 16, 128, False))
-    if sweep in ("extra", "all"):
-        for d in (64, 128):
-            out.append(("seqpar", 1, 32768, 16, d, False))
-    return out
+def paper(seqlens):
+    return [("paper", 16384 // s, s, s, 2048 // d, 2048 // d, d, causal)
+            for d in (64, 128) for causal in (False, True) for s in seqlens]
+
+
+# (tag, b, sq, sk, h, hkv, d, causal) per mode and the passes timed; mirrors points_for() and
+# the pass defaults in cuda_bench.cpp.
+MODES = {
+    "paper": (paper(PAPER_SEQLENS), ("fwd", "fwdbwd")),
+    "short": (paper((2048, 8192)), ("fwd", "fwdbwd")),
+    "seqpar": ([("seqpar", 1, 32768, 32768, 16, 16, d, False) for d in (64, 128)], ("fwd", "fwdbwd")),
+    "splitkv": ([("splitkv", 1, sq, 65536, 32, 32, 128, False) for sq in (1, 4, 16)], ("fwd",)),
+    "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
+             ("fwd", "fwdbwd")),
+}
+
+
+def flash_attn_flops(b, sq, sk, h, d, causal, pass_):
+    f = 4.0 * b * h * sq * sk * d / (2 if causal else 1)
+    return f * {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}[pass_]
+
+
+# Per-mode limits that keep the job inside one device call: the long rows run for seconds each,
+# so one warm-up call, at most ~3 s of timed calls, and only the two fastest anchors.
+MODE_LIMITS = {"long": {"warmup": 1, "max_seconds": 3.0, "backends": ("flash", "cudnn")}}
+# The math backend is 20x slower than the others; its rows are capped to ~1.5 s of timed calls.
+BACKEND_LIMITS = {"math": {"warmup": 1, "max_seconds": 1.5}}
+
+
+def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5):
+    """Median GPU milliseconds of fn over back-to-back calls between CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    probe = max(start.elapsed_time(stop), 1e-3)
+    n = repeats
+    if max_seconds > 0 and n * probe / 1e3 > max_seconds:
+        n = max(floor, int(max_seconds * 1e3 / probe))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(n)]
+    for a, b in events:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    ms = sorted(a.elapsed_time(b) for a, b in events)
+    mid = len(ms) // 2
+    median = ms[mid] if len(ms) % 2 else 0.5 * (ms[mid - 1] + ms[mid])
+    return median, ms[0], n
+
+
+def math_memory_estimate(b, sq, sk, h, pass_):
+    """Bytes the math backend needs, roughly: fp32-sized scores, probabilities and their
+    gradients (a generous bound: bf16 intermediates need less)."""
+    scores = b * h * sq * sk * 4
+    return scores * (3 if pass_ == "fwd" else 6)
+
+
+def emit(row):
+    print(json.dumps(row), flush=True)
+
+
+def gemm_peak(repeats):
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms, _, reps = time_events(lambda: a @ b, warmup=10, repeats=max(repeats, 50))
+    emit({"source": "sdpa", "kind": "gemm_peak", "m": n, "n": n, "k": n, "ms": ms,
+          "repeats": reps, "tflops": 2 * n**3 / ms / 1e9})
+
+
+def run_point(mode, point, pass_, backends, args):
+    tag, b, sq, sk, h, hkv, d, causal = point
+    q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
+    k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
+    v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
+    dout = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
+    for name in backends:
+        limits = {**MODE_LIMITS.get(mode, {}), **BACKEND_LIMITS.get(name, {})}
+        row = {"source": "sdpa", "backend": name, "mode": mode, "tag": tag, "pass": pass_, "b": b,
+               "sq": sq, "sk": sk, "h": h, "hkv": hkv, "d": d, "causal": causal, "dtype": "bf16"}
+        if name not in MODE_LIMITS.get(mode, {}).get("backends", BACKENDS):
+            row["skipped"] = f"not timed in mode {mode} (time budget of the device job)"
+            emit(row)
+            continue
+        if name == "math":
+            need, free = math_memory_estimate(b, sq, sk, h, pass_), torch.cuda.mem_get_info()[0]
+            if need > 0.8 * free:
+                row["skipped"] = (f"math materialises the scores: needs ~{need / 2**30:.0f} GiB, "
+                                  f"{free / 2**30:.0f} GiB free")
+                emit(row)
+                continue
+
+        def forward():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        def forward_backward():
+            torch.autograd.grad(forward(), (q, k, v), dout)
+
+        try:
+            with sdpa_kernel(BACKENDS[name]):
+                ms, min_ms, reps = time_events(
+                    forward if pass_ == "fwd" else forward_backward,
+                    warmup=limits.get("warmup", 3), repeats=args.repeats,
+                    max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)))
+            flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
+            row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
+            if tag == "splitkv":
+                kv_bytes = 2.0 * b * sk * hkv * d * 2
+                row.update(kv_bytes=kv_bytes, kv_gbs=kv_bytes / (ms / 1e3) / 1e9)
+        except Exception as e:  # a backend that refuses a shape (or runs out of memory) is a row
+            row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        emit(row)
+        torch.cuda.empty_cache()  # the math backend's scores would otherwise stay cached
 
 
 def main():
-    sweep = sys.argv[1] if len(sys.argv) > 1 else "paper"
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ms = do_bench(lambda: a @ b, warmup=50, rep=200, return_mode="median")
-    print(json.dumps({"tag": "gemm_peak", "tflops": 2 * 8192**3 / ms / 1e9}), flush=True)
-    del a, b
-    for tag, bsz, s, h, d, causal in shapes(sweep):
-        q, k, v = (torch.randn(bsz, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        flops = 4 * bsz * h * s * s * d / (2 if causal else 1)
-        for name, backend in BACKENDS.items():
-            if name == "math" and (s != 8192 or causal or tag != "paper"):
-                continue  # materialises b*h*s*s scores; the bar needs s = 8k only
-            if name == "efficient" and sweep == "short":
-                continue
-            try:
-                with sdpa_kernel(backend):
-                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    fn()
-                    ms = do_bench(fn, warmup=10, rep=50, return_mode="median")
-                row = {"tag": tag, "backend": name, "b": bsz, "s": s, "h": h, "d": d,
-                       "causal": causal, "ms": ms, "tflops": flops / ms / 1e9}
-            except Exception as e:  # a backend that refuses a shape is recorded, not fatal
-                row = {"tag": tag, "backend": name, "b": bsz, "s": s, "h": h, "d": d,
-                       "causal": causal, "error": str(e).splitlines()[0][:200]}
-            print(json.dumps(row), flush=True)
-        del q, k, v
-        torch.cuda.empty_cache()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("modes", nargs="+", choices=sorted(MODES))
+    p.add_argument("--backends", default="flash,cudnn,efficient,math")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--max-seconds", type=float, default=6.0)
+    p.add_argument("--no-gemm", action="store_true")
+    args = p.parse_args()
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        p.error(f"unknown backends {unknown}; expected some of {sorted(BACKENDS)}")
+    props = torch.cuda.get_device_properties(0)
+    emit({"source": "sdpa", "kind": "device", "gpu": props.name, "sms": props.multi_processor_count,
+          "memory_bytes": props.total_memory, "torch": torch.__version__,
+          "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+          "command": sys.argv})
+    if not args.no_gemm:
+        try:
+            gemm_peak(args.repeats)
+        except Exception as e:  # the anchors still run without the ceiling
+            emit({"source": "sdpa", "kind": "gemm_peak", "error": f"{type(e).__name__}: {e}"[:300]})
+    for mode in args.modes:
+        points, passes = MODES[mode]
+        for point in points:
+            for pass_ in passes:
+                run_point(mode, point, pass_, backends, args)
+                torch.cuda.empty_cache()  # this point's tensors are freed now
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,10 @@
 """fastattn with PyTorch: against torch SDPA (values and gradients), autograd, custom op checks.
 
 Layout: fastattn is [batch, seqlen, heads, head_dim]; SDPA is [batch, heads, seqlen, head_dim],
-so SDPA is called on transposes. Runs on the CPU, and on CUDA where a GPU is present (where it
-expects a clean UnsupportedError while fastattn is built without CUDA kernels).
+so SDPA is called on transposes. Runs on the CPU, and on CUDA where a GPU is present: a CUDA
+case runs when fastattn.plan says this build has a kernel for it (dtype, head dim, and for
+gradients a CUDA backward) and is skipped with the library's reason otherwise; a build without
+CUDA must raise a clean UnsupportedError.
 """
 
 from __future__ import annotations
@@ -50,14 +52,26 @@ def assert_close(a, b, dtype, what, factor=1.0):
     torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol, msg=lambda m: f"{what}: {m}")
 
 
-def skip_unless_cuda_kernels(device):
-    if device == "cuda" and not CUDA_BUILT:
+def cuda_unsupported(q, k, v, opts, backward):
+    """The library's reason why it has no CUDA kernel for this call, or None. Asked through
+    fastattn.plan (validation and kernel choice, nothing runs), so the tests follow the build:
+    f32 or a head dim outside FASTATTN_CUDA_HEAD_DIMS is skipped, and gradient cases run as
+    soon as the library reports a CUDA backward."""
+    try:
+        fastattn.plan(q.detach(), k.detach(), v.detach(), backward=backward, backend="cuda", **opts)
+    except fastattn.UnsupportedError as e:
+        return str(e)
+    return None
+
+
+def skip_unless_cuda_kernels(device, q, k, v, opts=None, backward=True):
+    if device != "cuda":
+        return
+    if not CUDA_BUILT:
         pytest.skip("fastattn built without CUDA: see test_cuda_tensors_raise_unsupported")
-    if device == "cuda":
-        # The CUDA backend has forward kernels only so far (f16/bf16, the build's head dims);
-        # these cases compare gradients and f32 too. The CUDA forward is tested by the C++
-        # suite (tests/gpu_test.cpp, label gpu).
-        pytest.skip("CUDA backend: no backward kernels yet")
+    reason = cuda_unsupported(q, k, v, opts or {}, backward)
+    if reason:
+        pytest.skip(f"no CUDA kernel in this build: {reason}")
 
 
 CASES = [
@@ -74,10 +88,10 @@ CASES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}q{c[1]}k{c[2]}h{c[3]}-{c[4]}d{c[5]}")
 def test_matches_sdpa_with_gradients(device, dtype, case):
-    skip_unless_cuda_kernels(device)
     b, sq, sk, h, hkv, d, opts = case
     q0, k0, v0 = (make(s, dtype, device, i) for i, s in
                   enumerate([(b, sq, h, d), (b, sk, hkv, d), (b, sk, hkv, d)]))
+    skip_unless_cuda_kernels(device, q0, k0, v0, opts, backward=True)
     dout = make((b, sq, h, d), dtype, device, 9)
 
     q, k, v = leaves(q0, k0, v0)
@@ -100,10 +114,44 @@ def test_matches_sdpa_with_gradients(device, dtype, case):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_is_causal_top_left_equals_sdpa_is_causal(device):
-    skip_unless_cuda_kernels(device)
-    q, k, v = (make((1, 20, 2, 32), torch.float32, device, i) for i in range(3))
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32  # the CUDA kernels are 16-bit
+    q, k, v = (make((1, 20, 2, 64), dtype, device, i) for i in range(3))
+    skip_unless_cuda_kernels(device, q, k, v, {"causal": True, "alignment": "top_left"}, backward=False)
     out = fat.attention(q, k, v, causal=True, alignment="top_left")
-    assert_close(out, sdpa(q, k, v, is_causal=True), torch.float32, "out")
+    ref = sdpa(q.float(), k.float(), v.float(), is_causal=True)
+    assert_close(out, ref, dtype, "out")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"b{c[0]}q{c[1]}k{c[2]}h{c[3]}-{c[4]}d{c[5]}")
+def test_cuda_forward_matches_sdpa(dtype, case):
+    """The CUDA forward alone (runs before there is a CUDA backward), against float32 SDPA."""
+    b, sq, sk, h, hkv, d, opts = case
+    q, k, v = (make(s, dtype, "cuda", i) for i, s in
+               enumerate([(b, sq, h, d), (b, sk, hkv, d), (b, sk, hkv, d)]))
+    skip_unless_cuda_kernels("cuda", q, k, v, opts, backward=False)
+    out, lse = fat.attention(q, k, v, return_lse=True, **opts)
+    mask = bool_mask(sq, sk, opts.get("causal", False), opts.get("window"),
+                     opts.get("alignment", "bottom_right"), "cuda")
+    ref = sdpa(q.float(), k.float(), v.float(), mask=mask, scale=opts.get("scale"))
+    assert out.dtype == dtype and out.device == q.device and lse.shape == (b, h, sq)
+    assert_close(out, ref, dtype, "out")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("kv_heads", [4, 1])
+def test_cuda_deterministic_backward_is_bitwise_repeatable(kv_heads):
+    q0 = make((2, 300, 4, 64), torch.bfloat16, "cuda", 0)
+    k0, v0 = (make((2, 300, kv_heads, 64), torch.bfloat16, "cuda", i) for i in (1, 2))
+    skip_unless_cuda_kernels("cuda", q0, k0, v0, {"causal": True, "deterministic": True}, backward=True)
+    grads = []
+    for _ in range(2):
+        q, k, v = leaves(q0, k0, v0)
+        fat.attention(q, k, v, causal=True, deterministic=True).float().square().sum().backward()
+        grads.append((q.grad, k.grad, v.grad))
+    for name, a, b in zip(("dq", "dk", "dv"), *grads):
+        assert torch.equal(a, b), f"{name} differs between two deterministic runs"
 
 
 def test_softcap_and_lse_match_a_float64_torch_implementation():

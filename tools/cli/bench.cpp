@@ -13,6 +13,9 @@
 
 #include "attention_bench.hpp"
 #include "commands.hpp"
+#if FASTATTN_CLI_HAVE_CUDA
+#include "bench_cuda.hpp"
+#endif
 #include "cpu_features.hpp"
 #include "peaks.hpp"
 #include "progress.hpp"
@@ -33,6 +36,19 @@ void apply_default_sweep(BenchArgs& a) {
   if (a.dtype.empty()) a.dtype = {"f32", "bf16"};
   if (a.pass.empty()) a.pass = {"fwd", "bwd"};
 }
+
+#if FASTATTN_CLI_HAVE_CUDA
+// The GPU sweep when no shape option is given: enough (batch x query blocks x heads) CTAs to
+// fill a large GPU, bf16, every pass, both masks.
+void apply_default_cuda_sweep(BenchArgs& a) {
+  a.batch = {4};
+  a.heads = {16};
+  a.head_dim = {128};
+  a.seqlen = {1024, 2048, 4096, 8192};
+  if (a.dtype.empty()) a.dtype = {"bf16"};
+  if (a.pass.empty()) a.pass = {"fwd", "bwd", "fwdbwd"};
+}
+#endif
 
 struct Row {
   perf::BenchShape shape;
@@ -181,7 +197,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
       ->expected(2);
   cmd->add_option("--softcap", a.softcap, "Logit soft-cap (0: off)");
   cmd->add_option("--threads", a.threads, "CPU thread counts (default: all)")->delimiter(',');
-  cmd->add_option("--device", a.device, "cpu or cuda")
+  cmd->add_option("--device", a.device, "cpu or cuda (CUDA events; f16/bf16; default bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--backend", a.backend, "cpu, reference or auto (with --device cpu)")
@@ -199,28 +215,50 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
     for (const char* name : {"--batch", "--seqlen", "--seqlen-k", "--heads", "--kv-heads",
                              "--head-dim", "--causal", "--window"})
       if (cmd->count(name) > 0) a.default_sweep = false;
+    a.warmup_given = cmd->count("--warmup") > 0;
+    a.repeats_given = cmd->count("--repeats") > 0;
+    a.min_time_given = cmd->count("--min-time") > 0;
   });
   return cmd;
 }
 
-int run_bench(BenchArgs a, int argc, const char* const* argv) {
-  if (a.device == "cuda") {
-    fmt::print(stderr, "fastattn bench: --device cuda: {}\n",
-               build_info().cuda_compiled ? "not implemented in this CLI version"
-                                          : "this build has no CUDA backend");
+// --device cuda: the same rows, timed on the GPU (bench_cuda.cpp), in f16/bf16.
+int run_bench_on_cuda(BenchArgs a, std::vector<bool> masks, int argc, const char* const* argv) {
+  if (!build_info().cuda_compiled) {
+    fmt::print(stderr, "fastattn bench: --device cuda: this build has no CUDA backend\n");
     return kExitUsage;
   }
+#if FASTATTN_CLI_HAVE_CUDA
+  if (a.default_sweep) apply_default_cuda_sweep(a);
+  if (a.dtype.empty()) a.dtype = {"bf16"};
+  if (!a.warmup_given) a.warmup = 3;
+  if (!a.repeats_given) a.repeats = 20;
+  if (!a.min_time_given) a.min_time = 0.0;
+  a.threads = {0};
+  std::vector<CudaBenchRow> rows;
+  for (const Row& r : expand(a, masks)) rows.push_back({r.shape, r.pass});
+  return run_bench_cuda(a, rows, argc, argv);
+#else
+  (void)a;
+  (void)masks;
+  (void)argc;
+  (void)argv;
+  fmt::print(stderr, "fastattn bench: --device cuda: this CLI was built without CUDA\n");
+  return kExitUsage;
+#endif
+}
+
+int run_bench(BenchArgs a, int argc, const char* const* argv) {
   std::vector<bool> masks = {a.causal};
-  if (a.default_sweep) {
-    apply_default_sweep(a);
-    masks = {false, true};
-  }
+  if (a.default_sweep) masks = {false, true};
   if (a.batch.empty()) a.batch = {1};
   if (a.heads.empty()) a.heads = {8};
   if (a.head_dim.empty()) a.head_dim = {128};
   if (a.seqlen.empty()) a.seqlen = {2048};
+  if (a.pass.empty() && !a.default_sweep) a.pass = {"fwd", "bwd", "fwdbwd"};
+  if (a.device == "cuda") return run_bench_on_cuda(std::move(a), masks, argc, argv);
+  if (a.default_sweep) apply_default_sweep(a);
   if (a.dtype.empty()) a.dtype = {"f32"};
-  if (a.pass.empty()) a.pass = {"fwd", "bwd", "fwdbwd"};
   if (a.threads.empty()) a.threads = {omp_get_max_threads()};
   const Backend backend = perf::backend_from_string(a.backend);
   const std::vector<Row> rows = expand(a, masks);

@@ -54,6 +54,11 @@ struct BenchArgs {
   bool markdown = false;
   std::string json_path;
   bool default_sweep = false;  // set by the command: no shape option was given
+  // Set by the command when given: --device cuda has its own defaults (3 warm-up calls, 20
+  // timed calls, no minimum time) for the options a caller left alone.
+  bool warmup_given = false;
+  bool repeats_given = false;
+  bool min_time_given = false;
 };
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
 int run_bench(BenchArgs args, int argc, const char* const* argv);

@@ -1,0 +1,134 @@
+// determinism.cpp — bitwise repeatability and cost of AttentionOptions::deterministic on CUDA.
+#include "determinism.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "bench_rows.hpp"
+#include "device_tensors.hpp"
+
+namespace fastattn::bench {
+
+namespace {
+
+using Bytes = std::vector<unsigned char>;
+using Gradients = std::array<Bytes, 3>;  // dq, dk, dv
+
+float bf16_to_float(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Largest |a - b| over two bf16 buffers (NaN if either holds a NaN).
+double max_abs_diff_bf16(const Bytes& a, const Bytes& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i + 1 < a.size() && i + 1 < b.size(); i += 2) {
+    std::uint16_t x, y;
+    std::memcpy(&x, &a[i], 2);
+    std::memcpy(&y, &b[i], 2);
+    const double d = std::fabs(static_cast<double>(bf16_to_float(x)) - bf16_to_float(y));
+    if (std::isnan(d)) return d;
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+struct Case {
+  perf::BenchShape shape;
+  const char* tag;
+};
+
+std::vector<Case> cases() {
+  auto make = [](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t hkv, std::int64_t d,
+                 bool causal) {
+    perf::BenchShape x;
+    x.batch = b;
+    x.seqlen_q = x.seqlen_k = s;
+    x.heads = h;
+    x.kv_heads = hkv;
+    x.head_dim = d;
+    x.dtype = DType::bf16;
+    x.causal = causal;
+    return x;
+  };
+  // MHA at both head dims, causal and not, and GQA (dK/dV summed over a group of 8 heads,
+  // where an atomic reduction would show first).
+  return {{make(2, 4096, 16, 16, 128, false), "determinism"},
+          {make(2, 4096, 16, 16, 128, true), "determinism"},
+          {make(2, 4096, 32, 32, 64, false), "determinism"},
+          {make(1, 4096, 32, 4, 128, true), "determinism_gqa"}};
+}
+
+}  // namespace
+
+void run_determinism_mode(const perf::cuda::EventTimingOptions& timing) {
+  for (const Case& c : cases()) {
+    nlohmann::json row = shape_fields("determinism", c.tag, c.shape, perf::Pass::backward);
+    try {
+      perf::cuda::DeviceAttentionTensors t(c.shape, true);
+      AttentionOptions options;
+      options.backend = Backend::cuda;
+      options.causal = c.shape.causal;
+      fastattn::forward(t.q, t.k, t.v, t.out, t.lse, options);
+      auto backward_once = [&](bool deterministic) {
+        options.deterministic = deterministic;
+        return fastattn::backward(t.dout, t.q, t.k, t.v, t.out, t.lse, t.dq, t.dk, t.dv, options);
+      };
+      auto gradients = [&](bool deterministic) {
+        // Poison the outputs first, so a kernel that skips a write cannot pass as repeatable.
+        for (const TensorView* g : {&t.dq, &t.dk, &t.dv})
+          perf::cuda::check(cudaMemset(g->data, 0xff, static_cast<std::size_t>(g->numel()) * 2),
+                            "cudaMemset");
+        backward_once(deterministic);
+        perf::cuda::check(cudaDeviceSynchronize(), "backward");
+        return Gradients{perf::cuda::download(t.dq), perf::cuda::download(t.dk),
+                         perf::cuda::download(t.dv)};
+      };
+      const KernelChoice det_choice = backward_once(true);
+      const Gradients det1 = gradients(true), det2 = gradients(true);
+      const Gradients def1 = gradients(false), def2 = gradients(false);
+      const char* names[3] = {"dq", "dk", "dv"};
+      bool equal = true;
+      for (int i = 0; i < 3; ++i) {
+        const bool same = det1[static_cast<std::size_t>(i)] == det2[static_cast<std::size_t>(i)];
+        row[std::string("equal_") + names[i]] = same;
+        equal = equal && same;
+        row[std::string("max_abs_diff_vs_default_") + names[i]] =
+            max_abs_diff_bf16(det1[static_cast<std::size_t>(i)], def1[static_cast<std::size_t>(i)]);
+      }
+      row["equal"] = equal;
+      row["default_equal"] = def1 == def2;  // informative: the default need not be repeatable
+
+      const auto stream = static_cast<cudaStream_t>(options.cuda_stream);
+      const perf::cuda::EventTiming det =
+          perf::cuda::time_with_events([&] { backward_once(true); }, stream, timing);
+      const perf::cuda::EventTiming def =
+          perf::cuda::time_with_events([&] { backward_once(false); }, stream, timing);
+      const double flops = flash_attn_flops(c.shape, perf::Pass::backward);
+      row["deterministic_ms"] = det.median_ms;
+      row["default_ms"] = def.median_ms;
+      row["deterministic_tflops"] = flops / det.median_ms / 1e9;
+      row["default_tflops"] = flops / def.median_ms / 1e9;
+      row["slowdown"] = det.median_ms / def.median_ms;
+      row["repeats"] = std::min(det.repeats, def.repeats);
+      row["kernel"] = det_choice.kernel;
+    } catch (const Error& e) {
+      row["error"] = e.what();
+      row["error_code"] = to_string(e.code());
+      emit(row);
+      if (e.code() == ErrorCode::device_error) return;  // the context may be unusable now
+      continue;
+    }
+    emit(row);
+  }
+}
+
+}  // namespace fastattn::bench
