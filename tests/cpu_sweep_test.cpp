@@ -45,6 +45,8 @@ const char* const kChosenCases[] = {
     // Peaky softmax and strong soft-cap.
     "b=1 sq=70 sk=80 h=2 hkv=2 d=64 dtype=f32 mask=none qk_std=2 seed=25",
     "b=1 sq=70 sk=80 h=2 hkv=2 d=64 dtype=bf16 mask=causal softcap=1 qk_std=2 seed=26",
+    // A negative softmax scale is valid input (the maximum is over scaled scores).
+    "b=1 sq=70 sk=80 h=2 hkv=1 d=64 dtype=f32 mask=causal scale=-0.2 seed=32",
     // Varlen with empty and length-1 sequences, strided.
     "lens_q=0,1,65,7,0 lens_k=5,0,63,1,0 h=4 hkv=2 d=64 dtype=bf16 mask=causal layout=strided seed=27",
     "lens_q=100,1,33 lens_k=1,100,33 h=2 hkv=1 d=40 dtype=f32 mask=window wl=5 wr=5 align=top_left seed=28",

@@ -59,6 +59,7 @@ TEST_F(CudaBackend, ChosenForwardCasesMatchFloat64) {
     cases.push_back("b=1 sq=257 sk=513 h=3 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
     cases.push_back("b=1 sq=1 sk=777 h=8 hkv=2" + hd + " dtype=f16 mask=none");
     cases.push_back("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,7,1 lens_k=5,0,9");
+    cases.push_back("b=1 sq=200 sk=333 h=2 hkv=1" + hd + " dtype=bf16 mask=causal scale=-0.09");
   }
   for (const std::string& text : cases) {
     const harness::Case c = harness::parse_case(text);

@@ -70,8 +70,8 @@ std::int64_t Case::effective_batch() const {
 }
 
 float Case::scale() const {
-  return softmax_scale > 0.0f ? softmax_scale
-                              : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return softmax_scale != 0.0f ? softmax_scale  // negative scales are valid API input
+                               : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::string Case::to_string() const {
@@ -95,7 +95,7 @@ std::string Case::to_string() const {
   if (window_right >= 0) s += " wr=" + std::to_string(window_right);
   s += alignment == MaskAlignment::bottom_right ? " align=bottom_right" : " align=top_left";
   if (softcap > 0.0f) s += " softcap=" + format_float(softcap);
-  if (softmax_scale > 0.0f) s += " scale=" + format_float(softmax_scale);
+  if (softmax_scale != 0.0f) s += " scale=" + format_float(softmax_scale);
   if (qk_std != 1.0f) s += " qk_std=" + format_float(qk_std);
   s += strided ? " layout=strided" : " layout=contiguous";
   if (deterministic) s += " det=1";

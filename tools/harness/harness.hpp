@@ -46,7 +46,7 @@ struct Case {
   std::int64_t window_right = -1;
   MaskAlignment alignment = MaskAlignment::bottom_right;
   float softcap = 0.0f;       // 0: off
-  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  float softmax_scale = 0.0f;  // 0: 1/sqrt(head_dim); may be negative
 
   // Varlen when non-empty: one length per sequence (0 and 1 allowed); batch = their count.
   std::vector<std::int32_t> seqlens_q, seqlens_k;

@@ -102,6 +102,37 @@ __device__ __forceinline__ void pack_a(uint32_t (&a)[kKSteps][4], const float (&
   }
 }
 
+// P^T = exp2(S^T * scale_log2 - lse * log2 e) in place (acc: 16 keys x kBlockM queries), with
+// the soft-cap's derivative 1 - tanh^2 kept for dS. kMasked (partial tiles only): key row r of
+// this thread sees queries [q_lo[r], q_hi[r]]. Rows with lse = -inf saw no key: P = 0.
+template <class T, bool kSoftcap, bool kMasked>
+__device__ __forceinline__ void probabilities(float (&acc)[T::kNTilesS][4], float (&dtanh)[kSoftcap ? T::kNTilesS : 1][4],
+                                              const float* lse_slot, const BackwardParams& p, int q0,
+                                              const int (&q_lo)[2], const int (&q_hi)[2], int t) {
+#pragma unroll
+  for (int nt = 0; nt < T::kNTilesS; ++nt) {
+    const int col = nt * 8 + 2 * t;
+    const float2 l = *reinterpret_cast<const float2*>(lse_slot + col);
+    const float lse2[2] = {l.x == -INFINITY ? INFINITY : l.x * 1.4426950408889634f,
+                           l.y == -INFINITY ? INFINITY : l.y * 1.4426950408889634f};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float s = acc[nt][e];
+      if constexpr (kSoftcap) {
+        const float th = tanhf(s * p.softcap_pre_scale);
+        dtanh[nt][e] = 1.0f - th * th;
+        s = p.softcap * th;
+      }
+      float prob = exp2_ftz(fmaf(s, p.scale_log2, -lse2[e & 1]));
+      if constexpr (kMasked) {
+        const int i = q0 + col + (e & 1), r = e / 2;
+        if (i < q_lo[r] || i > q_hi[r]) prob = 0.0f;
+      }
+      acc[nt][e] = prob;
+    }
+  }
+}
+
 template <class T, bool kSoftcap>
 __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const BackwardParams p) {
   using E = typename T::Element;
@@ -223,30 +254,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         float acc_p[T::kNTilesS][4];
         gemm_rows_by_tile<T>(acc_p, frag_k, warp_n * 16, FragmentAddress<T::kRowElems, LanePattern::kB>(sQ_stage, lane));
         [[maybe_unused]] float dtanh[kSoftcap ? T::kNTilesS : 1][4];
-#pragma unroll
-        for (int nt = 0; nt < T::kNTilesS; ++nt) {
-          const int col = nt * 8 + 2 * t;
-          float lse2[2];
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float l = s_lse[stage * T::kBlockM + col + c];
-            lse2[c] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;  // no key: P = 0
-          }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float s = acc_p[nt][e];
-            if constexpr (kSoftcap) {
-              const float th = tanhf(s * p.softcap_pre_scale);
-              dtanh[nt][e] = 1.0f - th * th;
-              s = p.softcap * th;
-            }
-            float prob = exp2_ftz(s * p.scale_log2 - lse2[e & 1]);
-            if (masked) {
-              const int i = q0 + col + (e & 1), r = e / 2;
-              if (i < q_lo[r] || i > q_hi[r]) prob = 0.0f;
-            }
-            acc_p[nt][e] = prob;
-          }
+        const float* lse_slot = s_lse + stage * T::kBlockM;
+        if (masked) {
+          probabilities<T, kSoftcap, true>(acc_p, dtanh, lse_slot, p, q0, q_lo, q_hi, t);
+        } else {
+          probabilities<T, kSoftcap, false>(acc_p, dtanh, lse_slot, p, q0, q_lo, q_hi, t);
         }
 
         // ---- dP^T = V dO^T, then dS^T = P^T * (dP^T - D) ------------------------------------
@@ -255,7 +267,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
 #pragma unroll
         for (int nt = 0; nt < T::kNTilesS; ++nt) {
           const int col = nt * 8 + 2 * t;
-          const float d0 = s_d[stage * T::kBlockM + col], d1 = s_d[stage * T::kBlockM + col + 1];
+          const float2 dd = *reinterpret_cast<const float2*>(s_d + stage * T::kBlockM + col);
+          const float d0 = dd.x, d1 = dd.y;
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             float ds = acc_p[nt][e] * (acc_ds[nt][e] - ((e & 1) ? d1 : d0));
@@ -319,7 +332,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
           for (int nt = 0; nt < T::kNTilesQ; ++nt)
             add_pair(dst + nt * 8, acc_dq[nt][2 * r], acc_dq[nt][2 * r + 1], !p.deterministic);
         }
-        __syncthreads();  // every warp is done with sdS before the next block rewrites it
+        // No barrier here: the next block rewrites sdS only after its top barrier, which every
+        // warp reaches only once its dQ above is done; and the next load into this stage's
+        // buffers is issued only after this block's middle barrier.
       }
     }
     sm80::cp_async_wait<0>();  // K and V, when no query block saw this key block

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
                                 lane);
 
     float rescale[2 * T::kMTiles];
-    softmax.update(acc_s, rescale);
+    softmax.update(acc_s, rescale, fabsf(p.scale_log2));
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(T::kThreads) flash_decode_kernel(const Forward
     scale_and_mask<T, kSoftcap>(acc_s, p, masked, q0 + warp_row0, k0, len_k, diagonal, window_left, window_right,
                                 lane);
     float rescale[2 * T::kMTiles];
-    softmax.update(acc_s, rescale);
+    softmax.update(acc_s, rescale, fabsf(p.scale_log2));
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll

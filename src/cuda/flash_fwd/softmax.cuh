@@ -34,20 +34,22 @@ struct OnlineSoftmax {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
   }
 
-  // s[mt][nt][4]: scores of this tile (log2 domain, -inf where masked). Turns s into
-  // P = exp2(s - max) in place and returns, per row, the factor the O accumulator must be
-  // rescaled by (exp2(old_max - new_max)).
+  // s[mt][nt][4]: raw scores of this tile (-inf where masked; see scale_and_mask); the log2
+  // domain score is s * exp_scale (exp_scale > 0). Turns s into P = exp2(s * exp_scale - max)
+  // in place, one FFMA and one MUFU per score, and returns per row the factor the O accumulator
+  // must be rescaled by (exp2(old_max - new_max)). row_max is kept in the log2 domain.
   template <int kMTiles>
-  __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&rescale)[kRows]) {
+  __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&rescale)[kRows],
+                                         float exp_scale) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mt * 2 + half;
-        float m = row_max[r];
+        float m = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-        m = quad_max(m);
+        m = fmaxf(quad_max(m) * exp_scale, row_max[r]);
         // A row that has seen only masked keys keeps max -inf: use 0 as the exponent base so
         // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
         const float base = m == -INFINITY ? 0.0f : m;
@@ -56,8 +58,8 @@ struct OnlineSoftmax {
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          s[mt][nt][2 * half] = exp2_ftz(s[mt][nt][2 * half] - base);
-          s[mt][nt][2 * half + 1] = exp2_ftz(s[mt][nt][2 * half + 1] - base);
+          s[mt][nt][2 * half] = exp2_ftz(fmaf(s[mt][nt][2 * half], exp_scale, -base));
+          s[mt][nt][2 * half + 1] = exp2_ftz(fmaf(s[mt][nt][2 * half + 1], exp_scale, -base));
           sum += s[mt][nt][2 * half] + s[mt][nt][2 * half + 1];
         }
         row_sum[r] = row_sum[r] * rescale[r] + sum;

@@ -90,37 +90,49 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][
   }
 }
 
-// Scores to the log2 domain, soft-cap, then mask (kMasked: partial tiles). For a partial tile
-// each row's visible keys are one interval [lo, hi] (mask.hpp), compared in 32 bits.
+// Scores for the softmax, which applies the log2-domain scale itself (softmax.cuh, folded into
+// the exponent's FFMA): soft-cap (its scale is log2 e), or the raw score negated when the
+// softmax scale is negative (exp_scale = |scale_log2|), then the mask (kMasked: partial
+// tiles). For a partial tile each row's visible keys are one interval [lo, hi] (mask.hpp),
+// compared in 32 bits.
 template <class T, bool kSoftcap, bool kMasked>
 __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T::kNTilesS][4],
                                                     const ForwardParams& p, int q_row0, int k0, int len_k,
                                                     int diagonal, int window_left, int window_right, int lane) {
+  if constexpr (kSoftcap) {
 #pragma unroll
-  for (int mt = 0; mt < T::kMTiles; ++mt)
+    for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      int lo = 0, hi = len_k - 1;
-      if constexpr (kMasked) {
+      for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = p.softcap * tanhf(acc_s[mt][nt][e] * p.softcap_pre_scale);
+  } else if (p.scale_log2 < 0.0f) {  // uniform: a branch around the loop, not a select per score
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = -acc_s[mt][nt][e];
+  }
+  if constexpr (kMasked) {
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int lo = 0, hi = len_k - 1;
         const int i = q_row0 + mt * 16 + lane / 4 + half * 8;
         const long long d = static_cast<long long>(i) + diagonal;  // 64-bit: no overflow
         if (window_left >= 0) lo = static_cast<int>(max(0LL, d - window_left));
         if (window_right >= 0) hi = static_cast<int>(min(static_cast<long long>(hi), d + window_right));
-      }
 #pragma unroll
-      for (int nt = 0; nt < T::kNTilesS; ++nt)
+        for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
-        for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          float s = acc_s[mt][nt][e];
-          if constexpr (kSoftcap) s = p.softcap * tanhf(s * p.softcap_pre_scale);
-          s *= p.scale_log2;
-          if constexpr (kMasked) {
+          for (int e = 2 * half; e < 2 * half + 2; ++e) {
             const int j = k0 + nt * 8 + 2 * (lane % 4) + (e & 1);
-            if (j < lo || j > hi) s = -INFINITY;
+            if (j < lo || j > hi) acc_s[mt][nt][e] = -INFINITY;
           }
-          acc_s[mt][nt][e] = s;
-        }
-    }
+      }
+  }
 }
 
 // Full tiles take the copy with no mask arithmetic at all (the tiling-mask's point).

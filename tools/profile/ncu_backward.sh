@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# ncu_backward.sh — one device call: Nsight Compute profiles of fastattn's CUDA backward and
+# forward and of PyTorch SDPA flash's backward on b2 h16 s8192 d128 bf16 (non-causal), with a
+# timed full-set library build (all head dims, sm80 + sm90) on the machine's cores alongside.
+#   bash tools/profile/ncu_backward.sh build/carry-lead
+set -uo pipefail
+bin=${1:-build/carry-lead}
+out=${OUT:-/tmp/fastattn_out}
+mkdir -p "$out"
+# Full-set build, timed (issue 3: under 8 minutes on the 16-core GPU machine).
+( start=$SECONDS
+  cmake -S . -B /tmp/fullset -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_CUDA=ON \
+    "-DFASTATTN_CUDA_ARCHS=80;90" "-DFASTATTN_CUDA_HEAD_DIMS=64;96;128;256" -DFASTATTN_BUILD_TESTS=OFF \
+    -DFASTATTN_BUILD_CLI=OFF -DFASTATTN_BUILD_BENCH=OFF -DFASTATTN_BUILD_EXAMPLES=OFF > /tmp/fullset_cfg.log 2>&1 &&
+  cmake --build /tmp/fullset -j 16 --target fastattn > /tmp/fullset_build.log 2>&1
+  echo "full-set build rc=$? in $((SECONDS - start)) s ($(nproc) cores)" > "$out/fullset_build.txt"
+  grep -c "Building CUDA" /tmp/fullset_build.log >> "$out/fullset_build.txt"
+  tail -3 /tmp/fullset_build.log >> "$out/fullset_build.txt" ) &
+build_pid=$!
+sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats
+          --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats
+          --section MemoryWorkloadAnalysis_Tables --section InstructionStats)
+shape=(--device cuda --dtype bf16 --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --warmup 1 --repeats 1
+       --min-time 0 --no-peaks)
+timeout 200 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
+  "${sections[@]}" "$bin/fastattn" bench "${shape[@]}" --pass bwd > "$out/ours_bwd.txt" 2>&1
+echo "ours bwd rc=$?"
+timeout 120 ncu --clock-control none -k regex:flash_forward_kernel --launch-skip 1 --launch-count 1 \
+  "${sections[@]}" "$bin/fastattn" bench "${shape[@]}" --pass fwd > "$out/ours_fwd.txt" 2>&1
+echo "ours fwd rc=$?"
+cat > /tmp/flash_bwd_one.py <<'PY'
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q, k, v = (torch.randn(2, 16, 8192, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(3):
+        F.scaled_dot_product_attention(q, k, v).backward(torch.ones_like(q))
+torch.cuda.synchronize()
+PY
+timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
+  "${sections[@]}" python3 /tmp/flash_bwd_one.py > "$out/flash_bwd.txt" 2>&1
+echo "flash bwd rc=$?"
+wait $build_pid
+cat "$out/fullset_build.txt"
