@@ -304,34 +304,43 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         __syncthreads();  // sdS is complete; every warp is done with this stage's Q and dO
         if (T::kStages == 1 && m + 1 < m_end) load_query_block(m + 1, 0);
 
-        // ---- dQ (16 query rows x kQDims per warp) += dS K ------------------------------------
-        float acc_dq[T::kNTilesQ][4];
+        // ---- dQ (kQMTiles x 16 query rows x kQDims per warp) += dS K ---------------------------
+        float acc_dq[T::kQMTiles][T::kNTilesQ][4];
 #pragma unroll
-        for (int nt = 0; nt < T::kNTilesQ; ++nt)
+        for (int mt = 0; mt < T::kQMTiles; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc_dq[nt][e] = 0.0f;
+          for (int nt = 0; nt < T::kNTilesQ; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < T::kKStepsN; ++kk) {
-          uint32_t fa[4];  // A = dS (queries x keys) = sdS^T: the transposed load of the kB pattern
-          sm80::ldmatrix_x4_trans(fa, frag_ds.at(kk * 16, warp_qm * 2));
+          uint32_t fa[T::kQMTiles][4];  // A = dS (queries x keys) = sdS^T: the kB pattern, transposed
+#pragma unroll
+          for (int mt = 0; mt < T::kQMTiles; ++mt)
+            sm80::ldmatrix_x4_trans(fa[mt], frag_ds.at(kk * 16, (warp_qm * T::kQMTiles + mt) * 2));
 #pragma unroll
           for (int dp = 0; dp < T::kNTilesQ / 2; ++dp) {
             uint32_t fb[4];
             sm80::ldmatrix_x4_trans(fb, frag_k_trans.at(kk * 16, warp_qd * T::kQDims / 8 + dp * 2));
             const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
-            sm80::mma_16816<E>(acc_dq[2 * dp], fa, lo);
-            sm80::mma_16816<E>(acc_dq[2 * dp + 1], fa, hi);
+#pragma unroll
+            for (int mt = 0; mt < T::kQMTiles; ++mt) {
+              sm80::mma_16816<E>(acc_dq[mt][2 * dp], fa[mt], lo);
+              sm80::mma_16816<E>(acc_dq[mt][2 * dp + 1], fa[mt], hi);
+            }
           }
         }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int i = q0 + warp_qm * 16 + g + 8 * r;
-          if (i >= len_q) continue;
-          float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + warp_qd * T::kQDims + 2 * t;
+        for (int mt = 0; mt < T::kQMTiles; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < T::kNTilesQ; ++nt)
-            add_pair(dst + nt * 8, acc_dq[nt][2 * r], acc_dq[nt][2 * r + 1], !p.deterministic);
-        }
+          for (int r = 0; r < 2; ++r) {
+            const int i = q0 + (warp_qm * T::kQMTiles + mt) * 16 + g + 8 * r;
+            if (i >= len_q) continue;
+            float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + warp_qd * T::kQDims + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < T::kNTilesQ; ++nt)
+              add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
+          }
         // No barrier here: the next block rewrites sdS only after its top barrier, which every
         // warp reaches only once its dQ above is done; and the next load into this stage's
         // buffers is issued only after this block's middle barrier.

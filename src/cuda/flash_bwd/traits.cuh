@@ -33,13 +33,16 @@ struct BackwardTraits {
   static constexpr int kKStepsM = kBlockM / 16;      // dK, dV: k16 steps over queries
   static_assert(kNTilesKV % 2 == 0, "dK/dV tiles come in ldmatrix.x4 pairs");
 
-  // dQ = dS K: warp = (16 query rows, head_dim part).
-  static constexpr int kWarpsQM = kBlockM / 16 < kWarps ? kBlockM / 16 : kWarps;
-  static constexpr int kWarpsQD = kWarps / kWarpsQM;
+  // dQ = dS K: warp = (kQMTiles x 16 query rows, kQDims columns). Four column groups where
+  // head_dim allows (each warp then reads a quarter of K and half of dS^T from shared memory,
+  // less than with 16-row warps that read half of K each); two at d = 96.
+  static constexpr int kWarpsQD = kHeadDim % 64 == 0 ? 4 : 2;
+  static constexpr int kWarpsQM = kWarps / kWarpsQD;
+  static constexpr int kQMTiles = kBlockM / 16 / kWarpsQM;
   static constexpr int kQDims = kHeadDim / kWarpsQD;  // dQ columns per warp
   static constexpr int kNTilesQ = kQDims / 8;
   static constexpr int kKStepsN = kBlockN / 16;       // dQ: k16 steps over keys
-  static_assert(kWarpsQM * 16 == kBlockM, "dQ rows: one 16-row tile per warp row");
+  static_assert(kWarpsQM * kQMTiles * 16 == kBlockM, "dQ rows: whole 16-row tiles per warp row");
   static_assert(kNTilesQ % 2 == 0, "dQ tiles come in ldmatrix.x4 pairs");
 
   // sK, sV: (kBlockN, kRowElems); sQ, sdO: kStages x (kBlockM, kRowElems); sdS: (kBlockN,

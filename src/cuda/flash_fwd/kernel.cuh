@@ -128,15 +128,23 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
 
     float rescale[2 * T::kMTiles];
     softmax.update(acc_s, rescale, fabsf(p.scale_log2));
+    // Once the running maxima settle, most tiles leave every row's max unchanged (factor exactly
+    // exp2(0) = 1): the warp then skips the kMTiles x head_dim multiplies, which sit between the
+    // softmax and O += P V.
+    bool max_moved = false;
 #pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
+    for (int r = 0; r < 2 * T::kMTiles; ++r) max_moved |= rescale[r] != 1.0f;
+    if (__any_sync(0xffffffffu, max_moved)) {
 #pragma unroll
-      for (int nt = 0; nt < T::kNTilesO; ++nt) {
-        acc_o[mt][nt][0] *= rescale[2 * mt];
-        acc_o[mt][nt][1] *= rescale[2 * mt];
-        acc_o[mt][nt][2] *= rescale[2 * mt + 1];
-        acc_o[mt][nt][3] *= rescale[2 * mt + 1];
-      }
+      for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < T::kNTilesO; ++nt) {
+          acc_o[mt][nt][0] *= rescale[2 * mt];
+          acc_o[mt][nt][1] *= rescale[2 * mt];
+          acc_o[mt][nt][2] *= rescale[2 * mt + 1];
+          acc_o[mt][nt][3] *= rescale[2 * mt + 1];
+        }
+    }
 
     sm80::cp_async_wait<0>();
     __syncthreads();  // V[n] landed; every warp is done with K[n]

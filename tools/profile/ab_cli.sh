@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# ab_cli.sh — one device call: the GPU suite, then two builds of the CLI timed alternately on
+# the same shapes (A, B, A, B) with `fastattn bench --device cuda`, to compare a kernel change.
+#   bash tools/profile/ab_cli.sh build/carry-lead      # expects fastattn (A) and fastattn_b (B)
+set -uo pipefail
+bin=${1:-build/carry-lead}
+out=${OUT:-/tmp/fastattn_out}
+mkdir -p "$out"
+timeout 150 "$bin/fastattn_gpu_tests" > "$out/gpu_tests.log" 2>&1
+echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$out/gpu_tests.log" | head
+common=(--device cuda --dtype bf16 --warmup 3 --repeats 20 --min-time 0.5 --no-peaks --markdown)
+for round in 1 2; do
+  for v in fastattn fastattn_b; do
+    echo "== round $round: $v"
+    timeout 100 "$bin/$v" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --pass fwd bwd
+    timeout 100 "$bin/$v" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --pass fwd --causal
+    timeout 100 "$bin/$v" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128 --pass fwd bwd
+    timeout 100 "$bin/$v" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64 --pass fwd bwd
+  done
+done 2>&1 | grep -E "==|\| *(fwd|bwd)" | tee "$out/ab.txt"
