@@ -64,7 +64,7 @@ struct ForwardPlan {
 // split as a smaller count are skipped (64 tiles: 11 splits of 6 and 12 splits of 6 are the same).
 inline int num_splits_heuristic(std::int64_t ctas, std::int64_t slots, std::int64_t n_blocks,
                                 int max_splits) {
-  if (ctas <= 0 || ctas >= 0.8 * static_cast<double>(slots)) return 1;  // empty, or (almost) a full wave
+  if (ctas <= 0 || static_cast<double>(ctas) >= 0.8 * static_cast<double>(slots)) return 1;  // empty, or (almost) a full wave
   max_splits = static_cast<int>(std::min<std::int64_t>({max_splits, slots, n_blocks}));
   if (max_splits <= 1) return 1;
   auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
