@@ -100,6 +100,7 @@ class TorchFramework(Framework):
 
         self._torch = torch
         self._to_dlpack = torch.utils.dlpack.to_dlpack
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def empty(self, like, shape, float32=False):
         # Tensor.new_empty: like's device and dtype, about half the cost of torch.empty(...).
@@ -113,6 +114,10 @@ class TorchFramework(Framework):
 
     def cuda_stream(self, like):
         if like.is_cuda:
+            # The raw cudaStream_t of the current stream without building a torch.cuda.Stream
+            # object (the cost Triton avoids the same way); the public call where it is absent.
+            if self._raw_stream is not None:
+                return self._raw_stream(like.device.index)
             return self._torch.cuda.current_stream(like.device).cuda_stream
         return 0
 

@@ -30,9 +30,19 @@ from ._api import call_options, window_bounds
 __all__ = ["attention", "AttentionFunction"]
 
 
+# The raw cudaStream_t of the current stream, without a torch.cuda.Stream object per call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(device_index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
 def _options(q: Tensor, causal, window_left, window_right, scale, softcap, max_seqlen_q,
              max_seqlen_k, alignment, backend, num_threads, deterministic) -> "_C.CallOptions":
-    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
+    stream = _current_stream(q.device.index) if q.is_cuda else 0
     return call_options(causal, (window_left, window_right), scale, softcap, max_seqlen_q,
                         max_seqlen_k, alignment, backend, num_threads, deterministic, stream, False)
 
