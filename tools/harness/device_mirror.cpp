@@ -50,18 +50,22 @@ class DeviceMirror {
   TensorView view_;
 };
 
+// Varlen: device copies of the offsets, and options pointing at them.
+void mirror_cu_seqlens(CaseData& data, AttentionOptions& options, std::optional<DeviceMirror>& cu_q,
+                       std::optional<DeviceMirror>& cu_k) {
+  if (!options.cu_seqlens_q.has_value()) return;
+  cu_q.emplace(data.cu_seqlens_q);
+  cu_k.emplace(data.cu_seqlens_k);
+  options.cu_seqlens_q = cu_q->view();
+  options.cu_seqlens_k = cu_k->view();
+}
+
 }  // namespace
 
 KernelChoice run_forward_on_device(CaseData& data, AttentionOptions options) {
   DeviceMirror q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse);
-  const bool varlen = options.cu_seqlens_q.has_value();
   std::optional<DeviceMirror> cu_q, cu_k;
-  if (varlen) {
-    cu_q.emplace(data.cu_seqlens_q);
-    cu_k.emplace(data.cu_seqlens_k);
-    options.cu_seqlens_q = cu_q->view();
-    options.cu_seqlens_k = cu_k->view();
-  }
+  mirror_cu_seqlens(data, options, cu_q, cu_k);
   const KernelChoice choice = fastattn::forward(q.view(), k.view(), v.view(), out.view(), lse.view(), options);
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after forward");
   out.copy_back();
@@ -72,14 +76,8 @@ KernelChoice run_forward_on_device(CaseData& data, AttentionOptions options) {
 KernelChoice run_backward_on_device(CaseData& data, AttentionOptions options) {
   DeviceMirror q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse), dout(data.dout);
   DeviceMirror dq(data.dq), dk(data.dk), dv(data.dv);
-  const bool varlen = options.cu_seqlens_q.has_value();
   std::optional<DeviceMirror> cu_q, cu_k;
-  if (varlen) {
-    cu_q.emplace(data.cu_seqlens_q);
-    cu_k.emplace(data.cu_seqlens_k);
-    options.cu_seqlens_q = cu_q->view();
-    options.cu_seqlens_k = cu_k->view();
-  }
+  mirror_cu_seqlens(data, options, cu_q, cu_k);
   const KernelChoice choice = fastattn::backward(dout.view(), q.view(), k.view(), v.view(), out.view(), lse.view(),
                                                  dq.view(), dk.view(), dv.view(), options);
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after backward");

@@ -16,5 +16,8 @@ for round in 1 2; do
     timeout 100 "$bin/$v" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --pass fwd --causal
     timeout 100 "$bin/$v" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128 --pass fwd bwd
     timeout 100 "$bin/$v" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64 --pass fwd bwd
+    timeout 100 "$bin/$v" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128 --pass fwd --causal
+    timeout 100 "$bin/$v" bench "${common[@]}" --batch 1 --heads 32 --seqlen 16 --seqlen-k 65536 --head-dim 128 \
+      --pass fwd
   done
 done 2>&1 | grep -E "==|\| *(fwd|bwd)" | tee "$out/ab.txt"
