@@ -54,7 +54,7 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
     row("cuda archs", join(build.cuda_archs_compiled));
     std::vector<std::string> dims;
     for (int d : build.cuda_head_dims) dims.push_back(std::to_string(d));
-    row("cuda kernels", "forward f16/bf16, head_dim " + join(dims) + " (no backward yet)");
+    row("cuda kernels", "forward (split-KV, decode) and backward, f16/bf16, head_dim " + join(dims));
   }
 
   fmt::print("\ncpu\n");
