@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fastattn/error.hpp"
 
@@ -39,6 +40,12 @@ class DeviceMirror {
   DeviceMirror& operator=(const DeviceMirror&) = delete;
 
   const TensorView& view() const { return view_; }
+  // The host allocation's bytes (after copy_back), and the device copy filled with 0xFF.
+  std::vector<std::uint8_t> host_bytes() const {
+    const std::uint8_t* begin = host_.storage();
+    return std::vector<std::uint8_t>(begin, begin + bytes_);
+  }
+  void poison(cudaStream_t stream) { check(cudaMemsetAsync(device_, 0xFF, bytes_, stream), "cudaMemsetAsync"); }
   void copy_back() {
     check(cudaMemcpy(host_.storage(), device_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
   }
@@ -89,6 +96,68 @@ KernelChoice run_backward_on_device(CaseData& data, AttentionOptions options) {
   return choice;
 }
 
+
+bool graph_replay_matches_eager(CaseData& data, AttentionOptions options, std::string& detail) {
+  DeviceMirror q(data.q), k(data.k), v(data.v), out(data.out), lse(data.lse), dout(data.dout);
+  DeviceMirror dq(data.dq), dk(data.dk), dv(data.dv);
+  std::optional<DeviceMirror> cu_q, cu_k;
+  mirror_cu_seqlens(data, options, cu_q, cu_k);
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  options.cuda_stream = stream;
+  options.deterministic = true;
+  auto calls = [&] {
+    fastattn::forward(q.view(), k.view(), v.view(), out.view(), lse.view(), options);
+    fastattn::backward(dout.view(), q.view(), k.view(), v.view(), out.view(), lse.view(), dq.view(), dk.view(),
+                       dv.view(), options);
+  };
+  DeviceMirror* outputs[] = {&out, &lse, &dq, &dk, &dv};
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  auto snapshot = [&] {
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    std::vector<std::vector<std::uint8_t>> bytes;
+    for (DeviceMirror* m : outputs) {
+      m->copy_back();
+      bytes.push_back(m->host_bytes());
+    }
+    return bytes;
+  };
+  bool same = true;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  try {
+    calls();
+    const auto eager = snapshot();
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      calls();
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int replay = 0; replay < 2; ++replay) {
+      for (DeviceMirror* m : outputs) m->poison(stream);
+      check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      const auto replayed = snapshot();
+      for (std::size_t i = 0; i < eager.size(); ++i) {
+        if (replayed[i] != eager[i]) {
+          same = false;
+          detail += std::string(names[i]) + " differs from the eager run in replay " + std::to_string(replay) + "; ";
+        }
+      }
+    }
+  } catch (const Error& e) {
+    same = false;
+    detail += e.what();
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return same;
+}
+
 #else
 
 KernelChoice run_forward_on_device(CaseData&, AttentionOptions) {
@@ -96,6 +165,10 @@ KernelChoice run_forward_on_device(CaseData&, AttentionOptions) {
 }
 
 KernelChoice run_backward_on_device(CaseData&, AttentionOptions) {
+  throw Error(ErrorCode::unsupported, "harness: this build has no CUDA backend to run on");
+}
+
+bool graph_replay_matches_eager(CaseData&, AttentionOptions, std::string&) {
   throw Error(ErrorCode::unsupported, "harness: this build has no CUDA backend to run on");
 }
 

@@ -6,6 +6,8 @@
 // unchanged.
 #pragma once
 
+#include <string>
+
 #include "fastattn/attention.hpp"
 #include "harness/tensors.hpp"
 
@@ -17,5 +19,11 @@ KernelChoice run_forward_on_device(CaseData& data, AttentionOptions options);
 
 // fastattn::backward of `data` on cuda:0: dq, dk, dv and the inputs are copied back.
 KernelChoice run_backward_on_device(CaseData& data, AttentionOptions options);
+
+// CUDA-graph check on cuda:0: forward then deterministic backward run eagerly on a stream,
+// then the same two calls are captured into a graph on that stream and the graph is replayed
+// twice (outputs poisoned before each replay). True when out, lse, dq, dk and dv of every
+// replay equal the eager ones bit for bit; `detail` says what differed or failed.
+bool graph_replay_matches_eager(CaseData& data, AttentionOptions options, std::string& detail);
 
 }  // namespace fastattn::harness
