@@ -1,8 +1,11 @@
-// dtype.hpp — scalar conversions between f16 / bf16 storage and float.
+// dtype.hpp — scalar conversions between f16 / bf16 storage and float, and element access by
+// DType (the float64 reference and the test harness read and write tensors through these).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#include "fastattn/tensor.hpp"
 
 namespace fastattn {
 
@@ -74,6 +77,30 @@ inline std::uint16_t float_to_f16(float f) {
   r >>= 13;
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
   return static_cast<std::uint16_t>(sign | r);
+}
+
+// Element `index` of a buffer of `dtype`, widened to double.
+inline double load_element(const void* base, DType dtype, std::int64_t index) {
+  switch (dtype) {
+    case DType::f32: return static_cast<const float*>(base)[index];
+    case DType::f16: return f16_to_float(static_cast<const std::uint16_t*>(base)[index]);
+    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(base)[index]);
+    case DType::i32: return static_cast<const std::int32_t*>(base)[index];
+  }
+  return 0.0;
+}
+
+// Rounds a double to the storage dtype (via float, round-to-nearest-even both ways; the double
+// rounding f64 -> f32 -> f16 differs from direct rounding only on exact f32 ties, far below
+// every tolerance built on it) and stores it.
+inline void store_element(void* base, DType dtype, std::int64_t index, double value) {
+  const float f = static_cast<float>(value);
+  switch (dtype) {
+    case DType::f32: static_cast<float*>(base)[index] = f; break;
+    case DType::f16: static_cast<std::uint16_t*>(base)[index] = float_to_f16(f); break;
+    case DType::bf16: static_cast<std::uint16_t*>(base)[index] = float_to_bf16(f); break;
+    case DType::i32: static_cast<std::int32_t*>(base)[index] = static_cast<std::int32_t>(value); break;
+  }
 }
 
 }  // namespace fastattn

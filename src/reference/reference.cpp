@@ -21,29 +21,6 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-double load(const void* base, DType dtype, std::int64_t index) {
-  switch (dtype) {
-    case DType::f32: return static_cast<const float*>(base)[index];
-    case DType::f16: return f16_to_float(static_cast<const std::uint16_t*>(base)[index]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(base)[index]);
-    case DType::i32: return static_cast<const std::int32_t*>(base)[index];
-  }
-  return 0.0;
-}
-
-// Round a float64 result to the storage dtype (via float, round-to-nearest-even both ways; the
-// double rounding f64 -> f32 -> f16 differs from direct rounding only on exact f32 ties, far
-// below every tolerance built on it).
-void store(void* base, DType dtype, std::int64_t index, double value) {
-  const float f = static_cast<float>(value);
-  switch (dtype) {
-    case DType::f32: static_cast<float*>(base)[index] = f; break;
-    case DType::f16: static_cast<std::uint16_t*>(base)[index] = float_to_f16(f); break;
-    case DType::bf16: static_cast<std::uint16_t*>(base)[index] = float_to_bf16(f); break;
-    case DType::i32: break;
-  }
-}
-
 // Global token index of (sequence b, token t) in the float64 result layout.
 std::int64_t q_token(const AttentionProblem& p, std::int64_t b, std::int64_t t) {
   return (p.is_varlen() ? p.q_start(b) : b * p.seqlen_q) + t;
@@ -59,7 +36,7 @@ std::vector<double> gather_q_side(const AttentionProblem& p, const Operand& op, 
   std::vector<double> m(static_cast<std::size_t>(rows * d));
   for (std::int64_t t = 0; t < rows; ++t) {
     const std::int64_t base = p.offset_q(op, b, t, h);
-    for (std::int64_t c = 0; c < d; ++c) m[t * d + c] = load(op.data, p.dtype, base + c);
+    for (std::int64_t c = 0; c < d; ++c) m[t * d + c] = load_element(op.data, p.dtype, base + c);
   }
   return m;
 }
@@ -70,7 +47,7 @@ std::vector<double> gather_k_side(const AttentionProblem& p, const Operand& op, 
   std::vector<double> m(static_cast<std::size_t>(rows * d));
   for (std::int64_t t = 0; t < rows; ++t) {
     const std::int64_t base = p.offset_k(op, b, t, kvh);
-    for (std::int64_t c = 0; c < d; ++c) m[t * d + c] = load(op.data, p.dtype, base + c);
+    for (std::int64_t c = 0; c < d; ++c) m[t * d + c] = load_element(op.data, p.dtype, base + c);
   }
   return m;
 }
@@ -245,7 +222,7 @@ void forward(const AttentionProblem& p) {
       for (std::int64_t h = 0; h < heads; ++h) {
         const std::int64_t base = p.offset_q(p.out, b, t, h);
         for (std::int64_t c = 0; c < d; ++c)
-          store(p.out.data, p.dtype, base + c, r.out[(token * heads + h) * d + c]);
+          store_element(p.out.data, p.dtype, base + c, r.out[(token * heads + h) * d + c]);
         if (p.lse != nullptr)
           p.lse_row(b, h)[t * p.lse_token_stride] =
               static_cast<float>(r.lse[h * p.total_q + token]);
@@ -263,7 +240,7 @@ void backward(const AttentionProblem& p) {
       for (std::int64_t h = 0; h < heads; ++h) {
         const std::int64_t base = p.offset_q(p.dq, b, t, h);
         for (std::int64_t c = 0; c < d; ++c)
-          store(p.dq.data, p.dtype, base + c, r.dq[(token * heads + h) * d + c]);
+          store_element(p.dq.data, p.dtype, base + c, r.dq[(token * heads + h) * d + c]);
       }
     }
     for (std::int64_t t = 0; t < p.k_len(b); ++t) {
@@ -272,8 +249,8 @@ void backward(const AttentionProblem& p) {
         const std::int64_t dk_base = p.offset_k(p.dk, b, t, h);
         const std::int64_t dv_base = p.offset_k(p.dv, b, t, h);
         for (std::int64_t c = 0; c < d; ++c) {
-          store(p.dk.data, p.dtype, dk_base + c, r.dk[(token * kv_heads + h) * d + c]);
-          store(p.dv.data, p.dtype, dv_base + c, r.dv[(token * kv_heads + h) * d + c]);
+          store_element(p.dk.data, p.dtype, dk_base + c, r.dk[(token * kv_heads + h) * d + c]);
+          store_element(p.dv.data, p.dtype, dv_base + c, r.dv[(token * kv_heads + h) * d + c]);
         }
       }
     }

@@ -27,27 +27,6 @@ std::uint32_t guard_bits(DType dtype) {
   }
 }
 
-double load_element(const void* base, DType dtype, std::int64_t index) {
-  switch (dtype) {
-    case DType::f32: return static_cast<const float*>(base)[index];
-    case DType::f16: return f16_to_float(static_cast<const std::uint16_t*>(base)[index]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(base)[index]);
-    case DType::i32: return static_cast<const std::int32_t*>(base)[index];
-  }
-  return 0.0;
-}
-
-void store_element(void* base, DType dtype, std::int64_t index, double value) {
-  const float f = static_cast<float>(value);
-  switch (dtype) {
-    case DType::f32: static_cast<float*>(base)[index] = f; break;
-    case DType::f16: static_cast<std::uint16_t*>(base)[index] = float_to_f16(f); break;
-    case DType::bf16: static_cast<std::uint16_t*>(base)[index] = float_to_bf16(f); break;
-    case DType::i32:
-      static_cast<std::int32_t*>(base)[index] = static_cast<std::int32_t>(value);
-      break;
-  }
-}
 
 namespace {
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/dtype.hpp"
 #include "common/problem.hpp"
 #include "fastattn/attention.hpp"
 #include "harness/harness.hpp"
@@ -20,9 +21,7 @@ namespace fastattn::harness {
 std::uint32_t poison_bits(DType dtype);  // output elements before a run
 std::uint32_t guard_bits(DType dtype);   // memory outside a view
 
-double load_element(const void* base, DType dtype, std::int64_t index);
-// Rounds to the dtype (round to nearest even, via float).
-void store_element(void* base, DType dtype, std::int64_t index, double value);
+// Element access by dtype: fastattn::load_element / store_element (common/dtype.hpp).
 
 class HostTensor {
  public:
