@@ -7,15 +7,5 @@
 # Writes bench/results/<machine>-<date>-memory.json; BUILD_DIR as for run_cpu.sh.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$ROOT/build/release}
-JOBS=${JOBS:-2}
-GENERATOR=()
-command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
-
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DFASTATTN_BUILD_BENCH=ON
-fi
-cmake --build "$BUILD_DIR" --target bench_cpu -j "$JOBS"
+source "$(dirname "${BASH_SOURCE[0]}")/build_bench_cpu.sh"  # ROOT, BUILD_DIR; builds bench_cpu
 exec "$BUILD_DIR/bench/bench_cpu" --memory-only "$@"
