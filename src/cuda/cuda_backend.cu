@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_scratch.hpp"
 #include "cuda/flash_fwd/launch.hpp"
@@ -87,19 +88,6 @@ DeviceShape device_shape(int device) {
   return shape;
 }
 
-// cp.async moves 16-byte chunks: rows must start on 16-byte boundaries.
-void check_alignment(const void* data, const TokenStrides& s, const char* name) {
-  const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && s.token % 8 == 0 &&
-                       s.head % 8 == 0 && s.batch % 8 == 0;
-  if (!aligned) {
-    throw Error(ErrorCode::unsupported,
-                std::string(name) + ": expected 16-byte aligned rows for the CUDA kernels (data " +
-                    "pointer and token/head/batch strides multiples of 8 elements), got strides " +
-                    std::to_string(s.batch) + ", " + std::to_string(s.token) + ", " +
-                    std::to_string(s.head));
-  }
-}
-
 template <typename Element>
 void forward_for_dtype(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
   switch (head_dim) {
@@ -121,6 +109,8 @@ void forward_for_dtype(const ForwardParams& f, std::int64_t head_dim, cudaStream
 }
 
 }  // namespace
+
+int multiprocessor_count(int device) { return device_shape(device).multiprocessors; }
 
 std::vector<int> compiled_head_dims() {
   std::vector<int> dims;
@@ -193,10 +183,10 @@ ForwardPlan forward_plan(const AttentionProblem& p) {
 }
 
 void forward(const AttentionProblem& p, const KernelChoice& choice) {
-  check_alignment(p.q.data, p.q.stride, "q");
-  check_alignment(p.k.data, p.k.stride, "k");
-  check_alignment(p.v.data, p.v.stride, "v");
-  check_alignment(p.out.data, p.out.stride, "out");
+  check_row_alignment(p.q.data, p.q.stride, "q");
+  check_row_alignment(p.k.data, p.k.stride, "k");
+  check_row_alignment(p.v.data, p.v.stride, "v");
+  check_row_alignment(p.out.data, p.out.stride, "out");
   if (p.batch > 65535 || p.num_heads > 65535) {
     throw Error(ErrorCode::unsupported, "cuda forward: expected batch and num_heads <= 65535 (grid limits), got " +
                                             std::to_string(p.batch) + " and " + std::to_string(p.num_heads));

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "cuda/common/alignment.hpp"
@@ -16,19 +15,6 @@
 
 namespace fastattn::cuda {
 namespace {
-
-int multiprocessor_count(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::mutex mutex;
-  static int cache[kMaxDevices] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && cache[device] > 0) return cache[device];
-  int count = 0;
-  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (cached) cache[device] = count;
-  return count;
-}
 
 BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPlan& plan) {
   BackwardParams b{};
