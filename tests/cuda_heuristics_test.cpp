@@ -47,7 +47,7 @@ TEST_F(CudaHeuristics, DecodeOnFewHeadsSplitsTheKeys) {
     EXPECT_GE(plan.wave_efficiency, 0.85f);
     // oaccum (splits, heads, total_q, head_dim) f32 + lseaccum (splits, heads, total_q) f32.
     const std::size_t rows = static_cast<std::size_t>(plan.num_splits) * 32 * seqlen_q;
-    EXPECT_EQ(plan.workspace_bytes, cuda::split_align(rows * 128 * 4) + cuda::split_align(rows * 4));
+    EXPECT_EQ(plan.workspace_bytes, cuda::scratch_align(rows * 128 * 4) + cuda::scratch_align(rows * 4));
     EXPECT_NE(cuda::describe_plan(plan).find("split-KV"), std::string::npos);
   }
 }

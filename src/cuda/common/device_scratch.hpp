@@ -22,7 +22,7 @@ class DeviceScratch {
   DeviceScratch& operator=(const DeviceScratch&) = delete;
 
   void* data() const { return data_; }
-  // Byte offset into the scratch, 256-byte aligned by the callers' layout (see align_up).
+  // Byte offset into the scratch, 256-byte aligned by the callers' layout (scratch_align.hpp).
   template <class T>
   T* at(std::size_t offset) const {
     return reinterpret_cast<T*>(static_cast<unsigned char*>(data_) + offset);
@@ -33,8 +33,5 @@ class DeviceScratch {
   bool owned_ = false;
   cudaStream_t stream_ = nullptr;
 };
-
-// Sub-buffers inside one scratch block start on 256-byte boundaries.
-constexpr std::size_t align_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace fastattn::cuda

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/scratch_align.hpp"
+
 namespace fastattn::cuda {
 
 // Per head_dim, close to flash-attn 2's sm80 backward: kBlockN = 16 keys per warp row, the dK
@@ -30,8 +32,6 @@ struct BackwardPlan {
   std::size_t dq_accum_bytes = 0;
   std::size_t workspace_bytes = 0;
 };
-
-constexpr std::size_t scratch_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // total_q: batch * seqlen_q (padded) or total tokens (varlen). In deterministic mode the
 // n_blocks key blocks of a (batch, kv head) are split over enough CTAs to fill the SMs once;

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/scratch_align.hpp"
+
 #if defined(__CUDACC__)
 #define FASTATTN_SPLIT_HD __host__ __device__ __forceinline__
 #else
@@ -28,13 +30,10 @@ FASTATTN_SPLIT_HD std::int64_t split_row(int split, int head, std::int64_t token
   return (static_cast<std::int64_t>(split) * num_heads + head) * total_q + token_row;
 }
 
-// Sub-buffers start on 256-byte boundaries (as cuda::align_up in device_scratch.hpp).
-constexpr std::size_t split_align(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 // Byte offset of lseaccum inside the scratch (oaccum starts at 0).
 inline std::size_t split_lse_offset(int num_splits, std::int64_t num_heads, std::int64_t total_q,
                                     std::int64_t head_dim) {
-  return split_align(static_cast<std::size_t>(num_splits) * static_cast<std::size_t>(num_heads) *
+  return scratch_align(static_cast<std::size_t>(num_splits) * static_cast<std::size_t>(num_heads) *
                      static_cast<std::size_t>(total_q) * static_cast<std::size_t>(head_dim) * sizeof(float));
 }
 
@@ -43,7 +42,7 @@ inline std::size_t split_workspace_bytes(int num_splits, std::int64_t num_heads,
                                          std::int64_t head_dim) {
   if (num_splits <= 1) return 0;
   return split_lse_offset(num_splits, num_heads, total_q, head_dim) +
-         split_align(static_cast<std::size_t>(num_splits) * static_cast<std::size_t>(num_heads) *
+         scratch_align(static_cast<std::size_t>(num_splits) * static_cast<std::size_t>(num_heads) *
                      static_cast<std::size_t>(total_q) * sizeof(float));
 }
 
