@@ -43,94 +43,137 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b, bool atom
 #endif
 }
 
-// acc (kNTiles n8 tiles, 16 rows) += A (16 x 16 k-steps from registers or smem) * B, with B read
-// by ldmatrix.x4.trans from a (k rows, n chunks) swizzled tile: dV += P^T dO, dK += dS^T Q.
-template <class T, int kNTiles, int kKSteps>
-__device__ __forceinline__ void gemm_a_regs_b_trans(float (&acc)[kNTiles][4], const uint32_t (&a)[kKSteps][4],
-                                                    const FragmentAddress<T::kRowElems, LanePattern::kBTrans>& b,
-                                                    int chunk0) {
-  using E = typename T::Element;
+// acc (kTilesM m16 x kTilesN n8) = A B^T over k = kKSteps x 16, where A is the (rows,
+// k chunks) tile at a_row0 and B the (rows, k chunks) tile at b_row0 — both row-major in k:
+// S = Q K^T and dP = dO V^T.
+template <class E, int kTilesM, int kTilesN, int kKSteps, int kRowElemsA, int kRowElemsB>
+__device__ __forceinline__ void gemm_nt(float (&acc)[kTilesM][kTilesN][4],
+                                        const FragmentAddress<kRowElemsA, LanePattern::kA>& a, int a_row0,
+                                        const FragmentAddress<kRowElemsB, LanePattern::kB>& b, int b_row0) {
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk)
+  for (int mt = 0; mt < kTilesM; ++mt)
 #pragma unroll
-    for (int dp = 0; dp < kNTiles / 2; ++dp) {
-      uint32_t frag[4];
-      sm80::ldmatrix_x4_trans(frag, b.at(kk * 16, chunk0 + dp * 2));
-      const uint32_t lo[2] = {frag[0], frag[1]}, hi[2] = {frag[2], frag[3]};
-      sm80::mma_16816<E>(acc[2 * dp], a[kk], lo);
-      sm80::mma_16816<E>(acc[2 * dp + 1], a[kk], hi);
-    }
-}
-
-// acc (16 rows x kNTilesS n8 tiles) = A (16 rows of a (rows, head_dim) tile) * B^T, B the
-// (kBlockM, head_dim) tile: S^T = K Q^T and dP^T = V dO^T.
-template <class T>
-__device__ __forceinline__ void gemm_rows_by_tile(float (&acc)[T::kNTilesS][4],
-                                                  const FragmentAddress<T::kRowElems, LanePattern::kA>& a,
-                                                  int a_row0,
-                                                  const FragmentAddress<T::kRowElems, LanePattern::kB>& b) {
-  using E = typename T::Element;
+    for (int nt = 0; nt < kTilesN; ++nt)
 #pragma unroll
-  for (int nt = 0; nt < T::kNTilesS; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < T::kKStepsD; ++kk) {
-    uint32_t fa[4];
-    sm80::ldmatrix_x4(fa, a.at(a_row0, kk * 2));
-#pragma unroll
-    for (int np = 0; np < T::kNTilesS / 2; ++np) {
-      uint32_t fb[4];
-      sm80::ldmatrix_x4(fb, b.at(np * 16, kk * 2));
-      const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
-      sm80::mma_16816<E>(acc[2 * np], fa, lo);
-      sm80::mma_16816<E>(acc[2 * np + 1], fa, hi);
-    }
-  }
-}
-
-// Two C tiles side by side are one A k16-tile once packed (mma.cuh).
-template <class T, int kKSteps>
-__device__ __forceinline__ void pack_a(uint32_t (&a)[kKSteps][4], const float (&c)[2 * kKSteps][4]) {
-  using E = typename T::Element;
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
-    a[kk][0] = sm80::pack2<E>(c[2 * kk][0], c[2 * kk][1]);
-    a[kk][1] = sm80::pack2<E>(c[2 * kk][2], c[2 * kk][3]);
-    a[kk][2] = sm80::pack2<E>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-    a[kk][3] = sm80::pack2<E>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    uint32_t fa[kTilesM][4];
+#pragma unroll
+    for (int mt = 0; mt < kTilesM; ++mt) sm80::ldmatrix_x4(fa[mt], a.at(a_row0 + mt * 16, kk * 2));
+#pragma unroll
+    for (int np = 0; np < kTilesN / 2; ++np) {
+      uint32_t fb[4];
+      sm80::ldmatrix_x4(fb, b.at(b_row0 + np * 16, kk * 2));
+      const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
+#pragma unroll
+      for (int mt = 0; mt < kTilesM; ++mt) {
+        sm80::mma_16816<E>(acc[mt][2 * np], fa[mt], lo);
+        sm80::mma_16816<E>(acc[mt][2 * np + 1], fa[mt], hi);
+      }
+    }
   }
 }
 
-// P^T = exp2(S^T * scale_log2 - lse * log2 e) in place (acc: 16 keys x kBlockM queries), with
-// the soft-cap's derivative 1 - tanh^2 kept for dS. kMasked (partial tiles only): key row r of
-// this thread sees queries [q_lo[r], q_hi[r]]. Rows with lse = -inf saw no key: P = 0.
-template <class T, bool kSoftcap, bool kMasked>
-__device__ __forceinline__ void probabilities(float (&acc)[T::kNTilesS][4], float (&dtanh)[kSoftcap ? T::kNTilesS : 1][4],
-                                              const float* lse_slot, const BackwardParams& p, int q0,
-                                              const int (&q_lo)[2], const int (&q_hi)[2], int t) {
+// acc (kTilesM m16 x kTilesN n8) += A B over k = kKSteps x 16, with B read by ldmatrix.trans
+// from a (k rows, n chunks) tile. kATransposed: A is the transpose of a (k rows, m chunks)
+// tile (dV += P^T dO, dK += dS^T Q, A from sP / sdS); else A is a (m rows, k chunks) tile
+// (dQ = dS K, A from sdS).
+template <class E, int kTilesM, int kTilesN, int kKSteps, bool kATransposed, class FragA, class FragB>
+__device__ __forceinline__ void gemm_nn(float (&acc)[kTilesM][kTilesN][4], const FragA& a, int a_m0,
+                                        const FragB& b, int b_chunk0) {
 #pragma unroll
-  for (int nt = 0; nt < T::kNTilesS; ++nt) {
-    const int col = nt * 8 + 2 * t;
-    const float2 l = *reinterpret_cast<const float2*>(lse_slot + col);
-    const float lse2[2] = {l.x == -INFINITY ? INFINITY : l.x * 1.4426950408889634f,
-                           l.y == -INFINITY ? INFINITY : l.y * 1.4426950408889634f};
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t fa[kTilesM][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float s = acc[nt][e];
-      if constexpr (kSoftcap) {
-        const float th = tanhf(s * p.softcap_pre_scale);
-        dtanh[nt][e] = 1.0f - th * th;
-        s = p.softcap * th;
+    for (int mt = 0; mt < kTilesM; ++mt) {
+      if constexpr (kATransposed) {
+        sm80::ldmatrix_x4_trans(fa[mt], a.at(kk * 16, (a_m0 + mt * 16) / 8));
+      } else {
+        sm80::ldmatrix_x4(fa[mt], a.at(a_m0 + mt * 16, kk * 2));
       }
-      float prob = exp2_ftz(fmaf(s, p.scale_log2, -lse2[e & 1]));
-      if constexpr (kMasked) {
-        const int i = q0 + col + (e & 1), r = e / 2;
-        if (i < q_lo[r] || i > q_hi[r]) prob = 0.0f;
+    }
+#pragma unroll
+    for (int np = 0; np < kTilesN / 2; ++np) {
+      uint32_t fb[4];
+      sm80::ldmatrix_x4_trans(fb, b.at(kk * 16, b_chunk0 + np * 2));
+      const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
+#pragma unroll
+      for (int mt = 0; mt < kTilesM; ++mt) {
+        sm80::mma_16816<E>(acc[mt][2 * np], fa[mt], lo);
+        sm80::mma_16816<E>(acc[mt][2 * np + 1], fa[mt], hi);
       }
-      acc[nt][e] = prob;
     }
   }
+}
+
+// Stores a warp's (kTilesM m16 x kTilesN n8) f32 tile at (row0, col0) of a swizzled
+// (rows, kRowElems) 16-bit tile. Each store is 4 bytes per lane; the 8 rows g of one store
+// land in 8 different chunk positions (the swizzle), so a store touches 32 distinct banks.
+template <class E, class Layout, int kTilesM, int kTilesN>
+__device__ __forceinline__ void store_tile(uint32_t smem_tile, const float (&acc)[kTilesM][kTilesN][4], int row0,
+                                           int col0, int g, int t) {
+#pragma unroll
+  for (int mt = 0; mt < kTilesM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + mt * 16 + g + 8 * r;
+        const uint32_t addr = smem_tile + Layout::offset(row, (col0 + nt * 8) / 8) + t * 4;
+        const uint32_t v = sm80::pack2<E>(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
+      }
+}
+
+// P = exp2(S * scale_log2 - lse * log2 e) in place (acc: the warp's S tile, query rows
+// row0 + mt * 16 + g + 8r of the block, keys key0 + nt * 8 + 2t + e), with the soft-cap's
+// derivative 1 - tanh^2 kept for dS as f16 pairs (it only scales dS, which is rounded to 16 bits
+// before its MMAs; f32 would cost 32 more registers and spill). Rows with lse = -inf saw no key: P = 0. kMasked (partial
+// tiles only): keys outside the row's window [lo, hi] get P = 0. lse and the window are worked
+// out here rather than before the GEMM so that they hold no registers across it.
+template <class T, bool kSoftcap, bool kMasked>
+__device__ __forceinline__ void probabilities(float (&acc)[T::kSdPTilesM][T::kSdPTilesN][4],
+                                              __half2 (&dtanh)[kSoftcap ? T::kSdPTilesM : 1][kSoftcap ? T::kSdPTilesN : 1][2],
+                                              const float* lse_slot, const BackwardParams& p, const SequenceMask& mask,
+                                              int q0, int row0, int key0, int g, int t) {
+#pragma unroll
+  for (int mt = 0; mt < T::kSdPTilesM; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + mt * 16 + g + 8 * r;
+      const float l = lse_slot[row];
+      const float lse2 = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+      int lo = 0, hi = 0;
+      if constexpr (kMasked) {
+        const int64_t diag = static_cast<int64_t>(q0 + row) + mask.offset;
+        const int64_t lo64 = mask.left >= 0 ? diag - mask.left : 0;
+        const int64_t hi64 = min(mask.seqlen_k - 1, mask.right >= 0 ? diag + mask.right : mask.seqlen_k);
+        lo = static_cast<int>(max(int64_t{0}, min(lo64, (int64_t{1} << 31) - 1)));
+        hi = static_cast<int>(max(int64_t{-1}, hi64));
+      }
+#pragma unroll
+      for (int nt = 0; nt < T::kSdPTilesN; ++nt) {
+        [[maybe_unused]] float dt[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int e = 2 * r + c;
+          float s = acc[mt][nt][e];
+          if constexpr (kSoftcap) {
+            const float th = tanhf(s * p.softcap_pre_scale);
+            dt[c] = 1.0f - th * th;
+            s = p.softcap * th;
+          }
+          float prob = exp2_ftz(fmaf(s, p.scale_log2, -lse2));
+          if constexpr (kMasked) {
+            const int j = key0 + nt * 8 + 2 * t + c;
+            if (j < lo || j > hi) prob = 0.0f;
+          }
+          acc[mt][nt][e] = prob;
+        }
+        if constexpr (kSoftcap) dtanh[mt][nt][r] = __floats2half2_rn(dt[0], dt[1]);
+      }
+    }
 }
 
 template <class T, bool kSoftcap>
@@ -140,7 +183,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   using TileQ = sm80::TileCopy<T::kBlockM, T::kHeadDim, T::kThreads, typename T::Layout>;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = sm80::smem_address(smem);
-  const uint32_t sV = sK + T::kOffV, sQ = sK + T::kOffQ, sdO = sK + T::kOffDO, sdS = sK + T::kOffS;
+  const uint32_t sV = sK + T::kOffV, sQ = sK + T::kOffQ, sdO = sK + T::kOffDO, sP = sK + T::kOffP,
+                 sdS = sK + T::kOffS;
   const float* s_lse = reinterpret_cast<const float*>(smem + T::kOffLse);  // [kStages][kBlockM]
   const float* s_d = reinterpret_cast<const float*>(smem + T::kOffD);      // [kStages][kBlockM]
 
@@ -162,9 +206,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   mask.seqlen_k = len_k;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int warp_n = warp % T::kWarpsN, warp_d = warp / T::kWarpsN;    // dK/dV, S^T ownership
-  const int warp_qm = warp % T::kWarpsQM, warp_qd = warp / T::kWarpsQM;  // dQ ownership
   const int g = lane / 4, t = lane % 4;
+  // Warp tiles of the three GEMM shapes (traits.cuh).
+  const int sdp_m0 = (warp % T::kWarpsSdPM) * T::kSdPM, sdp_n0 = (warp / T::kWarpsSdPM) * T::kSdPN;
+  const int kv_n0 = (warp % T::kWarpsKVN) * T::kKVN, kv_d0 = (warp / T::kWarpsKVN) * T::kKVD;
+  const int dq_m0 = (warp % T::kWarpsDQM) * T::kDQM, dq_d0 = (warp / T::kWarpsDQM) * T::kDQD;
   const int64_t dq_row_elems = static_cast<int64_t>(p.num_heads) * T::kHeadDim;
   float* dq_accum = p.dq_accum + (p.deterministic ? blockIdx.x * p.total_q * dq_row_elems : 0);
 
@@ -173,9 +219,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   const E* v_base = static_cast<const E*>(p.v) + (varlen ? k_start * p.v_token_stride : batch * p.v_batch_stride) +
                     kv_head * p.v_head_stride;
 
-  const FragmentAddress<T::kRowElems, LanePattern::kA> frag_k(sK, lane), frag_v(sV, lane);
+  const FragmentAddress<T::kRowElems, LanePattern::kB> frag_k(sK, lane), frag_v(sV, lane);
   const FragmentAddress<T::kRowElems, LanePattern::kBTrans> frag_k_trans(sK, lane);
-  const FragmentAddress<T::kBlockM, LanePattern::kB> frag_ds(sdS, lane);
+  const FragmentAddress<T::kBlockN, LanePattern::kB> frag_p_trans(sP, lane), frag_ds_trans(sdS, lane);
+  const FragmentAddress<T::kBlockN, LanePattern::kA> frag_ds(sdS, lane);
 
   for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x) {
     const int k0 = n_block * T::kBlockN;
@@ -192,23 +239,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
     TileK::copy(sV, v_base + static_cast<int64_t>(k0) * p.v_token_stride, p.v_token_stride, len_k - k0, tid);
     sm80::cp_async_commit();
 
-    // The key rows of this thread's S^T fragments, and the query rows each one sees (for
-    // partial tiles): key j is visible to query i iff q_lo[r] <= i <= q_hi[r].
-    int q_lo[2], q_hi[2];
+    float acc_dk[T::kKVTilesM][T::kKVTilesN][4], acc_dv[T::kKVTilesM][T::kKVTilesN][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t j = k0 + warp_n * 16 + g + 8 * r;
-      const int64_t lo = mask.right >= 0 ? j - mask.offset - mask.right : 0;
-      const int64_t hi = j >= len_k ? -1 : mask.left >= 0 ? j - mask.offset + mask.left : (int64_t{1} << 31) - 1;
-      q_lo[r] = static_cast<int>(max(int64_t{-1}, min(lo, (int64_t{1} << 31) - 1)));
-      q_hi[r] = static_cast<int>(max(int64_t{-1}, min(hi, (int64_t{1} << 31) - 1)));
-    }
-
-    float acc_dk[T::kNTilesKV][4], acc_dv[T::kNTilesKV][4];
+    for (int mt = 0; mt < T::kKVTilesM; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < T::kNTilesKV; ++nt)
+      for (int nt = 0; nt < T::kKVTilesN; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dk[nt][e] = acc_dv[nt][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc_dk[mt][nt][e] = acc_dv[mt][nt][e] = 0.0f;
 
     for (int head = kv_head * p.group_size; head < (kv_head + 1) * p.group_size; ++head) {
       const E* q_base = static_cast<const E*>(p.q) +
@@ -235,115 +272,91 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         sm80::cp_async_commit();
       };
 
+      // The previous head's last block may still be read (dV, dK) by slower warps.
+      __syncthreads();
       if (m_begin < m_end) load_query_block(m_begin, 0);
       for (int m = m_begin; m < m_end; ++m) {
         const int stage = T::kStages == 2 ? (m - m_begin) & 1 : 0;
-        if (T::kStages == 2 && m + 1 < m_end) {
-          load_query_block(m + 1, stage ^ 1);
-          sm80::cp_async_wait<1>();
-        } else {
-          sm80::cp_async_wait<0>();
-        }
-        __syncthreads();  // K, V (first block) and this query block have landed
+        sm80::cp_async_wait<0>();
+        // K, V (first block) and this query block have landed; every warp is done with the
+        // previous block's sP, sdS and the other stage's Q and dO.
+        __syncthreads();
+        if (T::kStages == 2 && m + 1 < m_end) load_query_block(m + 1, stage ^ 1);
 
         const int q0 = m * T::kBlockM;
         const bool masked = mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) != TileClass::full;
         const uint32_t sQ_stage = sQ + stage * T::kSmemQ, sdO_stage = sdO + stage * T::kSmemQ;
 
-        // ---- S^T = K Q^T, then P^T = exp2(S^T * scale_log2 - lse * log2 e) ------------------
-        float acc_p[T::kNTilesS][4];
-        gemm_rows_by_tile<T>(acc_p, frag_k, warp_n * 16, FragmentAddress<T::kRowElems, LanePattern::kB>(sQ_stage, lane));
-        [[maybe_unused]] float dtanh[kSoftcap ? T::kNTilesS : 1][4];
+        // ---- S = Q K^T, then P = exp2(S * scale_log2 - lse * log2 e) ----------------------------
+        // acc_p, acc_ds: (kSdPTilesM m16 x kSdPTilesN n8) f32, rows sdp_m0.., keys sdp_n0..
+        float acc_p[T::kSdPTilesM][T::kSdPTilesN][4];
+        gemm_nt<E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
+            acc_p, FragmentAddress<T::kRowElems, LanePattern::kA>(sQ_stage, lane), sdp_m0, frag_k, sdp_n0);
+        [[maybe_unused]] __half2 dtanh[kSoftcap ? T::kSdPTilesM : 1][kSoftcap ? T::kSdPTilesN : 1][2];
         const float* lse_slot = s_lse + stage * T::kBlockM;
         if (masked) {
-          probabilities<T, kSoftcap, true>(acc_p, dtanh, lse_slot, p, q0, q_lo, q_hi, t);
+          probabilities<T, kSoftcap, true>(acc_p, dtanh, lse_slot, p, mask, q0, sdp_m0, k0 + sdp_n0, g, t);
         } else {
-          probabilities<T, kSoftcap, false>(acc_p, dtanh, lse_slot, p, q0, q_lo, q_hi, t);
+          probabilities<T, kSoftcap, false>(acc_p, dtanh, lse_slot, p, mask, q0, sdp_m0, k0 + sdp_n0, g, t);
         }
+        store_tile<E, typename T::LayoutP>(sP, acc_p, sdp_m0, sdp_n0, g, t);
 
-        // ---- dP^T = V dO^T, then dS^T = P^T * (dP^T - D) ------------------------------------
-        float acc_ds[T::kNTilesS][4];
-        gemm_rows_by_tile<T>(acc_ds, frag_v, warp_n * 16, FragmentAddress<T::kRowElems, LanePattern::kB>(sdO_stage, lane));
+        // ---- dP = dO V^T, then dS = P * (dP - D) -----------------------------------------------
+        float acc_ds[T::kSdPTilesM][T::kSdPTilesN][4];
+        gemm_nt<E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
+            acc_ds, FragmentAddress<T::kRowElems, LanePattern::kA>(sdO_stage, lane), sdp_m0, frag_v, sdp_n0);
 #pragma unroll
-        for (int nt = 0; nt < T::kNTilesS; ++nt) {
-          const int col = nt * 8 + 2 * t;
-          const float2 dd = *reinterpret_cast<const float2*>(s_d + stage * T::kBlockM + col);
-          const float d0 = dd.x, d1 = dd.y;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float ds = acc_p[nt][e] * (acc_ds[nt][e] - ((e & 1) ? d1 : d0));
-            if constexpr (kSoftcap) ds *= dtanh[nt][e];
-            acc_ds[nt][e] = ds;
-          }
-        }
-        uint32_t a_p[T::kKStepsM][4], a_ds[T::kKStepsM][4];
-        pack_a<T, T::kKStepsM>(a_p, acc_p);
-        pack_a<T, T::kKStepsM>(a_ds, acc_ds);
-
-        // sdS: (kBlockN keys, kBlockM queries) = dS^T, for dQ = dS K. Rows g and g + 8 of a
-        // 16-row tile hold different chunk positions after the swizzle: no bank conflicts.
-        if (warp_d == 0) {
-#pragma unroll
-          for (int kk = 0; kk < T::kKStepsM; ++kk)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                const int row = warp_n * 16 + g + 8 * r;
-                const uint32_t addr = sdS + T::LayoutS::offset(row, 2 * kk + half) + t * 4;
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(a_ds[kk][2 * half + r]));
-              }
-        }
-
-        // ---- dV += P^T dO, dK += dS^T Q --------------------------------------------------------
-        const int chunk_kv = warp_d * T::kWarpDims / 8;
-        gemm_a_regs_b_trans<T, T::kNTilesKV, T::kKStepsM>(
-            acc_dv, a_p, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sdO_stage, lane), chunk_kv);
-        gemm_a_regs_b_trans<T, T::kNTilesKV, T::kKStepsM>(
-            acc_dk, a_ds, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sQ_stage, lane), chunk_kv);
-        __syncthreads();  // sdS is complete; every warp is done with this stage's Q and dO
-        if (T::kStages == 1 && m + 1 < m_end) load_query_block(m + 1, 0);
-
-        // ---- dQ (kQMTiles x 16 query rows x kQDims per warp) += dS K ---------------------------
-        float acc_dq[T::kQMTiles][T::kNTilesQ][4];
-#pragma unroll
-        for (int mt = 0; mt < T::kQMTiles; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < T::kNTilesQ; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < T::kKStepsN; ++kk) {
-          uint32_t fa[T::kQMTiles][4];  // A = dS (queries x keys) = sdS^T: the kB pattern, transposed
-#pragma unroll
-          for (int mt = 0; mt < T::kQMTiles; ++mt)
-            sm80::ldmatrix_x4_trans(fa[mt], frag_ds.at(kk * 16, (warp_qm * T::kQMTiles + mt) * 2));
-#pragma unroll
-          for (int dp = 0; dp < T::kNTilesQ / 2; ++dp) {
-            uint32_t fb[4];
-            sm80::ldmatrix_x4_trans(fb, frag_k_trans.at(kk * 16, warp_qd * T::kQDims / 8 + dp * 2));
-            const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
-#pragma unroll
-            for (int mt = 0; mt < T::kQMTiles; ++mt) {
-              sm80::mma_16816<E>(acc_dq[mt][2 * dp], fa[mt], lo);
-              sm80::mma_16816<E>(acc_dq[mt][2 * dp + 1], fa[mt], hi);
-            }
-          }
-        }
-#pragma unroll
-        for (int mt = 0; mt < T::kQMTiles; ++mt)
+        for (int mt = 0; mt < T::kSdPTilesM; ++mt)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const int i = q0 + (warp_qm * T::kQMTiles + mt) * 16 + g + 8 * r;
-            if (i >= len_q) continue;
-            float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + warp_qd * T::kQDims + 2 * t;
+            const float d_row = s_d[stage * T::kBlockM + sdp_m0 + mt * 16 + g + 8 * r];
 #pragma unroll
-            for (int nt = 0; nt < T::kNTilesQ; ++nt)
+            for (int nt = 0; nt < T::kSdPTilesN; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                float ds = acc_p[mt][nt][2 * r + c] * (acc_ds[mt][nt][2 * r + c] - d_row);
+                if constexpr (kSoftcap) ds *= c == 0 ? __low2float(dtanh[mt][nt][r]) : __high2float(dtanh[mt][nt][r]);
+                acc_ds[mt][nt][2 * r + c] = ds;
+              }
+          }
+        store_tile<E, typename T::LayoutP>(sdS, acc_ds, sdp_m0, sdp_n0, g, t);
+        __syncthreads();  // sP and sdS are complete
+
+        // ---- dV += P^T dO, dK += dS^T Q (kKVN keys x kKVD columns per warp) ---------------------
+        gemm_nn<E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
+            acc_dv, frag_p_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sdO_stage, lane),
+            kv_d0 / 8);
+        gemm_nn<E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
+            acc_dk, frag_ds_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sQ_stage, lane),
+            kv_d0 / 8);
+        if (T::kStages == 1 && m + 1 < m_end) {
+          __syncthreads();  // every warp is done with the only stage's Q and dO
+          load_query_block(m + 1, 0);
+        }
+
+        // ---- dQ (kDQM query rows x kDQD columns per warp) += dS K ---------------------------------
+        float acc_dq[T::kDQTilesM][T::kDQTilesN][4];
+#pragma unroll
+        for (int mt = 0; mt < T::kDQTilesM; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < T::kDQTilesN; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+        gemm_nn<E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+                                                                         dq_d0 / 8);
+#pragma unroll
+        for (int mt = 0; mt < T::kDQTilesM; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int i = q0 + dq_m0 + mt * 16 + g + 8 * r;
+            if (i >= len_q) continue;
+            float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < T::kDQTilesN; ++nt)
               add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
           }
-        // No barrier here: the next block rewrites sdS only after its top barrier, which every
-        // warp reaches only once its dQ above is done; and the next load into this stage's
-        // buffers is issued only after this block's middle barrier.
+        // No barrier here: the next block rewrites sP and sdS, and loads into this stage's
+        // buffers, only after its top barrier, which every warp reaches only once it is done.
       }
     }
     sm80::cp_async_wait<0>();  // K and V, when no query block saw this key block
@@ -354,18 +367,21 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
     E* dv_base = static_cast<E*>(p.dv) + (varlen ? k_start * p.dv_token_stride : batch * p.dv_batch_stride) +
                  kv_head * p.dv_head_stride;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int j = k0 + warp_n * 16 + g + 8 * r;
-      if (j >= len_k) continue;
-      E* dk_row = dk_base + static_cast<int64_t>(j) * p.dk_token_stride + warp_d * T::kWarpDims + 2 * t;
-      E* dv_row = dv_base + static_cast<int64_t>(j) * p.dv_token_stride + warp_d * T::kWarpDims + 2 * t;
+    for (int mt = 0; mt < T::kKVTilesM; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < T::kNTilesKV; ++nt) {
-        *reinterpret_cast<uint32_t*>(dk_row + nt * 8) =
-            sm80::pack2<E>(acc_dk[nt][2 * r] * p.scale, acc_dk[nt][2 * r + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(dv_row + nt * 8) = sm80::pack2<E>(acc_dv[nt][2 * r], acc_dv[nt][2 * r + 1]);
+      for (int r = 0; r < 2; ++r) {
+        const int j = k0 + kv_n0 + mt * 16 + g + 8 * r;
+        if (j >= len_k) continue;
+        E* dk_row = dk_base + static_cast<int64_t>(j) * p.dk_token_stride + kv_d0 + 2 * t;
+        E* dv_row = dv_base + static_cast<int64_t>(j) * p.dv_token_stride + kv_d0 + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < T::kKVTilesN; ++nt) {
+          *reinterpret_cast<uint32_t*>(dk_row + nt * 8) =
+              sm80::pack2<E>(acc_dk[mt][nt][2 * r] * p.scale, acc_dk[mt][nt][2 * r + 1] * p.scale);
+          *reinterpret_cast<uint32_t*>(dv_row + nt * 8) =
+              sm80::pack2<E>(acc_dv[mt][nt][2 * r], acc_dv[mt][nt][2 * r + 1]);
+        }
       }
-    }
   }
 }
 

@@ -18,8 +18,8 @@ namespace fastattn::cuda {
 template <typename Element, int kHeadDim>
 struct BackwardConfig {
   static constexpr BackwardBlocks kBlocks = backward_blocks(kHeadDim);
-  using Traits = BackwardTraits<kHeadDim, kBlocks.block_m, kBlocks.block_n, kBlocks.warps, kBlocks.warps_d,
-                                kBlocks.stages, Element>;
+  using Traits = BackwardTraits<kHeadDim, kBlocks.block_m, kBlocks.block_n, kBlocks.warps, kBlocks.warps_sdp_m,
+                                kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element>;
 };
 
 template <typename Element, int kHeadDim>

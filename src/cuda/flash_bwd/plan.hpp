@@ -10,19 +10,29 @@
 
 namespace fastattn::cuda {
 
-// Per head_dim, close to flash-attn 2's sm80 backward: kBlockN = 16 keys per warp row, the dK
-// and dV accumulators of a warp (16 keys x head_dim / warps_d) stay in registers for the whole
-// CTA. kBlockM = 64 everywhere: at d = 64 a 128-row query block made each warp's S^T and dP^T
-// 64 registers each and ptxas spilled (140 bytes; 468 with soft-cap).
+// Per head_dim, flash-attn 2's sm80 backward tiles (kernel_traits_sm80 / launch_template):
+// a CTA owns block_n keys and walks query blocks of block_m rows. Each of the kernel's three
+// GEMM shapes has its own 2-D warp layout, so every warp computes a 32 x 32 (or larger) tile
+// and reads less of its operands from shared memory than 16-row warps would:
+//   S = Q K^T, dP = dO V^T   (block_m x block_n):  warps_sdp_m x (warps / warps_sdp_m)
+//   dV = P^T dO, dK = dS^T Q (block_n x head_dim): warps_kv_n x (warps / warps_kv_n)
+//   dQ = dS K                (block_m x head_dim): warps_dq_m x (warps / warps_dq_m)
+// P and dS go through shared memory between the first shape and the other two.
 struct BackwardBlocks {
   int block_m;  // query rows per inner step
   int block_n;  // key rows per CTA
   int warps;
-  int warps_d;  // warps that split head_dim for dK/dV (2 at d = 256 to fit registers)
-  int stages;   // Q/dO shared-memory buffers (1 at d = 256 to fit the sm80 smem limit)
+  int warps_sdp_m;  // warps along queries for S and dP
+  int warps_kv_n;   // warps along keys for dK and dV
+  int warps_dq_m;   // warps along queries for dQ
+  int stages;       // Q/dO shared-memory buffers (1 at d = 256 to fit the sm80 smem limit)
 };
 constexpr BackwardBlocks backward_blocks(int head_dim) {
-  return head_dim <= 128 ? BackwardBlocks{64, 128, 8, 1, 2} : BackwardBlocks{64, 64, 8, 2, 1};
+  // d = 96: dQ warps split head_dim in two (48 columns = 6 n8 tiles; a quarter would be 3).
+  return head_dim <= 64    ? BackwardBlocks{128, 128, 8, 2, 4, 4, 2}
+         : head_dim <= 96  ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2}
+         : head_dim <= 128 ? BackwardBlocks{64, 128, 8, 2, 4, 2, 2}
+                           : BackwardBlocks{64, 64, 8, 4, 2, 2, 1};
 }
 
 struct BackwardPlan {
