@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <string>
 
 #include "cpu/cpu_backend.hpp"
@@ -30,7 +31,7 @@ struct Tiles {
 // multiple of the micro-kernel's rows (AVX2 6, AVX-512 12). block_q is a multiple of 48
 // (AVX2) / 96 (AVX-512) so that no query sub-block is padded.
 Tiles cpu_forward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
-  (void)dtype;  // K/V are converted to f32 once per call; tiles are sized in f32
+  (void)dtype;  // tiles are sized in f32; block_k stays even for the bf16-pair kernel
   const bool avx512 = isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16;
   if (avx512) return head_dim <= 128 ? Tiles{384, 96} : Tiles{192, 96};  // 2 MiB L2
   return Tiles{96, 60};  // Zen 3 (512 KiB L2): best of 48..192 x 36..96 at head_dim 128
@@ -46,6 +47,14 @@ Tiles cpu_backward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   if (head_dim <= 64) return {96, 96};
   if (head_dim <= 128 || isa == cpu::Isa::avx2) return {48, 96};
   return {24, 96};
+}
+
+// "(vdpbf16ps measured 0.45x the FMA rate; the pair kernel needs >= 1.25x)" for the reason.
+std::string fmt_ratio(double ratio) {
+  char text[128];
+  std::snprintf(text, sizeof text, " (vdpbf16ps measured %.2fx the FMA rate here; the pair kernel needs >= %.2fx)",
+                ratio, cpu::kBf16DotMinRatio);
+  return text;
 }
 
 Backend resolve_backend(const AttentionProblem& p, Backend requested) {
@@ -164,11 +173,22 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.block_q = t.block_q;
   c.block_k = t.block_k;
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
-  c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + to_string(p.dtype) + ".d" +
+  const cpu::Bf16Dot dot =
+      direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
+  const std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + variant + to_string(p.dtype) + ".d" +
              std::to_string(p.head_dim);
   c.reason = direction == Direction::forward
                  ? "widest ISA on this CPU; threads over (batch, head, query block)"
                  : "widest ISA on this CPU; threads over (batch, kv head, key block)";
+  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16) {
+    const double ratio = cpu::bf16_dot_speed_ratio();
+    c.reason += dot == cpu::Bf16Dot::native ? "; bf16 pairs on vdpbf16ps" : "; f32 kernel";
+    c.reason += fmt_ratio(ratio);
+  }
+  if (dot == cpu::Bf16Dot::emulated) {
+    c.reason += "; bf16-pair kernel with the dot product emulated (FASTATTN_CPU_BF16_DOT=emulated, a test path)";
+  }
   if (direction == Direction::backward) c.workspace_bytes = cpu::backward_workspace_bytes(p, c);
   return c;
 }

@@ -23,6 +23,23 @@ std::vector<Isa> compiled_isas();     // ISAs with kernels in this binary
 // FASTATTN_CPU_ISA=avx2 (etc.) caps the ISA, for testing the narrower kernels on a wider CPU.
 Isa selected_isa();
 
+// How a bf16 forward multiplies (forward_bf16.hpp): vdpbf16ps on bf16 pairs (native: bf16
+// inputs on Isa::avx512bf16), the same bf16-pair kernel with the dot product emulated by two
+// FMAs (emulated: only with FASTATTN_CPU_BF16_DOT=emulated, to test that kernel on any CPU), or
+// the f32 kernel (off: other dtypes and CPUs, or FASTATTN_CPU_BF16_DOT=off).
+// By default the native kernel runs only where it pays: the first bf16 forward on an AVX-512
+// BF16 CPU measures vdpbf16ps against the zmm FMA (bf16_dot_speed_ratio) and takes the pair
+// kernel when the dot product's FLOP rate is >= kBf16DotMinRatio times the FMA's (the pair
+// kernel also copies K and V as bf16 and packs P, so a small edge is not enough).
+// FASTATTN_CPU_BF16_DOT=native forces it (an error without AVX-512 BF16).
+enum class Bf16Dot { off, native, emulated };
+inline constexpr double kBf16DotMinRatio = 1.25;
+const char* to_string(Bf16Dot dot) noexcept;
+Bf16Dot forward_bf16_dot(Isa isa, DType dtype);  // reads FASTATTN_CPU_BF16_DOT; throws on a bad value
+double bf16_dot_speed_ratio();  // measured once per process; 0 without AVX-512 BF16
+// The forward's kernel name carries the choice: ".bf16dot." or ".bf16dot-emulated.".
+Bf16Dot bf16_dot_of(const KernelChoice& choice);
+
 // Run the forward/backward pass of `p` with the ISA and tiles of `choice`.
 void forward(const AttentionProblem& p, const KernelChoice& choice);
 void backward(const AttentionProblem& p, const KernelChoice& choice);

@@ -19,14 +19,31 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   tiles.block_q = choice.block_q;
   tiles.block_k = choice.block_k;
   tiles.num_threads = p.num_threads > 0 ? p.num_threads : choice.num_threads;
+  const Bf16Dot dot = bf16_dot_of(choice);
+  if (dot != Bf16Dot::off && p.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " expects bf16 inputs, got " +
+                                            std::string(to_string(p.dtype)));
+  }
+  if (dot == Bf16Dot::native && isa != Isa::avx512bf16) {
+    throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " needs AVX-512 BF16, got ISA " +
+                                            std::string(to_string(isa)));
+  }
   switch (isa) {
     case Isa::avx2:
-      forward_avx2(p, tiles);
+      if (dot == Bf16Dot::emulated) {
+        forward_bf16_emulated_avx2(p, tiles);
+      } else {
+        forward_avx2(p, tiles);
+      }
       return;
     case Isa::avx512:
     case Isa::avx512bf16:
 #if FASTATTN_HAVE_AVX512
-      forward_avx512(p, tiles);
+      if (dot == Bf16Dot::off) {
+        forward_avx512(p, tiles);
+      } else {
+        forward_bf16_avx512(p, tiles, dot == Bf16Dot::native);
+      }
       return;
 #else
       break;

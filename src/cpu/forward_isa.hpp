@@ -1,7 +1,8 @@
 // forward_isa.hpp — the per-ISA instantiations of the CPU forward kernel.
 //
 // forward.cpp (plain flags) picks one of these from KernelChoice::isa; each is defined in a
-// file compiled for its instruction set (forward_avx2.cpp, forward_avx512.cpp).
+// file compiled for its instruction set (forward_avx2.cpp, forward_avx512.cpp,
+// forward_bf16_avx2.cpp, forward_bf16_avx512.cpp).
 #pragma once
 
 #include "common/problem.hpp"
@@ -16,8 +17,14 @@ struct ForwardTiles {
 };
 
 void forward_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
+// bf16 inputs only: the bf16-pair kernel with the dot product emulated (forward_bf16.hpp).
+void forward_bf16_emulated_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
 #if FASTATTN_HAVE_AVX512
 void forward_avx512(const AttentionProblem& p, const ForwardTiles& tiles);
+// bf16 inputs only: native = vdpbf16ps (CPUs with AVX-512 BF16), else emulated.
+void forward_bf16_avx512(const AttentionProblem& p, const ForwardTiles& tiles, bool native);
+// vdpbf16ps FLOP rate / zmm FMA FLOP rate on this core, measured (~1 ms); AVX-512 BF16 only.
+double bf16_dot_speed_ratio_avx512();
 #endif
 
 }  // namespace fastattn::cpu

@@ -5,7 +5,10 @@
 // every core. K and V are first made contiguous f32 rows per KV head (forward_kv.hpp).
 // Two levels of tiling (FastAttention): the unit's Q^T and O stay in L2 and share every K/V
 // tile read for them; inside the unit, sub-blocks of sub_q rows keep their score tile in L1.
-// Per unit (forward_query_block):
+// How Q, K and V are stored and multiplied is the Ops policy's job (forward_f32.hpp: f32
+// operands, FMA micro-kernels; forward_bf16.hpp: bf16 pairs, vdpbf16ps); this file is the
+// driver both share: work units, tiling, tiling-mask, online softmax, epilogue.
+// Per unit (forward_query_block), with the f32 operands:
 //   1. pack_query_block, per sub-block: Q rows -> f32, times softmax_scale * log2(e) (or
 //      scale / softcap), stored transposed as GEMM B panels   q_panels: (head_dim, cols) f32
 //   2. for each tile of block_k keys in [mask.key_begin(q0), mask.key_end(q1)), and each
@@ -86,9 +89,10 @@ struct ForwardGeometry {
   std::int64_t acc_floats() const { return lines(max_subs * sub_q * head_dim); }
   std::int64_t score_floats() const { return lines(block_k * sub_q); }
   std::int64_t stat_floats() const { return lines(max_subs * sub_q); }
+  std::int64_t pair_floats() const { return lines((block_k / 2 + 1) * sub_q); }
   std::size_t scratch_bytes() const {
     const std::int64_t floats =
-        q_panel_floats() + acc_floats() + score_floats() + 3 * stat_floats();
+        q_panel_floats() + acc_floats() + score_floats() + 3 * stat_floats() + pair_floats();
     return static_cast<std::size_t>(floats) * sizeof(float);
   }
 };
@@ -101,6 +105,7 @@ struct ForwardScratch {
   float* row_max;   // (block_q): running max m, log2 units
   float* row_sum;   // (block_q): running sum l
   float* alpha;     // (block_q): the current tile's rescale factor
+  float* pairs;     // bf16 operands only: (block_k / 2 + 1, cols) words, P as key pairs
 };
 
 template <class V>
@@ -112,6 +117,7 @@ ForwardScratch carve_scratch(const ForwardGeometry<V>& g, float* base) {
   s.row_max = s.scores + g.score_floats();
   s.row_sum = s.row_max + g.stat_floats();
   s.alpha = s.row_sum + g.stat_floats();
+  s.pairs = s.alpha + g.stat_floats();
   return s;
 }
 
@@ -126,22 +132,6 @@ struct SubBlock {
   float* alpha;           // (cols)
 };
 
-// Q rows [q0, q0 + rows) of head h -> panels (head_dim, cols), times q_scale; padded columns
-// are zero. staging (rows, head_dim) receives the f32 rows first.
-template <class V>
-void pack_query_block(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t q0,
-                      std::int64_t rows, std::int64_t cols, float q_scale, float* staging,
-                      float* panels) {
-  const std::int64_t d = p.head_dim;
-  const std::size_t elem = element_bytes(p.dtype);
-  const char* q = static_cast<const char*>(p.q.data);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const char* row = q + static_cast<std::size_t>(p.offset_q(p.q, b, q0 + i, h)) * elem;
-    simd::load_row<V>(row, p.dtype, d, q_scale, staging + i * d);
-  }
-  gemm::pack_transposed<V>(staging, d, rows, d, cols, panels);
-}
-
 // O row i *= alpha[i] where the running max moved (alpha != 1). Rows that had seen no key
 // yet hold zeros, so their alpha of 0 needs no special case.
 template <class V>
@@ -150,69 +140,6 @@ void rescale_accumulator(float* acc, std::int64_t head_dim, std::int64_t acc_row
   for (std::int64_t i = 0; i < acc_rows; ++i) {
     if (alpha[i] != 1.0f) simd::scale_row<V>(acc + i * head_dim, head_dim, alpha[i]);
   }
-}
-
-// scores (kn, cols) = k_tile (kn, d) * Q^T (d, cols). On a partial tile each panel of queries
-// multiplies only the keys some query of the panel can see (the diagonal's far corner is
-// skipped); the entries left out are invisible to the whole panel, so apply_mask overwrites
-// them with -inf.
-template <class V>
-void score_tile(const AttentionProblem& p, const SubBlock& sb, float* scores, const float* k_tile,
-                const SequenceMask& mask, std::int64_t k0, std::int64_t kn, TileClass tile) {
-  constexpr std::int64_t P = gemm::panel_width<V>();
-  const std::int64_t d = p.head_dim;
-  if (tile == TileClass::full) {
-    gemm::tile_gemm<V>(kn, sb.cols, d, gemm::MatrixA{k_tile, d, gemm::Layout::row_major},
-                       gemm::packed_b<V>(sb.q_panels, d), scores, sb.cols, /*accumulate=*/false);
-    return;
-  }
-  for (std::int64_t j0 = 0; j0 < sb.cols; j0 += P) {
-    const std::int64_t kb = std::max(k0, mask.key_begin(sb.q0 + j0));
-    const std::int64_t ke = std::min(k0 + kn, mask.key_end(sb.q0 + j0 + P));
-    if (kb >= ke) continue;
-    const gemm::MatrixA keys{k_tile + (kb - k0) * d, d, gemm::Layout::row_major};
-    gemm::tile_gemm<V>(ke - kb, P, d, keys, gemm::packed_b<V>(sb.q_panels + j0 * d, d),
-                       scores + (kb - k0) * sb.cols + j0, sb.cols, /*accumulate=*/false);
-  }
-}
-
-// acc (acc_rows, d) += P (acc_rows, kn) * v_tile (kn, d), with P(i, j) = scores[j * cols + i].
-// On a partial tile each block of kGemmRows queries sums only over the keys one of them can
-// see: the other weights are exactly 0.
-template <class V>
-void accumulate_values(const AttentionProblem& p, const SubBlock& sb, const float* scores,
-                       const float* v_tile, const SequenceMask& mask, std::int64_t k0,
-                       std::int64_t kn, TileClass tile) {
-  constexpr std::int64_t MR = V::kGemmRows;
-  const std::int64_t d = p.head_dim;
-  if (tile == TileClass::full) {
-    gemm::tile_gemm<V>(sb.acc_rows, d, kn, gemm::MatrixA{scores, sb.cols, gemm::Layout::col_major},
-                       gemm::row_major_b<V>(v_tile, d), sb.acc, d, /*accumulate=*/true);
-    return;
-  }
-  for (std::int64_t i0 = 0; i0 < sb.acc_rows; i0 += MR) {
-    const std::int64_t kb = std::max(k0, mask.key_begin(sb.q0 + i0));
-    const std::int64_t ke = std::min(k0 + kn, mask.key_end(sb.q0 + i0 + MR));
-    if (kb >= ke) continue;
-    const gemm::MatrixA weights{scores + (kb - k0) * sb.cols + i0, sb.cols,
-                                gemm::Layout::col_major};
-    gemm::tile_gemm<V>(MR, d, ke - kb, weights, gemm::row_major_b<V>(v_tile + (kb - k0) * d, d),
-                       sb.acc + i0 * d, d, /*accumulate=*/true);
-  }
-}
-
-// The inner level for one (sub-block, K/V tile) pair: scores, mask, online softmax, O += P V.
-// k_tile, v_tile: (kn, head_dim) f32 rows, head_dim apart.
-template <class V>
-void attend_tile(const AttentionProblem& p, const SubBlock& sb, float* scores,
-                 const float* k_tile, const float* v_tile, const SequenceMask& mask,
-                 std::int64_t k0, std::int64_t kn, TileClass tile) {
-  score_tile<V>(p, sb, scores, k_tile, mask, k0, kn, tile);
-  if (p.softcap > 0.0f) apply_softcap<V>(scores, sb.cols, kn, sb.cols, p.softcap * kLog2e);
-  if (tile == TileClass::partial) apply_mask(scores, sb.cols, kn, sb.cols, mask, sb.q0, k0);
-  online_softmax_update<V>(scores, sb.cols, kn, sb.cols, sb.row_max, sb.row_sum, sb.alpha);
-  rescale_accumulator<V>(sb.acc, p.head_dim, sb.acc_rows, sb.alpha);
-  accumulate_values<V>(p, sb, scores, v_tile, mask, k0, kn, tile);
 }
 
 // Epilogue: out row = O / l in the output dtype, lse = (m + log2 l) * ln 2 (natural log).
@@ -242,9 +169,9 @@ void write_output_rows(const AttentionProblem& p, const ForwardScratch& s, std::
 }
 
 // The whole forward of one work unit: queries [q0, q0 + rows) of (sequence b, head h).
-template <class V>
+template <class V, class Ops>
 void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
-                         const ForwardScratch& s, const KvRows& kv, std::int64_t b,
+                         const ForwardScratch& s, const typename Ops::Kv& kv, std::int64_t b,
                          std::int64_t h, std::int64_t q0, std::int64_t rows, std::int64_t len_q,
                          std::int64_t len_k) {
   using G = ForwardGeometry<V>;
@@ -267,7 +194,7 @@ void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
     sb.row_max = s.row_max + r0;
     sb.row_sum = s.row_sum + r0;
     sb.alpha = s.alpha + r0;
-    pack_query_block<V>(p, b, h, sb.q0, sb.rows, sb.cols, q_scale, sb.acc, panels);
+    Ops::pack_query_block(p, b, h, sb.q0, sb.rows, sb.cols, q_scale, sb.acc, panels);
     for (std::int64_t r = 0; r < sb.acc_rows; ++r) simd::zero_row<V>(sb.acc + r * d, d);
     for (std::int64_t c = 0; c < sb.cols; ++c) {
       sb.row_max[c] = -std::numeric_limits<float>::infinity();
@@ -280,8 +207,6 @@ void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
   const std::int64_t key_end = mask.key_end(q0 + rows);
   for (std::int64_t k0 = mask.key_begin(q0); k0 < key_end; k0 += g.block_k) {
     const std::int64_t kn = key_end - k0 < g.block_k ? key_end - k0 : g.block_k;
-    const float* k_tile = kv.k_row(p, b, k0, kv_head);
-    const float* v_tile = kv.v_row(p, b, k0, kv_head);
     // Inner level: each sub-block against the part of this K/V tile inside its own key range
     // (so diagonal and window edges waste no more than the sub-block's own triangle),
     // classified on its own rows.
@@ -293,19 +218,18 @@ void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
       if (k_lo >= k_hi) continue;
       const TileClass tile = mask.classify(sb.q0, sb.q0 + sb.rows, k_lo, k_hi);
       if (tile == TileClass::empty) continue;
-      attend_tile<V>(p, sb, s.scores, k_tile + (k_lo - k0) * d, v_tile + (k_lo - k0) * d, mask,
-                     k_lo, k_hi - k_lo, tile);
+      Ops::attend_tile(p, sb, s, kv, b, kv_head, q_scale, mask, k_lo, k_hi - k_lo, tile);
     }
   }
   write_output_rows<V>(p, s, b, h, q0, rows);
 }
 
-// Entry point of one ISA: all work units of the call over OpenMP threads.
-template <class V>
+// Entry point of one ISA and operand format: all work units of the call over OpenMP threads.
+template <class V, class Ops>
 void run_forward(const AttentionProblem& p, const ForwardTiles& tiles) {
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return;
   const ForwardGeometry<V> g(p.head_dim, tiles.block_q, tiles.block_k);
-  const KvPlan plan(p);
+  const typename Ops::Plan plan(p);
   HostScratch packed(nullptr, plan.chunk_bytes);  // pooled; nothing when K/V are read in place
   const std::int64_t q_blocks = (p.seqlen_q + g.block_q - 1) / g.block_q;
   const std::int64_t group = p.group_size();
@@ -326,8 +250,7 @@ void run_forward(const AttentionProblem& p, const ForwardTiles& tiles) {
     for (std::int64_t c0 = 0; c0 < p.num_kv_heads; c0 += plan.heads_per_chunk) {
       const std::int64_t c1 =
           c0 + plan.heads_per_chunk < p.num_kv_heads ? c0 + plan.heads_per_chunk : p.num_kv_heads;
-      float* packed_rows = static_cast<float*>(packed.data());
-      const KvRows kv = plan.in_place ? kv_in_place(p) : pack_kv_heads<V>(p, c0, c1, packed_rows);
+      const typename Ops::Kv kv = Ops::stage_kv(p, plan, c0, c1, packed.data());
       // Units of the query heads of KV heads [c0, c1): (head, batch, query block), heads
       // outermost so that consecutive units share K/V; within a sequence the longest query
       // blocks (last, under a causal mask) first, which keeps the dynamic schedule's tail short.
@@ -343,7 +266,7 @@ void run_forward(const AttentionProblem& p, const ForwardTiles& tiles) {
         const std::int64_t q0 = qb * g.block_q;
         if (q0 >= len_q) continue;  // varlen: this sequence is shorter than the longest
         const std::int64_t rows = len_q - q0 < g.block_q ? len_q - q0 : g.block_q;
-        forward_query_block<V>(p, g, s, kv, b, h, q0, rows, len_q, p.k_len(b));
+        forward_query_block<V, Ops>(p, g, s, kv, b, h, q0, rows, len_q, p.k_len(b));
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/cpu_backend.hpp"
+#include "cpu/forward_isa.hpp"
 #include "fastattn/error.hpp"
 
 #ifndef FASTATTN_HAVE_AVX512
@@ -88,6 +89,50 @@ Isa selected_isa() {
                     "avx512bf16, got '" + cap + "'");
   }
   return static_cast<int>(limit) < static_cast<int>(detected) ? limit : detected;
+}
+
+const char* to_string(Bf16Dot dot) noexcept {
+  switch (dot) {
+    case Bf16Dot::off: return "off";
+    case Bf16Dot::native: return "bf16dot";
+    case Bf16Dot::emulated: return "bf16dot-emulated";
+  }
+  return "unknown";
+}
+
+Bf16Dot forward_bf16_dot(Isa isa, DType dtype) {
+  const char* env = std::getenv("FASTATTN_CPU_BF16_DOT");
+  const std::string mode = env ? env : "";
+  if (!mode.empty() && mode != "native" && mode != "emulated" && mode != "off") {
+    throw Error(ErrorCode::invalid_argument,
+                "FASTATTN_CPU_BF16_DOT: expected native, emulated or off, got '" + mode + "'");
+  }
+  if (dtype != DType::bf16 || isa == Isa::none || mode == "off") return Bf16Dot::off;
+  if (mode == "emulated") return Bf16Dot::emulated;
+  if (mode == "native") {
+    if (isa != Isa::avx512bf16) {
+      throw Error(ErrorCode::unsupported,
+                  std::string("FASTATTN_CPU_BF16_DOT=native: expected a CPU with AVX-512 BF16 (ISA avx512bf16), got ") +
+                      to_string(isa));
+    }
+    return Bf16Dot::native;
+  }
+  return isa == Isa::avx512bf16 && bf16_dot_speed_ratio() >= kBf16DotMinRatio ? Bf16Dot::native : Bf16Dot::off;
+}
+
+double bf16_dot_speed_ratio() {
+#if FASTATTN_HAVE_AVX512
+  static const double ratio = detect_isa() == Isa::avx512bf16 ? bf16_dot_speed_ratio_avx512() : 0.0;
+  return ratio;
+#else
+  return 0.0;
+#endif
+}
+
+Bf16Dot bf16_dot_of(const KernelChoice& choice) {
+  if (choice.kernel.find(".bf16dot-emulated.") != std::string::npos) return Bf16Dot::emulated;
+  if (choice.kernel.find(".bf16dot.") != std::string::npos) return Bf16Dot::native;
+  return Bf16Dot::off;
 }
 
 }  // namespace fastattn::cpu

@@ -137,19 +137,37 @@ struct Avx2 {
     std::memcpy(p, tmp, sizeof(std::uint16_t) * static_cast<unsigned>(n));
   }
 
+  // bf16 pairs, the operand format of AVX-512 BF16's vdpbf16ps: each 32-bit lane holds two
+  // bf16, the lower-indexed one in the low half. Pair vectors travel as `vec` bit patterns.
+  static vec pair_lo(vec x) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(x), 16));
+  }
+  static vec pair_hi(vec x) {
+    return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  // lo and hi rounded to bf16 (nearest even) and packed as pairs (lo in the low halves).
+  static vec pack_pairs(vec lo, vec hi) {
+    return _mm256_castsi256_ps(_mm256_or_si256(bf16_bits(lo), _mm256_slli_epi32(bf16_bits(hi), 16)));
+  }
+
  private:
   static __m256i lane_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
-  // f32 -> bf16, round to nearest even; NaN stays a (quiet) NaN.
-  static __m128i to_bf16(vec x) {
+  // f32 -> bf16 bits in the low half of each u32 lane, round to nearest even; NaN stays a
+  // (quiet) NaN.
+  static __m256i bf16_bits(vec x) {
     const __m256i b = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
     const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
     const __m256 is_nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    r = _mm256_blendv_epi8(r, quiet_nan, _mm256_castps_si256(is_nan));
+    return _mm256_blendv_epi8(r, quiet_nan, _mm256_castps_si256(is_nan));
+  }
+  // f32 -> bf16, round to nearest even; NaN stays a (quiet) NaN.
+  static __m128i to_bf16(vec x) {
+    const __m256i r = bf16_bits(x);
     // Pack 8 x u32 (each < 2^16) to 8 x u16: packus works per 128-bit lane, then gather lanes.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
     return _mm256_castsi256_si128(packed);
@@ -228,6 +246,26 @@ struct Avx512 {
                              _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 
+  // bf16 pairs (see Avx2::pair_lo).
+  static vec pair_lo(vec x) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(x), 16));
+  }
+  static vec pair_hi(vec x) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static vec pack_pairs(vec lo, vec hi) {
+    return _mm512_castsi512_ps(_mm512_or_si512(to_bf16_bits(lo), _mm512_slli_epi32(to_bf16_bits(hi), 16)));
+  }
+#if defined(__AVX512BF16__)
+  // acc + lo(a) lo(b) + hi(a) hi(b) per lane: vdpbf16ps. Only for CPUs with AVX-512 BF16; the
+  // caller checks (Isa::avx512bf16).
+  static constexpr bool kHasDotBf16 = true;
+  static vec dot_bf16(vec acc, vec a, vec b) {
+    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh&>(a), reinterpret_cast<__m512bh&>(b));
+  }
+#endif
+
  private:
   static __mmask16 lane_mask(int n) {
     return static_cast<__mmask16>((1u << static_cast<unsigned>(n)) - 1u);
@@ -243,6 +281,20 @@ struct Avx512 {
   }
 };
 #endif  // AVX-512
+
+// acc + lo(a) lo(b) + hi(a) hi(b) per lane, a and b bf16 pairs. kNative: vdpbf16ps
+// (V::dot_bf16); else two FMAs on the widened halves, which compute the same exact bf16 x bf16
+// products and may round the sums differently (for testing the bf16-pair kernels on CPUs
+// without AVX-512 BF16).
+template <class V, bool kNative>
+inline typename V::vec dot_pairs(typename V::vec acc, typename V::vec a, typename V::vec b) {
+  if constexpr (kNative) {
+    return V::dot_bf16(acc, a, b);
+  } else {
+    acc = V::fmadd(V::pair_lo(a), V::pair_lo(b), acc);
+    return V::fmadd(V::pair_hi(a), V::pair_hi(b), acc);
+  }
+}
 
 // ---- vector math, shared by all traits -------------------------------------------------------
 

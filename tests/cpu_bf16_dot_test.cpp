@@ -1,0 +1,119 @@
+// cpu_bf16_dot_test.cpp — the bf16-pair CPU forward (src/cpu/forward_bf16.hpp): vdpbf16ps on CPUs
+// with AVX-512 BF16, and the same kernel with the dot product emulated, which
+// FASTATTN_CPU_BF16_DOT=emulated selects on any CPU so that the pair layouts (Q and K pairs
+// along head_dim, P and V pairs along keys, odd tile starts and sequence lengths) are checked
+// here. ctest also reruns the CPU case suites with that variable set (cpu_bf16_dot_emulated).
+// On an AVX-512 BF16 CPU, FASTATTN_CPU_BF16_DOT=native runs the vdpbf16ps kernel.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cpu/cpu_backend.hpp"
+#include "harness/tensors.hpp"
+#include "test_support.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+// Sets FASTATTN_CPU_BF16_DOT for one test and restores the previous value.
+class ScopedBf16Dot {
+ public:
+  explicit ScopedBf16Dot(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    if (value) {
+      setenv(kName, value, 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  ~ScopedBf16Dot() {
+    if (old_) {
+      setenv(kName, old_->c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  ScopedBf16Dot(const ScopedBf16Dot&) = delete;
+  ScopedBf16Dot& operator=(const ScopedBf16Dot&) = delete;
+
+ private:
+  static constexpr const char* kName = "FASTATTN_CPU_BF16_DOT";
+  std::optional<std::string> old_;
+};
+
+// Odd tile starts (windows, bottom-right offsets), odd and empty varlen sequences, GQA,
+// soft-cap, strided views, head dims whose pair count is odd (40 -> 20 pairs, 8 -> 4).
+const char* const kPairCases[] = {
+    "b=1 sq=1000 sk=1000 h=2 hkv=1 d=64 dtype=bf16 mask=causal seed=101",
+    "b=1 sq=65 sk=63 h=4 hkv=2 d=128 dtype=bf16 mask=none seed=102",
+    "b=2 sq=7 sk=1 h=2 hkv=2 d=40 dtype=bf16 mask=none seed=103",
+    "b=1 sq=129 sk=257 h=2 hkv=1 d=64 dtype=bf16 mask=causal align=top_left seed=104",
+    "b=1 sq=200 sk=301 h=2 hkv=2 d=96 dtype=bf16 mask=window wl=17 wr=5 seed=105",
+    "b=1 sq=90 sk=90 h=2 hkv=1 d=8 dtype=bf16 mask=window wl=3 seed=106",
+    "b=1 sq=33 sk=47 h=2 hkv=1 d=256 dtype=bf16 mask=none softcap=30 seed=107",
+    "lens_q=0,1,65,7,0 lens_k=5,0,63,1,3 h=4 hkv=2 d=64 dtype=bf16 mask=causal layout=strided seed=108",
+    "lens_q=13,64,1 lens_k=13,65,9 h=8 hkv=1 d=128 dtype=bf16 mask=none seed=109",
+};
+
+class Bf16DotEmulated : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Bf16DotEmulated, MatchesFloat64) {
+  const ScopedBf16Dot env("emulated");
+  const harness::Case c = harness::parse_case(GetParam());
+  harness::CaseData data(c);
+  const KernelChoice choice = data.run_forward(Backend::cpu);
+  EXPECT_NE(choice.kernel.find(".bf16dot-emulated."), std::string::npos) << choice.kernel;
+  expect_pass(harness::check_case(c, Backend::cpu));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Bf16DotEmulated, ::testing::ValuesIn(kPairCases));
+
+TEST(Bf16Dot, OnlyBf16InputsTakeThePairKernel) {
+  const ScopedBf16Dot env("emulated");
+  harness::CaseData f32(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=f32 mask=none seed=1"));
+  EXPECT_EQ(f32.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
+  harness::CaseData f16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=f16 mask=none seed=1"));
+  EXPECT_EQ(f16.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
+}
+
+// By default the native kernel runs only on AVX-512 BF16 CPUs where vdpbf16ps measured at least
+// kBf16DotMinRatio times the FMA's FLOP rate; `native` forces it there and is an error elsewhere;
+// `off` disables it.
+TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
+  harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
+  const bool has_dot = cpu::selected_isa() == cpu::Isa::avx512bf16;
+  {
+    const ScopedBf16Dot env(nullptr);
+    const KernelChoice choice = bf16.run_forward(Backend::cpu);
+    const bool pays = has_dot && cpu::bf16_dot_speed_ratio() >= cpu::kBf16DotMinRatio;
+    EXPECT_EQ(choice.kernel.find(".bf16dot.") != std::string::npos, pays) << choice.kernel;
+    if (has_dot) {
+      EXPECT_NE(choice.reason.find("vdpbf16ps measured"), std::string::npos) << choice.reason;
+    }
+  }
+  {
+    const ScopedBf16Dot env("native");
+    if (has_dot) {
+      EXPECT_NE(bf16.run_forward(Backend::cpu).kernel.find(".bf16dot."), std::string::npos);
+      expect_pass(harness::check_case(harness::parse_case(kPairCases[0]), Backend::cpu));
+    } else {
+      expect_error([&] { bf16.run_forward(Backend::cpu); }, ErrorCode::unsupported,
+                   "FASTATTN_CPU_BF16_DOT=native: expected a CPU with AVX-512 BF16");
+    }
+  }
+  {
+    const ScopedBf16Dot env("off");
+    EXPECT_EQ(bf16.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
+  }
+}
+
+TEST(Bf16Dot, BadVariableValueIsAnError) {
+  const ScopedBf16Dot env("fast");
+  harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
+  expect_error([&] { bf16.run_forward(Backend::cpu); }, ErrorCode::invalid_argument,
+               "FASTATTN_CPU_BF16_DOT: expected native, emulated or off, got 'fast'");
+}
+
+}  // namespace
+}  // namespace fastattn::testing
