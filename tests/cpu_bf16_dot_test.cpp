@@ -6,9 +6,14 @@
 // On an AVX-512 BF16 CPU, FASTATTN_CPU_BF16_DOT=native runs the vdpbf16ps kernel.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "common/dtype.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "harness/tensors.hpp"
 #include "test_support.hpp"
@@ -68,6 +73,48 @@ TEST_P(Bf16DotEmulated, MatchesFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Bf16DotEmulated, ::testing::ValuesIn(kPairCases));
+
+// Varlen tokens outside every sequence (before cu_seqlens_k[0], from cu_seqlens_k[batch] on)
+// are allowed by the API and never read; the pair kernel's V staging skips them. Compared with
+// the f32 kernel on the same call (P rounded to bf16 in one of them: a loose tolerance).
+TEST(Bf16Dot, VarlenTokensOutsideEverySequenceAreSkipped) {
+  const std::int64_t total_q = 12, total_k = 17, heads = 2, d = 64;
+  const std::vector<std::int32_t> cu_q = {1, 6, 10}, cu_k = {2, 9, 14};  // + leading/trailing tokens
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_bf16 = [&](std::int64_t n) {
+    std::vector<std::uint16_t> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = float_to_bf16(normal(rng));
+    return v;
+  };
+  std::vector<std::uint16_t> q = random_bf16(total_q * heads * d), k = random_bf16(total_k * heads * d),
+                             v = random_bf16(total_k * heads * d);
+  std::vector<std::int32_t> cq = cu_q, ck = cu_k;
+  AttentionOptions options;
+  options.cu_seqlens_q = make_tensor(cq.data(), DType::i32, {3});
+  options.cu_seqlens_k = make_tensor(ck.data(), DType::i32, {3});
+  auto run = [&](const char* mode) {
+    const ScopedBf16Dot env(mode);
+    std::vector<std::uint16_t> out(static_cast<std::size_t>(total_q * heads * d), 0);
+    const KernelChoice choice = forward(make_tensor(q.data(), DType::bf16, {total_q, heads, d}),
+                                        make_tensor(k.data(), DType::bf16, {total_k, heads, d}),
+                                        make_tensor(v.data(), DType::bf16, {total_k, heads, d}),
+                                        make_tensor(out.data(), DType::bf16, {total_q, heads, d}), std::nullopt,
+                                        options);
+    return std::make_pair(choice.kernel, out);
+  };
+  const auto [pair_kernel, pair_out] = run("emulated");
+  const auto [f32_kernel, f32_out] = run("off");
+  EXPECT_NE(pair_kernel.find("bf16dot-emulated"), std::string::npos) << pair_kernel;
+  for (std::int64_t t = cu_q.front(); t < cu_q.back(); ++t) {
+    for (std::int64_t e = 0; e < heads * d; ++e) {
+      const std::size_t i = static_cast<std::size_t>(t * heads * d + e);
+      const float a = bf16_to_float(pair_out[i]), b = bf16_to_float(f32_out[i]);
+      ASSERT_TRUE(std::isfinite(a)) << "token " << t;
+      ASSERT_NEAR(a, b, 0.02f + 0.02f * std::fabs(b)) << "token " << t << " element " << e;
+    }
+  }
+}
 
 TEST(Bf16Dot, OnlyBf16InputsTakeThePairKernel) {
   const ScopedBf16Dot env("emulated");

@@ -87,9 +87,12 @@ inline PairRows stage_pair_rows(const AttentionProblem& p, const PairPlan& plan,
   const bool varlen = p.is_varlen();
 #pragma omp for schedule(static)
   for (std::int64_t t = 0; t < tokens; ++t) {
-    // Sequence b and key j of global token t.
+    // Sequence b and key j of global token t. Varlen tokens before cu_seqlens_k[0] or from
+    // cu_seqlens_k[batch] on belong to no sequence (the API allows them): no pair row, and
+    // their K row is never read.
     std::int64_t b = 0, j = t;
     if (varlen) {
+      if (t < p.cu_seqlens_k[0] || t >= p.cu_seqlens_k[p.batch]) continue;
       b = std::upper_bound(p.cu_seqlens_k, p.cu_seqlens_k + p.batch + 1, static_cast<std::int32_t>(t)) -
           p.cu_seqlens_k - 1;
       j = t - p.k_start(b);

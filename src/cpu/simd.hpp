@@ -262,7 +262,7 @@ struct Avx512 {
   // caller checks (Isa::avx512bf16).
   static constexpr bool kHasDotBf16 = true;
   static vec dot_bf16(vec acc, vec a, vec b) {
-    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh&>(a), reinterpret_cast<__m512bh&>(b));
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);  // vector casts: same bits
   }
 #endif
 

@@ -27,6 +27,20 @@ void run_backward(const BackwardParams& p, cudaStream_t stream) {
   using T = typename BackwardConfig<Element, kHeadDim>::Traits;
   const std::string config = "d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
                              std::to_string(T::kBlockN) + (p.deterministic ? ", deterministic" : "");
+  // The tiles need sm80/sm90-class shared memory (up to 162 KB per block); sm86/sm89 offer 99 KB.
+  // Checked before anything is launched, so the error names the need instead of a failed
+  // cudaFuncSetAttribute.
+  int device = 0, smem_optin = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice", config);
+  check(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute",
+        config);
+  if (T::kSmemBytes > smem_optin) {
+    throw Error(ErrorCode::unsupported,
+                "cuda backward: expected a GPU with " + std::to_string(T::kSmemBytes) +
+                    " bytes of shared memory per block for head_dim " + std::to_string(kHeadDim) +
+                    " (sm80 / sm90 class), got " + std::to_string(smem_optin) + " on device " +
+                    std::to_string(device));
+  }
   if (p.total_q > 0) {
     const int64_t dq_elems = p.total_q * p.num_heads * kHeadDim * static_cast<int64_t>(p.num_splits);
     check(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(dq_elems) * sizeof(float), stream), "cudaMemsetAsync",
