@@ -112,6 +112,14 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
   int current = 0;
   FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
   if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
+  // The caller's current device comes back also when a launch check throws.
+  struct RestoreDevice {
+    int device;
+    bool needed;
+    ~RestoreDevice() {
+      if (needed) (void)cudaSetDevice(device);  // a destructor must not throw
+    }
+  } restore{current, current != p.device.index};
   const BackwardPlan plan = backward_plan(p);
   DeviceScratch scratch(p, plan.workspace_bytes);
   BackwardParams b = make_backward_params(p, plan);
@@ -123,7 +131,6 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
   } else {
     backward_for_dtype<__half>(b, p.head_dim, stream);
   }
-  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(current));
 }
 
 }  // namespace fastattn::cuda
