@@ -20,7 +20,8 @@ mkdir -p "$out"
 build_pid=${!:-}
 sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats
           --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats
-          --section MemoryWorkloadAnalysis_Tables --section InstructionStats)
+          --section MemoryWorkloadAnalysis_Tables --section InstructionStats
+          --section SourceCounters)  # top warp-stall locations, for the next restructure
 shape=(--device cuda --dtype bf16 --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --warmup 1 --repeats 1
        --min-time 0 --no-peaks)
 timeout 200 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
