@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,31 +22,8 @@
 namespace fastattn::testing {
 namespace {
 
-// Sets FASTATTN_CPU_BF16_DOT for one test and restores the previous value.
-class ScopedBf16Dot {
- public:
-  explicit ScopedBf16Dot(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedBf16Dot() {
-    if (old_) {
-      setenv(kName, old_->c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ScopedBf16Dot(const ScopedBf16Dot&) = delete;
-  ScopedBf16Dot& operator=(const ScopedBf16Dot&) = delete;
-
- private:
-  static constexpr const char* kName = "FASTATTN_CPU_BF16_DOT";
-  std::optional<std::string> old_;
-};
+// FASTATTN_CPU_BF16_DOT set (or, with nullopt, unset) for one scope.
+ScopedEnv bf16_dot_env(const std::optional<std::string>& value) { return ScopedEnv(cpu::kBf16DotEnv, value); }
 
 // Odd tile starts (windows, bottom-right offsets), odd and empty varlen sequences, GQA,
 // soft-cap, strided views, head dims whose pair count is odd (40 -> 20 pairs, 8 -> 4).
@@ -64,7 +42,7 @@ const char* const kPairCases[] = {
 class Bf16DotEmulated : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Bf16DotEmulated, MatchesFloat64) {
-  const ScopedBf16Dot env("emulated");
+  const ScopedEnv env = bf16_dot_env("emulated");
   const harness::Case c = harness::parse_case(GetParam());
   harness::CaseData data(c);
   const KernelChoice choice = data.run_forward(Backend::cpu);
@@ -94,7 +72,7 @@ TEST(Bf16Dot, VarlenTokensOutsideEverySequenceAreSkipped) {
   options.cu_seqlens_q = make_tensor(cq.data(), DType::i32, {3});
   options.cu_seqlens_k = make_tensor(ck.data(), DType::i32, {3});
   auto run = [&](const char* mode) {
-    const ScopedBf16Dot env(mode);
+    const ScopedEnv env = bf16_dot_env(mode);
     std::vector<std::uint16_t> out(static_cast<std::size_t>(total_q * heads * d), 0);
     const KernelChoice choice = forward(make_tensor(q.data(), DType::bf16, {total_q, heads, d}),
                                         make_tensor(k.data(), DType::bf16, {total_k, heads, d}),
@@ -117,7 +95,7 @@ TEST(Bf16Dot, VarlenTokensOutsideEverySequenceAreSkipped) {
 }
 
 TEST(Bf16Dot, OnlyBf16InputsTakeThePairKernel) {
-  const ScopedBf16Dot env("emulated");
+  const ScopedEnv env = bf16_dot_env("emulated");
   harness::CaseData f32(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=f32 mask=none seed=1"));
   EXPECT_EQ(f32.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
   harness::CaseData f16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=f16 mask=none seed=1"));
@@ -131,7 +109,7 @@ TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
   harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
   const bool has_dot = cpu::selected_isa() == cpu::Isa::avx512bf16;
   {
-    const ScopedBf16Dot env(nullptr);
+    const ScopedEnv env = bf16_dot_env(std::nullopt);
     const KernelChoice choice = bf16.run_forward(Backend::cpu);
     const bool pays = has_dot && cpu::bf16_dot_speed_ratio() >= cpu::kBf16DotMinRatio;
     EXPECT_EQ(choice.kernel.find(".bf16dot.") != std::string::npos, pays) << choice.kernel;
@@ -140,7 +118,7 @@ TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
     }
   }
   {
-    const ScopedBf16Dot env("native");
+    const ScopedEnv env = bf16_dot_env("native");
     if (has_dot) {
       EXPECT_NE(bf16.run_forward(Backend::cpu).kernel.find(".bf16dot."), std::string::npos);
       expect_pass(harness::check_case(harness::parse_case(kPairCases[0]), Backend::cpu));
@@ -150,13 +128,13 @@ TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
     }
   }
   {
-    const ScopedBf16Dot env("off");
+    const ScopedEnv env = bf16_dot_env("off");
     EXPECT_EQ(bf16.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
   }
 }
 
 TEST(Bf16Dot, BadVariableValueIsAnError) {
-  const ScopedBf16Dot env("fast");
+  const ScopedEnv env = bf16_dot_env("fast");
   harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
   expect_error([&] { bf16.run_forward(Backend::cpu); }, ErrorCode::invalid_argument,
                "FASTATTN_CPU_BF16_DOT: expected native, emulated or off, got 'fast'");

@@ -33,6 +33,7 @@ Isa selected_isa();
 // kernel also copies K and V as bf16 and packs P, so a small edge is not enough).
 // FASTATTN_CPU_BF16_DOT=native forces it (an error without AVX-512 BF16).
 enum class Bf16Dot { off, native, emulated };
+inline constexpr const char* kBf16DotEnv = "FASTATTN_CPU_BF16_DOT";
 inline constexpr double kBf16DotMinRatio = 1.25;
 const char* to_string(Bf16Dot dot) noexcept;
 Bf16Dot forward_bf16_dot(Isa isa, DType dtype);  // reads FASTATTN_CPU_BF16_DOT; throws on a bad value

@@ -51,8 +51,6 @@ struct PairRows {
 
 // The copies of one call: pair rows per sequence, and how many KV heads are copied at a time.
 struct PairPlan {
-  static constexpr std::size_t kChunkBudgetBytes = std::size_t{256} << 20;
-
   std::vector<std::int64_t> pair_start;  // (batch + 1)
   std::int64_t heads_per_chunk = 0;
   std::size_t chunk_bytes = 0;
@@ -64,11 +62,8 @@ struct PairPlan {
     const std::int64_t d = p.head_dim;
     const std::size_t head_bytes = static_cast<std::size_t>(p.total_k * d) * 2 +
                                    static_cast<std::size_t>(pair_start.back() * d) * 4;
-    std::int64_t heads = p.num_kv_heads;
-    if (head_bytes > 0) heads = static_cast<std::int64_t>(kChunkBudgetBytes / head_bytes);
-    heads = std::clamp<std::int64_t>(heads, 1, std::max<std::int64_t>(p.num_kv_heads, 1));
-    heads_per_chunk = heads;
-    chunk_bytes = head_bytes * static_cast<std::size_t>(heads);
+    heads_per_chunk = kv_heads_per_chunk(head_bytes, p.num_kv_heads);
+    chunk_bytes = head_bytes * static_cast<std::size_t>(heads_per_chunk);
   }
 };
 

@@ -44,10 +44,18 @@ struct KvRows {
   }
 };
 
+// KV heads copied at a time: as many as fit in 256 MiB, at least one, at most all.
+inline std::int64_t kv_heads_per_chunk(std::size_t head_bytes, std::int64_t num_kv_heads) {
+  constexpr std::size_t kChunkBudgetBytes = std::size_t{256} << 20;
+  std::int64_t heads = num_kv_heads;
+  if (head_bytes > 0) heads = static_cast<std::int64_t>(kChunkBudgetBytes / head_bytes);
+  if (heads < 1) heads = 1;
+  if (heads > num_kv_heads) heads = num_kv_heads;
+  return heads;
+}
+
 // How the call reads K and V: in place, or copied chunk by chunk.
 struct KvPlan {
-  static constexpr std::size_t kChunkBudgetBytes = std::size_t{256} << 20;
-
   bool in_place = false;
   std::int64_t heads_per_chunk = 0;
   std::size_t chunk_bytes = 0;  // packed K and V of one chunk
@@ -60,12 +68,8 @@ struct KvPlan {
       return;
     }
     const std::size_t head_bytes = static_cast<std::size_t>(p.total_k * d) * sizeof(float) * 2;
-    std::int64_t heads = p.num_kv_heads;
-    if (head_bytes > 0) heads = static_cast<std::int64_t>(kChunkBudgetBytes / head_bytes);
-    if (heads < 1) heads = 1;
-    if (heads > p.num_kv_heads) heads = p.num_kv_heads;
-    heads_per_chunk = heads;
-    chunk_bytes = head_bytes * static_cast<std::size_t>(heads);
+    heads_per_chunk = kv_heads_per_chunk(head_bytes, p.num_kv_heads);
+    chunk_bytes = head_bytes * static_cast<std::size_t>(heads_per_chunk);
   }
 };
 

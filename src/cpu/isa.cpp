@@ -101,7 +101,7 @@ const char* to_string(Bf16Dot dot) noexcept {
 }
 
 Bf16Dot forward_bf16_dot(Isa isa, DType dtype) {
-  const char* env = std::getenv("FASTATTN_CPU_BF16_DOT");
+  const char* env = std::getenv(kBf16DotEnv);
   const std::string mode = env ? env : "";
   if (!mode.empty() && mode != "native" && mode != "emulated" && mode != "off") {
     throw Error(ErrorCode::invalid_argument,

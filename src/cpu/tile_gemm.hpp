@@ -105,11 +105,22 @@ inline void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows
 
 namespace detail {
 
+// How a micro-tile multiplies, per k step: FmaStep, one f32 FMA (this file's tile_gemm); the
+// bf16-pair step (two k at once, vdpbf16ps) is in tile_gemm_pairs.hpp. kScaledStore: C is
+// written as scale * (A B) when not accumulating.
+struct FmaStep {
+  static constexpr bool kScaledStore = false;
+  template <class V>
+  static typename V::vec madd(typename V::vec acc, typename V::vec a, typename V::vec b) {
+    return V::fmadd(a, b, acc);
+  }
+};
+
 // One register tile: C (MR x NV vectors) (+)= A (MR x K) * B (K x NV vectors). With kPartial
 // the last vector covers only `last_lanes` columns (masked loads and stores).
-template <class V, int MR, int NV, Layout AL, bool kPartial>
-void micro_tile(std::int64_t K, const float* a, std::int64_t lda, const float* b,
-                std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate, int last_lanes) {
+template <class V, class Step, int MR, int NV, Layout AL, bool kPartial>
+void micro_tile(std::int64_t K, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                std::int64_t ldc, bool accumulate, float scale, int last_lanes) {
   using vec = typename V::vec;
   constexpr int W = V::kWidth;
   vec acc[MR][NV];
@@ -139,52 +150,56 @@ void micro_tile(std::int64_t K, const float* a, std::int64_t lda, const float* b
     for (int i = 0; i < MR; ++i) {
       const vec ai = V::broadcast(AL == Layout::row_major ? a + i * lda + k : a + k * lda + i);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = V::fmadd(ai, bv[v], acc[i][v]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = Step::template madd<V>(acc[i][v], ai, bv[v]);
     }
   }
+  [[maybe_unused]] const vec s = V::set1(scale);
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
+      vec out = acc[i][v];
+      if constexpr (Step::kScaledStore) out = accumulate ? out : V::mul(out, s);
       if (kPartial && v == NV - 1) {
-        V::store_partial(c + i * ldc + v * W, acc[i][v], last_lanes);
+        V::store_partial(c + i * ldc + v * W, out, last_lanes);
       } else {
-        V::store(c + i * ldc + v * W, acc[i][v]);
+        V::store(c + i * ldc + v * W, out);
       }
     }
   }
 }
 
 using MicroTileFn = void (*)(std::int64_t, const float*, std::int64_t, const float*, std::int64_t,
-                             float*, std::int64_t, bool, int);
+                             float*, std::int64_t, bool, float, int);
 
 // table[rows - 1] for rows = 1..kGemmRows, at a fixed vector count and partial flag.
-template <class V, int NV, Layout AL, bool kPartial, std::size_t... R>
+template <class V, class Step, int NV, Layout AL, bool kPartial, std::size_t... R>
 constexpr std::array<MicroTileFn, sizeof...(R)> row_table(std::index_sequence<R...>) {
-  return {&micro_tile<V, static_cast<int>(R) + 1, NV, AL, kPartial>...};
+  return {&micro_tile<V, Step, static_cast<int>(R) + 1, NV, AL, kPartial>...};
 }
 
-template <class V, Layout AL, bool kPartial, std::size_t... N>
+template <class V, class Step, Layout AL, bool kPartial, std::size_t... N>
 constexpr auto vector_table(std::index_sequence<N...>) {
   using Rows = std::make_index_sequence<V::kGemmRows>;
   return std::array<std::array<MicroTileFn, V::kGemmRows>, sizeof...(N)>{
-      row_table<V, static_cast<int>(N) + 1, AL, kPartial>(Rows{})...};
+      row_table<V, Step, static_cast<int>(N) + 1, AL, kPartial>(Rows{})...};
 }
 
 // The micro-tile for a ragged block: rows in [1, kGemmRows], nv in [1, kGemmVectors].
-template <class V, Layout AL>
+template <class V, class Step, Layout AL>
 MicroTileFn ragged_tile(int rows, int nv, bool partial) {
   using Vectors = std::make_index_sequence<V::kGemmVectors>;
-  static constexpr auto full = vector_table<V, AL, false>(Vectors{});
-  static constexpr auto masked = vector_table<V, AL, true>(Vectors{});
+  static constexpr auto full = vector_table<V, Step, AL, false>(Vectors{});
+  static constexpr auto masked = vector_table<V, Step, AL, true>(Vectors{});
   const auto& table = partial ? masked : full;
   return table[static_cast<std::size_t>(nv - 1)][static_cast<std::size_t>(rows - 1)];
 }
 
-template <class V, Layout AL>
+// C (M x N) (+)= A (M x K) B (K x N), K in the Step's k units (f32: elements; pairs: pairs).
+template <class V, class Step, Layout AL>
 void tile_gemm_impl(std::int64_t M, std::int64_t N, std::int64_t K, const float* a,
                     std::int64_t lda, const PanelsB& b, float* c, std::int64_t ldc,
-                    bool accumulate) {
+                    bool accumulate, float scale) {
   constexpr int MR = V::kGemmRows;
   constexpr int NV = V::kGemmVectors;
   constexpr int W = V::kWidth;
@@ -198,13 +213,13 @@ void tile_gemm_impl(std::int64_t M, std::int64_t N, std::int64_t K, const float*
     if (width == P) {
       std::int64_t i0 = 0;
       for (; i0 + MR <= M; i0 += MR) {
-        micro_tile<V, MR, NV, AL, false>(K, a + i0 * a_row_step, lda, panel, b.row_stride,
-                                         c_panel + i0 * ldc, ldc, accumulate, W);
+        micro_tile<V, Step, MR, NV, AL, false>(K, a + i0 * a_row_step, lda, panel, b.row_stride,
+                                               c_panel + i0 * ldc, ldc, accumulate, scale, W);
       }
       if (i0 < M) {
-        ragged_tile<V, AL>(static_cast<int>(M - i0), NV, false)(
+        ragged_tile<V, Step, AL>(static_cast<int>(M - i0), NV, false)(
             K, a + i0 * a_row_step, lda, panel, b.row_stride, c_panel + i0 * ldc, ldc,
-            accumulate, W);
+            accumulate, scale, W);
       }
     } else {
       const int nv = static_cast<int>((width + W - 1) / W);
@@ -212,8 +227,8 @@ void tile_gemm_impl(std::int64_t M, std::int64_t N, std::int64_t K, const float*
       const bool partial = last_lanes != W;
       for (std::int64_t i0 = 0; i0 < M; i0 += MR) {
         const int rows = static_cast<int>(M - i0 < MR ? M - i0 : MR);
-        ragged_tile<V, AL>(rows, nv, partial)(K, a + i0 * a_row_step, lda, panel, b.row_stride,
-                                              c_panel + i0 * ldc, ldc, accumulate, last_lanes);
+        ragged_tile<V, Step, AL>(rows, nv, partial)(K, a + i0 * a_row_step, lda, panel, b.row_stride,
+                                                    c_panel + i0 * ldc, ldc, accumulate, scale, last_lanes);
       }
     }
   }
@@ -228,9 +243,11 @@ inline void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const Matr
                       const PanelsB& b, float* c, std::int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
   if (a.layout == Layout::row_major) {
-    detail::tile_gemm_impl<V, Layout::row_major>(M, N, K, a.data, a.ld, b, c, ldc, accumulate);
+    detail::tile_gemm_impl<V, detail::FmaStep, Layout::row_major>(M, N, K, a.data, a.ld, b, c, ldc, accumulate,
+                                                                   1.0f);
   } else {
-    detail::tile_gemm_impl<V, Layout::col_major>(M, N, K, a.data, a.ld, b, c, ldc, accumulate);
+    detail::tile_gemm_impl<V, detail::FmaStep, Layout::col_major>(M, N, K, a.data, a.ld, b, c, ldc, accumulate,
+                                                                   1.0f);
   }
 }
 

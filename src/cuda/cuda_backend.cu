@@ -72,6 +72,7 @@ ForwardParams make_forward_params(const AttentionProblem& p) {
 struct DeviceShape {
   int multiprocessors = 0;
   int smem_per_multiprocessor = 0;
+  int smem_per_block_optin = 0;
 };
 DeviceShape device_shape(int device) {
   constexpr int kMaxDevices = 64;
@@ -84,6 +85,8 @@ DeviceShape device_shape(int device) {
   FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&shape.multiprocessors, cudaDevAttrMultiProcessorCount, device));
   FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&shape.smem_per_multiprocessor,
                                              cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&shape.smem_per_block_optin,
+                                             cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (cached) cache[device] = shape;
   return shape;
 }
@@ -111,6 +114,7 @@ void forward_for_dtype(const ForwardParams& f, std::int64_t head_dim, cudaStream
 }  // namespace
 
 int multiprocessor_count(int device) { return device_shape(device).multiprocessors; }
+int shared_memory_per_block(int device) { return device_shape(device).smem_per_block_optin; }
 
 std::vector<int> compiled_head_dims() {
   std::vector<int> dims;

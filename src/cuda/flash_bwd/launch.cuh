@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/cuda_backend.hpp"
 #include "cuda/flash_bwd/kernel.cuh"
 #include "cuda/flash_bwd/launch.hpp"
 #include "cuda/flash_bwd/plan.hpp"
@@ -30,10 +31,9 @@ void run_backward(const BackwardParams& p, cudaStream_t stream) {
   // The tiles need sm80/sm90-class shared memory (up to 162 KB per block); sm86/sm89 offer 99 KB.
   // Checked before anything is launched, so the error names the need instead of a failed
   // cudaFuncSetAttribute.
-  int device = 0, smem_optin = 0;
+  int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", config);
-  check(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute",
-        config);
+  const int smem_optin = shared_memory_per_block(device);
   if (T::kSmemBytes > smem_optin) {
     throw Error(ErrorCode::unsupported,
                 "cuda backward: expected a GPU with " + std::to_string(T::kSmemBytes) +
