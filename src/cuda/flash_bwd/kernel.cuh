@@ -108,11 +108,28 @@ __device__ __forceinline__ void gemm_nn(float (&acc)[kTilesM][kTilesN][4], const
 }
 
 // Stores a warp's (kTilesM m16 x kTilesN n8) f32 tile at (row0, col0) of a swizzled
-// (rows, kRowElems) 16-bit tile. Each store is 4 bytes per lane; the 8 rows g of one store
-// land in 8 different chunk positions (the swizzle), so a store touches 32 distinct banks.
+// (rows, kRowElems) 16-bit tile, rounded to 16 bits.
+// sm90: one stmatrix.x4 per m16 x n16 — 4x fewer store instructions than 4-byte stores (the
+// backward ran 3.5% faster at d = 128, 2% at d = 64, A/B in one job on the H200). Matrix
+// q = lane / 8 is (rows (q & 1) * 8.., columns (q >> 1) * 8..), so the lanes' row addresses
+// follow the kBTrans lane pattern (fragment_address.cuh).
+// sm80: 4-byte stores; the 8 rows g of one store land in 8 different chunk positions (the
+// swizzle), so a store touches 32 distinct banks.
 template <class E, class Layout, int kTilesM, int kTilesN>
 __device__ __forceinline__ void store_tile(uint32_t smem_tile, const float (&acc)[kTilesM][kTilesN][4], int row0,
                                            int col0, int g, int t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const FragmentAddress<Layout::kChunks * 8, LanePattern::kBTrans> frag(smem_tile, g * 4 + t);
+#pragma unroll
+  for (int mt = 0; mt < kTilesM; ++mt)
+#pragma unroll
+    for (int np = 0; np < kTilesN / 2; ++np) {
+      const float(&lo)[4] = acc[mt][2 * np];
+      const float(&hi)[4] = acc[mt][2 * np + 1];
+      sm80::stmatrix_x4(frag.at(row0 + mt * 16, col0 / 8 + np * 2), sm80::pack2<E>(lo[0], lo[1]),
+                        sm80::pack2<E>(lo[2], lo[3]), sm80::pack2<E>(hi[0], hi[1]), sm80::pack2<E>(hi[2], hi[3]));
+    }
+#else
 #pragma unroll
   for (int mt = 0; mt < kTilesM; ++mt)
 #pragma unroll
@@ -124,6 +141,7 @@ __device__ __forceinline__ void store_tile(uint32_t smem_tile, const float (&acc
         const uint32_t v = sm80::pack2<E>(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
       }
+#endif
 }
 
 // P = exp2(S * scale_log2 - lse * log2 e) in place (acc: the warp's S tile, query rows

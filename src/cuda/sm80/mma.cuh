@@ -56,6 +56,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t sme
 }
 
 // Two floats -> one register of two 16-bit values (low half = first).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// sm90+: stores four 8x8 16-bit matrices; r[i] is lane l's pair (row l / 4, columns
+// 2 (l % 4), +1) of matrix i, i.e. the m16n8k16 accumulator layout after packing, and lanes
+// 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+#endif
+
 template <typename Element>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);
 

