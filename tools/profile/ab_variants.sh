@@ -6,13 +6,18 @@
 # Environment: PASSES (default "bwd"), SHAPES (default "backward": the shapes where the backward
 # trails SDPA flash; "forward": forward s 2k-4k causal, FORWARD_NONCAUSAL=1 adds three
 # non-causal shapes), CHECK=0 skips the checks, NCU=1 also
-# profiles the first variant's (or NCU_BIN's) and SDPA flash's backward: stall reasons per issued
-# instruction, and per SASS instruction (warp-state samples) as gzipped CSV.
+# profiles the first variant's (or NCU_BIN's: a name in DIR) and SDPA flash's backward (NCU_FLASH=0
+# skips flash's), FWD_NCU=1 the forward at b8 h16 s2k d128 causal: stall reasons per issued
+# instruction, and per SASS instruction (warp-state samples) as CSV, all in $OUT/ncu.tar.gz
+# (a device call brings back at most 8 files). GPU_TESTS=path runs that GPU suite first.
 set -uo pipefail
 dir=${1:-build/var}
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out"
-bins=$(cd "$dir" && ls fastattn_* | sort -V)
+# The CLI builds only: a carry folder's test and benchmark binaries are not variants.
+bins=$(cd "$dir" && ls fastattn_* | grep -vE '^fastattn_(gpu_tests|tests|cuda_bench)$' | sort -V)
+nout=/tmp/ncu_out
+rm -rf "$nout" && mkdir -p "$nout"
 if [[ -n ${GPU_TESTS:-} ]]; then  # a fastattn_gpu_tests binary to run first (its summary goes to checks.txt)
   timeout 200 "$GPU_TESTS" > /tmp/gpu_tests.log 2>&1
   echo "gpu tests rc=$?: $(grep -cE '^\[       OK' /tmp/gpu_tests.log) OK, $(grep -E '^\[  FAILED' /tmp/gpu_tests.log | tr '\n' ' ')" \
@@ -52,11 +57,11 @@ if [[ ${NCU:-0} == 1 ]]; then
          --min-time 0 --no-peaks --pass bwd)
   first=${NCU_BIN:-$(echo $bins | awk '{print $1}')}
   timeout 150 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
-    "${stalls[@]}" "$dir/$first" bench "${shape[@]}" > "$out/ncu_ours_bwd.txt" 2>&1
+    "${stalls[@]}" "$dir/$first" bench "${shape[@]}" > "$nout/ncu_ours_bwd.txt" 2>&1
   echo "ncu ours rc=$?"
   timeout 150 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
     --section SourceCounters --section WarpStateStats -o /tmp/ours_src -f "$dir/$first" bench "${shape[@]}" > /dev/null 2>&1
-  ncu --import /tmp/ours_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$out/ours_sass.csv.gz"
+  ncu --import /tmp/ours_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_sass.csv.gz"
   [[ ${NCU_FLASH:-1} == 1 ]] && cat > /tmp/flash_bwd_one.py <<'PY'
 import torch
 import torch.nn.functional as F
@@ -67,12 +72,14 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         F.scaled_dot_product_attention(q, k, v).backward(torch.ones_like(q))
 torch.cuda.synchronize()
 PY
-  [[ ${NCU_FLASH:-1} == 1 ]] && timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-    "${stalls[@]}" python3 /tmp/flash_bwd_one.py > "$out/ncu_flash_bwd.txt" 2>&1
-  echo "ncu flash rc=$?"
+  if [[ ${NCU_FLASH:-1} == 1 ]]; then
+    timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
+      "${stalls[@]}" python3 /tmp/flash_bwd_one.py > "$nout/ncu_flash_bwd.txt" 2>&1
+    echo "ncu flash rc=$?"
+  fi
   [[ ${NCU_FLASH:-1} == 1 ]] && timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
     --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 /tmp/flash_bwd_one.py > /dev/null 2>&1
-  [[ ${NCU_FLASH:-1} == 1 ]] && ncu --import /tmp/flash_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$out/flash_sass.csv.gz"
+  [[ ${NCU_FLASH:-1} == 1 ]] && ncu --import /tmp/flash_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_sass.csv.gz"
 fi
 if [[ ${FWD_NCU:-0} == 1 ]]; then
   # Forward, b8 h16 s2048 d128 causal (the paper shape where fastattn trails SDPA flash most).
@@ -80,11 +87,11 @@ if [[ ${FWD_NCU:-0} == 1 ]]; then
           --repeats 1 --min-time 0 --no-peaks --pass fwd)
   first=${NCU_BIN:-$(echo $bins | awk '{print $1}')}
   timeout 100 ncu --clock-control none -k regex:flash_forward_kernel --launch-skip 1 --launch-count 1 \
-    "${stalls[@]}" --section LaunchStats --section Occupancy "$dir/$first" bench "${fshape[@]}" > "$out/ncu_ours_fwd.txt" 2>&1
+    "${stalls[@]}" --section LaunchStats --section Occupancy "$dir/$first" bench "${fshape[@]}" > "$nout/ncu_ours_fwd.txt" 2>&1
   echo "ncu ours fwd rc=$?"
   timeout 100 ncu --clock-control none -k regex:flash_forward_kernel --launch-skip 1 --launch-count 1 \
     --section SourceCounters --section WarpStateStats -o /tmp/ours_fwd_src -f "$dir/$first" bench "${fshape[@]}" > /dev/null 2>&1
-  ncu --import /tmp/ours_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$out/ours_fwd_sass.csv.gz"
+  ncu --import /tmp/ours_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_fwd_sass.csv.gz"
   cat > /tmp/flash_fwd_one.py <<'PY'
 import torch
 import torch.nn.functional as F
@@ -96,9 +103,10 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
 torch.cuda.synchronize()
 PY
   timeout 150 ncu --clock-control none -k regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 \
-    "${stalls[@]}" --section LaunchStats --section Occupancy python3 /tmp/flash_fwd_one.py > "$out/ncu_flash_fwd.txt" 2>&1
+    "${stalls[@]}" --section LaunchStats --section Occupancy python3 /tmp/flash_fwd_one.py > "$nout/ncu_flash_fwd.txt" 2>&1
   echo "ncu flash fwd rc=$?"
   timeout 150 ncu --clock-control none -k regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 \
     --section SourceCounters --section WarpStateStats -o /tmp/flash_fwd_src -f python3 /tmp/flash_fwd_one.py > /dev/null 2>&1
-  ncu --import /tmp/flash_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$out/flash_fwd_sass.csv.gz"
+  ncu --import /tmp/flash_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_fwd_sass.csv.gz"
 fi
+if [[ -n $(ls -A "$nout") ]]; then tar czf "$out/ncu.tar.gz" -C "$nout" .; fi

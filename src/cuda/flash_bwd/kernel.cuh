@@ -3,8 +3,8 @@
 //
 // Roles, in order: scheduler (which key block and which query blocks see it), global->shared
 // copy, main loop over the query blocks of every query head sharing the KV head (recompute
-// S^T = K Q^T and P^T from lse; dP^T = V dO^T; dS^T = P^T * (dP^T - D); dV += P^T dO;
-// dK += dS^T Q; dQ += dS K into fp32), epilogue (dK, dV). The MMA atom (sm80/mma.cuh), the
+// S = Q K^T and P from lse; dP = dO V^T; dS = P * (dP - D); dV += P^T dO; dK += dS^T Q;
+// dQ += dS K into fp32), epilogue (dK, dV). The MMA atom (sm80/mma.cuh), the
 // copy (sm80/tile_copy.cuh) and the shared-memory layout (common/) are the per-arch parts.
 //
 // dQ: without `deterministic`, every CTA adds its dS K into one fp32 buffer with atomics. With
@@ -152,7 +152,8 @@ __device__ __forceinline__ void store_tile(uint32_t smem_tile, const float (&acc
 // Rows with lse = -inf saw no key: P = 0. Split this way, the exponentials and the dP GEMM
 // that follows share one basic block with no shared-memory store between them (P is stored
 // after dP), so ptxas overlaps the MUFU work with the MMAs: backward +4.6-5.2% on the H200
-// (A/B in one job) over one probabilities() per mask case stored before the dP GEMM.
+// (A/B in one job) over computing and storing P before the dP GEMM, in one branch per mask
+// case.
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void logits(float (&acc)[T::kSdPTilesM][T::kSdPTilesN][4],
                                        __half2 (&dtanh)[kSoftcap ? T::kSdPTilesM : 1][kSoftcap ? T::kSdPTilesN : 1][2],

@@ -12,8 +12,8 @@ namespace fastattn::cuda {
 
 // Per head_dim, flash-attn 2's sm80 backward tiles (kernel_traits_sm80 / launch_template):
 // a CTA owns block_n keys and walks query blocks of block_m rows. Each of the kernel's three
-// GEMM shapes has its own 2-D warp layout, so every warp computes a 32 x 32 (or larger) tile
-// and reads less of its operands from shared memory than 16-row warps would:
+// GEMM shapes has its own 2-D warp layout, so every warp computes a 32 x 32 or larger tile (16 x
+// 32 for S at d = 256) and reads less of its operands from shared memory than 16-row warps would:
 //   S = Q K^T, dP = dO V^T   (block_m x block_n):  warps_sdp_m x (warps / warps_sdp_m)
 //   dV = P^T dO, dK = dS^T Q (block_n x head_dim): warps_kv_n x (warps / warps_kv_n)
 //   dQ = dS K                (block_m x head_dim): warps_dq_m x (warps / warps_dq_m)

@@ -55,7 +55,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t sme
                : "r"(smem_addr));
 }
 
-// Two floats -> one register of two 16-bit values (low half = first).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // sm90+: stores four 8x8 16-bit matrices; r[i] is lane l's pair (row l / 4, columns
 // 2 (l % 4), +1) of matrix i, i.e. the m16n8k16 accumulator layout after packing, and lanes
@@ -67,6 +66,7 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uin
 }
 #endif
 
+// Two floats -> one register of two 16-bit values (low half = first).
 template <typename Element>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);
 
