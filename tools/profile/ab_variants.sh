@@ -5,7 +5,7 @@
 #   bash tools/profile/ab_variants.sh build/var
 # Environment: PASSES (default "bwd"), SHAPES (default "backward": the shapes where the backward
 # trails SDPA flash; "forward": forward s 2k-4k causal, FORWARD_NONCAUSAL=1 adds three
-# non-causal shapes), CHECK=0 skips the checks, NCU=1 also
+# non-causal shapes; "mixed": s 2k-8k and a decode shape), CHECK=0 skips the checks, NCU=1 also
 # profiles the first variant's (or NCU_BIN's: a name in DIR) and SDPA flash's backward (NCU_FLASH=0
 # skips flash's), FWD_NCU=1 the forward at b8 h16 s2k d128 causal: stall reasons per issued
 # instruction, and per SASS instruction (warp-state samples) as CSV, all in $OUT/ncu.tar.gz
@@ -34,6 +34,13 @@ backward_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --causal
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64
+}
+# Forward and backward together at s 2k-8k, and a decode shape (set PASSES="fwd bwd").
+mixed_shapes() {
+  timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128
+  timeout 60 "$1" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128
+  timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64
+  timeout 60 "$1" bench "${common[@]}" --batch 1 --heads 32 --seqlen 16 --seqlen-k 65536 --head-dim 128
 }
 forward_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128 --causal
