@@ -7,7 +7,7 @@
 set -uo pipefail
 base=${1:?baseline carry dir}; cand=${2:?candidate carry dir}
 out=${OUT:-/tmp/fastattn_out}
-mkdir -p "$out" /tmp/abv /tmp/san
+mkdir -p "$out" /tmp/abv
 cp "$base/fastattn" /tmp/abv/fastattn_a_base; cp "$cand/fastattn" /tmp/abv/fastattn_b_cand
 OUT=/tmp/about GPU_TESTS="$cand/fastattn_gpu_tests" bash tools/profile/ab_variants.sh /tmp/abv > /dev/null 2>&1
 cat /tmp/about/checks.txt; cp /tmp/about/ab.txt "$out/ab.txt"
@@ -32,13 +32,7 @@ PY
 )
 echo "verdict: $verdict"
 [[ $verdict == candidate ]] || exit 0
-filter='CudaBackward.ChosenCasesMatchFloat64:CudaBackward.DeterministicIsBitwiseRepeatable'
-for tool in racecheck memcheck; do
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$cand/fastattn_gpu_tests" \
-    --gtest_filter="$filter" > "/tmp/san/$tool.log" 2>&1
-  rc=$?
-  echo "$tool rc=$rc"; grep -E "OK \]|FAILED|SUMMARY" "/tmp/san/$tool.log" | head -4
-  [[ $rc == 0 ]] || { echo "sanitizer failed: no benchmark"; exit 1; }
-done
+FILTER='CudaBackward.ChosenCasesMatchFloat64:CudaBackward.DeterministicIsBitwiseRepeatable' OUT=/tmp/san \
+  bash tools/profile/sanitize.sh "$cand" || { echo "sanitizer failed: no benchmark"; exit 1; }
 STAGES="info bench sdpa compare" BUDGET_S=${BUDGET_S:-330} bash bench/cuda/run_device.sh "$cand" 2>&1 |
   grep -E "^(PASS|FAIL|INFO) |rc=|PASSED|FAILED"

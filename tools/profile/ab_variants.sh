@@ -69,23 +69,13 @@ if [[ ${NCU:-0} == 1 ]]; then
   timeout 150 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
     --section SourceCounters --section WarpStateStats -o /tmp/ours_src -f "$dir/$first" bench "${shape[@]}" > /dev/null 2>&1
   ncu --import /tmp/ours_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_sass.csv.gz"
-  [[ ${NCU_FLASH:-1} == 1 ]] && cat > /tmp/flash_bwd_one.py <<'PY'
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn(2, 16, 8192, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(3):
-        F.scaled_dot_product_attention(q, k, v).backward(torch.ones_like(q))
-torch.cuda.synchronize()
-PY
   if [[ ${NCU_FLASH:-1} == 1 ]]; then
     timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-      "${stalls[@]}" python3 /tmp/flash_bwd_one.py > "$nout/ncu_flash_bwd.txt" 2>&1
+      "${stalls[@]}" python3 tools/profile/sdpa_flash_once.py --pass bwd > "$nout/ncu_flash_bwd.txt" 2>&1
     echo "ncu flash rc=$?"
   fi
   [[ ${NCU_FLASH:-1} == 1 ]] && timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 /tmp/flash_bwd_one.py > /dev/null 2>&1
+    --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 tools/profile/sdpa_flash_once.py --pass bwd > /dev/null 2>&1
   [[ ${NCU_FLASH:-1} == 1 ]] && ncu --import /tmp/flash_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_sass.csv.gz"
 fi
 if [[ ${FWD_NCU:-0} == 1 ]]; then
@@ -99,21 +89,11 @@ if [[ ${FWD_NCU:-0} == 1 ]]; then
   timeout 100 ncu --clock-control none -k regex:flash_forward_kernel --launch-skip 1 --launch-count 1 \
     --section SourceCounters --section WarpStateStats -o /tmp/ours_fwd_src -f "$dir/$first" bench "${fshape[@]}" > /dev/null 2>&1
   ncu --import /tmp/ours_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_fwd_sass.csv.gz"
-  cat > /tmp/flash_fwd_one.py <<'PY'
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn(8, 16, 2048, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(3):
-        F.scaled_dot_product_attention(q, k, v, is_causal=True)
-torch.cuda.synchronize()
-PY
   timeout 150 ncu --clock-control none -k regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 \
-    "${stalls[@]}" --section LaunchStats --section Occupancy python3 /tmp/flash_fwd_one.py > "$nout/ncu_flash_fwd.txt" 2>&1
+    "${stalls[@]}" --section LaunchStats --section Occupancy python3 tools/profile/sdpa_flash_once.py --pass fwd --batch 8 --seqlen 2048 --causal > "$nout/ncu_flash_fwd.txt" 2>&1
   echo "ncu flash fwd rc=$?"
   timeout 150 ncu --clock-control none -k regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats -o /tmp/flash_fwd_src -f python3 /tmp/flash_fwd_one.py > /dev/null 2>&1
+    --section SourceCounters --section WarpStateStats -o /tmp/flash_fwd_src -f python3 tools/profile/sdpa_flash_once.py --pass fwd --batch 8 --seqlen 2048 --causal > /dev/null 2>&1
   ncu --import /tmp/flash_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_fwd_sass.csv.gz"
 fi
 if [[ -n $(ls -A "$nout") ]]; then tar czf "$out/ncu.tar.gz" -C "$nout" .; fi

@@ -30,18 +30,8 @@ echo "ours bwd rc=$?"
 [[ ${FWD:-1} == 1 ]] && timeout 120 ncu --clock-control none -k regex:flash_forward_kernel --launch-skip 1 --launch-count 1 \
   "${sections[@]}" "$bin/fastattn" bench "${shape[@]}" --pass fwd > "$out/ours_fwd.txt" 2>&1
 echo "ours fwd rc=$?"
-cat > /tmp/flash_bwd_one.py <<'PY'
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn(2, 16, 8192, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(3):
-        F.scaled_dot_product_attention(q, k, v).backward(torch.ones_like(q))
-torch.cuda.synchronize()
-PY
 timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-  "${sections[@]}" python3 /tmp/flash_bwd_one.py > "$out/flash_bwd.txt" 2>&1
+  "${sections[@]}" python3 tools/profile/sdpa_flash_once.py --pass bwd > "$out/flash_bwd.txt" 2>&1
 echo "flash bwd rc=$?"
 [[ -n "$build_pid" ]] && wait "$build_pid"
 [[ -f "$out/fullset_build.txt" ]] && cat "$out/fullset_build.txt"

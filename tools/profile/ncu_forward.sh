@@ -14,18 +14,8 @@ sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerSta
 timeout 200 ncu --clock-control none -k regex:flash_forward --launch-skip 115 --launch-count 1 \
   "${sections[@]}" -o "$out/ours" -f "$bin/fastattn_cuda_bench" short > "$out/ncu_ours.log" 2>&1
 echo "ours rc=$?"
-cat > /tmp/flash_one.py <<'PY'
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn(2, 16, 8192, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(4):
-        F.scaled_dot_product_attention(q, k, v)
-torch.cuda.synchronize()
-PY
 timeout 200 ncu --clock-control none -k regex:flash_fwd --launch-skip 2 --launch-count 1 \
-  "${sections[@]}" -o "$out/flash" -f python3 /tmp/flash_one.py > "$out/ncu_flash.log" 2>&1
+  "${sections[@]}" -o "$out/flash" -f python3 tools/profile/sdpa_flash_once.py --pass fwd --calls 4 > "$out/ncu_flash.log" 2>&1
 echo "flash rc=$?"
 for r in ours flash; do
   [ -f "$out/$r.ncu-rep" ] || continue
