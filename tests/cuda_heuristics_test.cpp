@@ -1,10 +1,13 @@
-// cuda_heuristics_test.cpp — the CUDA forward's launch plan (src/cuda/flash_fwd/heuristics.hpp):
-// kernel choice and split-KV count. Host-only arithmetic, so it runs in CPU CI (label `cpu`).
+// cuda_heuristics_test.cpp — the CUDA launch plans: the forward's (src/cuda/flash_fwd/heuristics.hpp:
+// kernel choice and split-KV count) and the backward's tiles (src/cuda/flash_bwd/plan.hpp).
+// Host-only arithmetic, so it runs in CPU CI (label `cpu`).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
+#include "cuda/flash_bwd/plan.hpp"
 #include "cuda/flash_fwd/heuristics.hpp"
+#include "fastattn/error.hpp"
 #include "test_support.hpp"
 
 namespace fastattn::testing {
@@ -112,5 +115,56 @@ TEST_F(CudaHeuristics, EnvironmentForcesTheSplitCount) {
   EXPECT_FALSE(cuda::plan_forward(h200(1, 32, 1, 65536)).forced);
 }
 
+// The backward's tile choice by shared memory (src/cuda/flash_bwd/plan.hpp).
+namespace backward {
+
+constexpr int kSm90Smem = 227 * 1024;  // H100 / H200 opt-in per block
+constexpr int kSm86Smem = 99 * 1024;   // A10, L4, L40, RTX 30/40
+
+TEST(CudaBackwardPlan, DefaultTilesWhereTheyFit) {
+  ScopedEnv unset("FASTATTN_CUDA_BWD_BLOCKS", std::nullopt);
+  for (int d : {64, 96, 128, 256}) {
+    const auto plan = cuda::plan_backward(d, 2, 16, 16, 4096, 8192, false, 132, kSm90Smem);
+    EXPECT_FALSE(plan.small_blocks) << "d " << d;
+    EXPECT_EQ(plan.blocks.block_m, cuda::backward_blocks(d).block_m) << "d " << d;
+    EXPECT_LE(cuda::backward_smem_bytes(plan.blocks, d), kSm90Smem) << "d " << d;
+  }
+  // Unknown shared memory (0): the default tiles.
+  EXPECT_FALSE(cuda::plan_backward(64, 1, 1, 1, 128, 128, false, 0, 0).small_blocks);
+}
+
+TEST(CudaBackwardPlan, SmallTilesFit99KiB) {
+  ScopedEnv unset("FASTATTN_CUDA_BWD_BLOCKS", std::nullopt);
+  for (int d : {64, 96, 128}) {
+    EXPECT_GT(cuda::backward_smem_bytes(cuda::backward_blocks(d), d), kSm86Smem) << "d " << d;
+    const auto plan = cuda::plan_backward(d, 2, 16, 16, 4096, 8192, true, 84, kSm86Smem);
+    EXPECT_TRUE(plan.small_blocks) << "d " << d;
+    EXPECT_LE(cuda::backward_smem_bytes(plan.blocks, d), kSm86Smem) << "d " << d;
+    // Deterministic splits follow the chosen key block.
+    EXPECT_LE(plan.num_splits, (4096 + plan.blocks.block_n - 1) / plan.blocks.block_n);
+  }
+  // d = 256 has no small configuration: the default one (the launcher's error names the bytes).
+  EXPECT_FALSE(cuda::plan_backward(256, 1, 1, 1, 128, 128, false, 0, kSm86Smem).small_blocks);
+}
+
+TEST(CudaBackwardPlan, EnvironmentForcesSmallTiles) {
+  {
+    ScopedEnv small("FASTATTN_CUDA_BWD_BLOCKS", std::string("small"));
+    EXPECT_TRUE(cuda::plan_backward(128, 1, 1, 1, 128, 128, false, 0, kSm90Smem).small_blocks);
+    EXPECT_FALSE(cuda::plan_backward(256, 1, 1, 1, 128, 128, false, 0, kSm90Smem).small_blocks);
+  }
+  {
+    ScopedEnv bad("FASTATTN_CUDA_BWD_BLOCKS", std::string("tiny"));
+    try {
+      (void)cuda::plan_backward(128, 1, 1, 1, 128, 128, false, 0, kSm90Smem);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("FASTATTN_CUDA_BWD_BLOCKS"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace backward
 }  // namespace
 }  // namespace fastattn::testing

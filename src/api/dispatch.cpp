@@ -96,6 +96,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
   c.backend = Backend::cuda;
   c.isa = "sm80";
   c.kernel = std::string("cuda.backward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+             (plan.small_blocks ? ".small-smem" : "") +
              (p.deterministic ? ".deterministic" + std::to_string(plan.num_splits) : "");
   c.block_q = plan.blocks.block_m;
   c.block_k = plan.blocks.block_n;
@@ -105,6 +106,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                  ? "deterministic: " + std::to_string(plan.num_splits) +
                        " key-block splits per (batch, kv head), dQ buffers summed in split order"
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
+  if (plan.small_blocks) c.reason += "; small tiles for a GPU with 99 KB of shared memory per block";
   return c;
 }
 #endif

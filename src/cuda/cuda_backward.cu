@@ -64,6 +64,7 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
   b.window_right = p.window_right > kWide - 1 ? kWide - 1 : p.window_right;
   b.bottom_right = p.alignment == MaskAlignment::bottom_right;
   b.num_splits = plan.num_splits;
+  b.small_blocks = plan.small_blocks;
   b.deterministic = p.deterministic;
   return b;
 }
@@ -95,7 +96,8 @@ bool has_backward_kernel(DType dtype, std::int64_t head_dim) { return has_forwar
 BackwardPlan backward_plan(const AttentionProblem& p) {
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
   return plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k, total_q,
-                       p.deterministic, p.deterministic ? multiprocessor_count(p.device.index) : 0);
+                       p.deterministic, p.deterministic ? multiprocessor_count(p.device.index) : 0,
+                       shared_memory_per_block(p.device.index));
 }
 
 void backward(const AttentionProblem& p, const KernelChoice& choice) {

@@ -16,19 +16,40 @@
 
 namespace fastattn::cuda {
 
-template <typename Element, int kHeadDim>
+// kSmall: the configuration for GPUs with 99 KB of shared memory per block (plan.hpp).
+template <typename Element, int kHeadDim, bool kSmall = false>
 struct BackwardConfig {
-  static constexpr BackwardBlocks kBlocks = backward_blocks(kHeadDim);
+  static constexpr BackwardBlocks kBlocks = kSmall ? backward_blocks_small(kHeadDim) : backward_blocks(kHeadDim);
   using Traits = BackwardTraits<kHeadDim, kBlocks.block_m, kBlocks.block_n, kBlocks.warps, kBlocks.warps_sdp_m,
                                 kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element>;
+  static_assert(Traits::kSmemBytes == backward_smem_bytes(kBlocks, kHeadDim), "plan.hpp's shared-memory count");
 };
+
+template <class T>
+void run_backward_with(const BackwardParams& p, cudaStream_t stream);
 
 template <typename Element, int kHeadDim>
 void run_backward(const BackwardParams& p, cudaStream_t stream) {
-  using T = typename BackwardConfig<Element, kHeadDim>::Traits;
+  if (p.small_blocks) {
+    if constexpr (has_small_backward_blocks(kHeadDim)) {
+      return run_backward_with<typename BackwardConfig<Element, kHeadDim, true>::Traits>(p, stream);
+    } else {
+      throw Error(ErrorCode::internal, "cuda backward: no small configuration for head_dim " +
+                                           std::to_string(kHeadDim));
+    }
+  }
+  run_backward_with<typename BackwardConfig<Element, kHeadDim>::Traits>(p, stream);
+}
+
+template <class T>
+void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
+  using Element = typename T::Element;
+  constexpr int kHeadDim = T::kHeadDim;
   const std::string config = "d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
-                             std::to_string(T::kBlockN) + (p.deterministic ? ", deterministic" : "");
-  // The tiles need sm80/sm90-class shared memory (up to 162 KB per block); sm86/sm89 offer 99 KB.
+                             std::to_string(T::kBlockN) + (p.small_blocks ? ", small-smem" : "") +
+                             (p.deterministic ? ", deterministic" : "");
+  // The default tiles need sm80/sm90-class shared memory (up to 162 KB per block); the plan
+  // takes the small ones where that does not fit (sm86/sm89: 99 KB), and d = 256 has none.
   // Checked before anything is launched, so the error names the need instead of a failed
   // cudaFuncSetAttribute.
   int device = 0;
@@ -38,8 +59,7 @@ void run_backward(const BackwardParams& p, cudaStream_t stream) {
     throw Error(ErrorCode::unsupported,
                 "cuda backward: expected a GPU with " + std::to_string(T::kSmemBytes) +
                     " bytes of shared memory per block for head_dim " + std::to_string(kHeadDim) +
-                    " (sm80 / sm90 class), got " + std::to_string(smem_optin) + " on device " +
-                    std::to_string(device));
+                    ", got " + std::to_string(smem_optin) + " on device " + std::to_string(device));
   }
   if (p.total_q > 0) {
     const int64_t dq_elems = p.total_q * p.num_heads * kHeadDim * static_cast<int64_t>(p.num_splits);

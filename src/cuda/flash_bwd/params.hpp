@@ -52,6 +52,7 @@ struct BackwardParams {
   float* d_sum;
   float* dq_accum;
   int num_splits;      // deterministic: key-block splits, each with its own dQ buffer; else 1
+  bool small_blocks;   // the small-shared-memory tiles (plan.hpp: backward_blocks_small)
   bool deterministic;  // true: plain read-add-write into this split's dQ buffer; false: atomics
 };
 

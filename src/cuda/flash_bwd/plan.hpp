@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/common/scratch_align.hpp"
+#include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
 
@@ -37,8 +40,48 @@ constexpr BackwardBlocks backward_blocks(int head_dim) {
                            : BackwardBlocks{64, 64, 8, 4, 2, 2, 1};
 }
 
+// GPUs with 99 KB of shared memory per block (sm86 / sm89: A10, L4, L40, RTX 30/40) take
+// flash-attn 2's smaller sm86 tiles: 64 query rows, and 64 keys with one Q/dO stage above
+// d = 64. d = 256 has none (an `unsupported` error there).
+constexpr bool has_small_backward_blocks(int head_dim) { return head_dim <= 128; }
+constexpr BackwardBlocks backward_blocks_small(int head_dim) {
+  return head_dim <= 64    ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2}
+         : head_dim <= 96  ? BackwardBlocks{64, 64, 8, 2, 4, 4, 1}
+                           : BackwardBlocks{64, 64, 8, 2, 4, 2, 1};
+}
+
+// Shared memory of a configuration, bytes (traits.cuh's map, which static_asserts the same):
+// K, V; stages x (Q, dO); P, dS; stages x (lse, D). Rows padded to 64 elements.
+constexpr int backward_smem_bytes(const BackwardBlocks& b, int head_dim) {
+  const int row_bytes = (head_dim + 63) / 64 * 64 * 2;
+  return 2 * b.block_n * row_bytes + 2 * b.stages * b.block_m * row_bytes + 2 * b.block_m * b.block_n * 2 +
+         2 * b.stages * b.block_m * 4;
+}
+
+// FASTATTN_CUDA_BWD_BLOCKS=small takes the small configuration on any GPU (tests run it on
+// large ones); unset or `default`: by the shared-memory limit.
+inline bool small_backward_blocks_forced() {
+  const char* v = std::getenv("FASTATTN_CUDA_BWD_BLOCKS");
+  if (v == nullptr || *v == '\0' || std::string(v) == "default") return false;
+  if (std::string(v) == "small") return true;
+  throw Error(ErrorCode::invalid_argument,
+              std::string("FASTATTN_CUDA_BWD_BLOCKS: expected `small` or `default`, got `") + v + "`");
+}
+
+// The configuration for head_dim on a GPU with smem_per_block bytes of opt-in shared memory
+// (0: unknown, take the default): the default one where it fits, else the small one.
+inline BackwardBlocks choose_backward_blocks(int head_dim, int smem_per_block, bool* small = nullptr) {
+  const BackwardBlocks big = backward_blocks(head_dim);
+  const bool use_small = has_small_backward_blocks(head_dim) &&
+                         (small_backward_blocks_forced() ||
+                          (smem_per_block > 0 && backward_smem_bytes(big, head_dim) > smem_per_block));
+  if (small != nullptr) *small = use_small;
+  return use_small ? backward_blocks_small(head_dim) : big;
+}
+
 struct BackwardPlan {
   BackwardBlocks blocks{};
+  bool small_blocks = false;  // the small-shared-memory configuration (backward_blocks_small)
   int num_splits = 1;  // deterministic mode: CTAs per (batch, kv head), each with a dQ buffer
   std::size_t d_sum_bytes = 0;
   std::size_t dq_accum_bytes = 0;
@@ -51,9 +94,9 @@ struct BackwardPlan {
 // adds the buffers in split order, so the result does not depend on scheduling.
 inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t num_heads,
                                   std::int64_t num_kv_heads, std::int64_t seqlen_k, std::int64_t total_q,
-                                  bool deterministic, int num_sms) {
+                                  bool deterministic, int num_sms, int smem_per_block = 0) {
   BackwardPlan plan;
-  plan.blocks = backward_blocks(head_dim);
+  plan.blocks = choose_backward_blocks(head_dim, smem_per_block, &plan.small_blocks);
   if (deterministic) {
     const std::int64_t n_blocks = (seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n;
     const std::int64_t ctas = std::max<std::int64_t>(1, batch * num_kv_heads);
