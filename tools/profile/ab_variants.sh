@@ -3,9 +3,9 @@
 # change) is checked against the float64 oracle, then all are timed in turn on the same shapes,
 # two rounds (v0, v1, ..., v0, v1, ...), so each variant is compared with the others in one job.
 #   bash tools/profile/ab_variants.sh build/var
-# Environment: PASSES (default "bwd"), SHAPES (default "backward": the shapes where the backward
+# Environment: PASSES (default "bwd"), SHAPES (one or more sets; default "backward": the shapes where the backward
 # trails SDPA flash; "forward": forward s 2k-4k causal, FORWARD_NONCAUSAL=1 adds three
-# non-causal shapes; "mixed": s 2k-8k and a decode shape), CHECK=0 skips the checks, NCU=1 also
+# non-causal shapes; "mixed": s 2k-8k and a decode shape; "d64": d = 64 s 4k-16k), CHECK=0 skips the checks, NCU=1 also
 # profiles the first variant's (or NCU_BIN's: a name in DIR) and SDPA flash's backward (NCU_FLASH=0
 # skips flash's), FWD_NCU=1 the forward at b8 h16 s2k d128 causal: stall reasons per issued
 # instruction, and per SASS instruction (warp-state samples) as CSV, all in $OUT/ncu.tar.gz
@@ -42,6 +42,13 @@ mixed_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64
   timeout 60 "$1" bench "${common[@]}" --batch 1 --heads 32 --seqlen 16 --seqlen-k 65536 --head-dim 128
 }
+# The d = 64 non-causal paper shapes (s 4k-16k) and one causal one (set PASSES="fwd bwd").
+d64_shapes() {
+  timeout 60 "$1" bench "${common[@]}" --batch 4 --heads 32 --seqlen 4096 --head-dim 64
+  timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64
+  timeout 60 "$1" bench "${common[@]}" --batch 1 --heads 32 --seqlen 16384 --head-dim 64
+  timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64 --causal
+}
 forward_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128 --causal
   timeout 60 "$1" bench "${common[@]}" --batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal
@@ -55,14 +62,20 @@ forward_shapes() {
 for round in 1 2; do
   for b in $bins; do
     echo "== round $round: $b"
-    "${SHAPES:-backward}_shapes" "$dir/$b"
+    for set in ${SHAPES:-backward}; do "${set}_shapes" "$dir/$b"; done
   done
 done 2>&1 | grep -E "==|\| *(fwd|bwd)" | tee "$out/ab.txt"
 stalls=(--metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_op_ldsm.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")
 if [[ ${NCU:-0} == 1 ]]; then
-  shape=(--device cuda --dtype bf16 --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --warmup 1 --repeats 1
-         --min-time 0 --no-peaks --pass bwd)
+  # NCU_SHAPE: the profiled shape, for both fastattn and SDPA flash (default b2 h16 s8k d128).
+  read -r -a nshape <<< "${NCU_SHAPE:---batch 2 --heads 16 --seqlen 8192 --head-dim 128}"
+  shape=(--device cuda --dtype bf16 "${nshape[@]}" --warmup 1 --repeats 1 --min-time 0 --no-peaks --pass bwd)
   first=${NCU_BIN:-$(echo $bins | awk '{print $1}')}
+  # Every kernel of one backward call, with its duration (memset, D pre-pass, main, dQ convert).
+  timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum "$dir/$first" bench "${shape[@]}" \
+    > "$nout/ncu_ours_all_kernels.txt" 2>&1
+  [[ ${NCU_FLASH:-1} == 1 ]] && timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum \
+    python3 tools/profile/sdpa_flash_once.py --pass bwd --calls 1 "${nshape[@]}" > "$nout/ncu_flash_all_kernels.txt" 2>&1
   timeout 150 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
     "${stalls[@]}" "$dir/$first" bench "${shape[@]}" > "$nout/ncu_ours_bwd.txt" 2>&1
   echo "ncu ours rc=$?"
@@ -71,11 +84,11 @@ if [[ ${NCU:-0} == 1 ]]; then
   ncu --import /tmp/ours_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_sass.csv.gz"
   if [[ ${NCU_FLASH:-1} == 1 ]]; then
     timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-      "${stalls[@]}" python3 tools/profile/sdpa_flash_once.py --pass bwd > "$nout/ncu_flash_bwd.txt" 2>&1
+      "${stalls[@]}" python3 tools/profile/sdpa_flash_once.py --pass bwd "${nshape[@]}" > "$nout/ncu_flash_bwd.txt" 2>&1
     echo "ncu flash rc=$?"
   fi
   [[ ${NCU_FLASH:-1} == 1 ]] && timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 tools/profile/sdpa_flash_once.py --pass bwd > /dev/null 2>&1
+    --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 tools/profile/sdpa_flash_once.py --pass bwd "${nshape[@]}" > /dev/null 2>&1
   [[ ${NCU_FLASH:-1} == 1 ]] && ncu --import /tmp/flash_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_sass.csv.gz"
 fi
 if [[ ${FWD_NCU:-0} == 1 ]]; then
