@@ -165,6 +165,69 @@ TEST(CudaBackwardPlan, EnvironmentForcesSmallTiles) {
   }
 }
 
+// Tail split (wave quantization, plan.hpp: choose_tail_split).
+TEST(CudaBackwardPlan, TailSplitFillsTheLastWave) {
+  // b2 h32 s8k d64 on 132 SMs: 4096 tiles = 31 waves + 4; the 4 are cut into pieces of 2 query
+  // blocks (64 / 32), one wave of 128 pieces.
+  const cuda::TailSplit d64 = cuda::choose_tail_split(4096, 132, 64, 1);
+  EXPECT_EQ(d64.tiles, 4);
+  EXPECT_EQ(d64.pieces, 32);
+  // b2 h16 s8k d128: 2048 tiles = 15 waves + 68, 128 query blocks each.
+  const cuda::TailSplit d128 = cuda::choose_tail_split(2048, 132, 128, 1);
+  EXPECT_EQ(d128.tiles % 132, 68);
+  EXPECT_GT(d128.pieces, 1);
+  // Full waves, one query block, or a gain under 1%: no split.
+  EXPECT_EQ(cuda::choose_tail_split(4224, 132, 64, 1).tiles, 0);
+  EXPECT_EQ(cuda::choose_tail_split(4097, 132, 1, 1).tiles, 0);
+  EXPECT_EQ(cuda::choose_tail_split(0, 132, 64, 1).tiles, 0);
+  EXPECT_EQ(cuda::choose_tail_split(132 * 100 + 131, 132, 64, 1).tiles, 0);  // last wave 131 of 132
+  // A small grid (64 tiles on 132 SMs) is all tail: two pieces per tile.
+  const cuda::TailSplit small = cuda::choose_tail_split(64, 132, 8, 1);
+  EXPECT_EQ(small.tiles, 64);
+  EXPECT_EQ(small.pieces, 2);
+  // Never more pieces than query blocks, nor than kTailMaxPieces.
+  for (std::int64_t tiles : {1, 7, 133, 1000, 4097}) {
+    for (std::int64_t qb : {2, 3, 17, 1000}) {
+      const cuda::TailSplit s = cuda::choose_tail_split(tiles, 132, qb, 4);
+      EXPECT_LE(s.pieces, std::min<std::int64_t>(qb, cuda::kTailMaxPieces));
+      EXPECT_LE(s.tiles, tiles);
+    }
+  }
+}
+
+TEST(CudaBackwardPlan, TailSplitScratchAndSwitch) {
+  ScopedEnv unset("FASTATTN_CUDA_BWD_BLOCKS", std::nullopt);
+  {
+    ScopedEnv on("FASTATTN_CUDA_BWD_TAIL_SPLIT", std::nullopt);
+    cuda::BackwardPlan plan = cuda::plan_backward(64, 2, 32, 32, 8192, 2 * 8192, false, 0, kSm90Smem);
+    const std::size_t before = plan.workspace_bytes;
+    cuda::plan_tail_split(plan, 64, 2, 32, 1, 8192, 8192, 132);
+    EXPECT_EQ(plan.tiles, 4096);
+    EXPECT_EQ(plan.tail.tiles, 4);
+    // fp32 dK and dV of 4 tiles of 128 keys, and 4 counters.
+    EXPECT_GE(plan.tail_bytes, std::size_t{4} * 2 * 128 * 64 * 4 + 4 * 4);
+    EXPECT_EQ(plan.workspace_bytes, before + plan.tail_bytes);
+  }
+  {
+    ScopedEnv off("FASTATTN_CUDA_BWD_TAIL_SPLIT", std::string("0"));
+    cuda::BackwardPlan plan = cuda::plan_backward(64, 2, 32, 32, 8192, 2 * 8192, false, 0, kSm90Smem);
+    cuda::plan_tail_split(plan, 64, 2, 32, 1, 8192, 8192, 132);
+    EXPECT_EQ(plan.tail.tiles, 0);
+    EXPECT_EQ(plan.tail_bytes, 0u);
+  }
+  {
+    ScopedEnv bad("FASTATTN_CUDA_BWD_TAIL_SPLIT", std::string("yes"));
+    cuda::BackwardPlan plan = cuda::plan_backward(64, 2, 32, 32, 8192, 2 * 8192, false, 0, kSm90Smem);
+    try {
+      cuda::plan_tail_split(plan, 64, 2, 32, 1, 8192, 8192, 132);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("FASTATTN_CUDA_BWD_TAIL_SPLIT"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace backward
 }  // namespace
 }  // namespace fastattn::testing

@@ -50,6 +50,11 @@ TEST_F(CudaBackward, ChosenCasesMatchFloat64) {
     cases.push_back("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,7,1 lens_k=5,0,9");
     cases.push_back("b=1 sq=63 sk=1000 h=2 hkv=2" + hd + " dtype=f16 mask=window wl=0 wr=0");
     cases.push_back("b=1 sq=200 sk=333 h=2 hkv=1" + hd + " dtype=bf16 mask=causal scale=-0.09");
+    // Just over a wave of tiles (134 key-block tiles on the H200's 132 SMs): whole tiles, then
+    // the tail split's pieces (plan.hpp: choose_tail_split); GQA, soft-cap, ragged key block.
+    // Short key sequences keep the float64 reference cheap.
+    cases.push_back("b=2 sq=512 sk=16 h=67 hkv=67" + hd + " dtype=bf16 mask=none");
+    cases.push_back("b=2 sq=500 sk=20 h=134 hkv=67" + hd + " dtype=f16 mask=none softcap=20");
   }
   for (const std::string& text : cases) {
     const harness::Case c = harness::parse_case(text);

@@ -63,6 +63,10 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
   b.window_left = p.window_left > kWide - 1 ? kWide - 1 : p.window_left;
   b.window_right = p.window_right > kWide - 1 ? kWide - 1 : p.window_right;
   b.bottom_right = p.alignment == MaskAlignment::bottom_right;
+  b.tail_tiles = plan.tail.tiles;
+  b.tail_pieces = plan.tail.pieces;
+  b.main_tiles = plan.tiles - plan.tail.tiles;
+  b.grid_n_blocks = static_cast<int>((p.seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n);
   b.num_splits = plan.num_splits;
   b.small_blocks = plan.small_blocks;
   b.deterministic = p.deterministic;
@@ -95,9 +99,16 @@ bool has_backward_kernel(DType dtype, std::int64_t head_dim) { return has_forwar
 
 BackwardPlan backward_plan(const AttentionProblem& p) {
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
-  return plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k, total_q,
-                       p.deterministic, p.deterministic ? multiprocessor_count(p.device.index) : 0,
-                       shared_memory_per_block(p.device.index));
+  const int sms = multiprocessor_count(p.device.index);
+  BackwardPlan plan = plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k,
+                                    total_q, p.deterministic, p.deterministic ? sms : 0,
+                                    shared_memory_per_block(p.device.index));
+  // Tiles of equal work only (plan.hpp: plan_tail_split).
+  if (!p.is_varlen() && !p.deterministic && p.window_left < 0 && p.window_right < 0) {
+    plan_tail_split(plan, static_cast<int>(p.head_dim), p.batch, p.num_kv_heads, p.group_size(), p.seqlen_q,
+                    p.seqlen_k, sms);
+  }
+  return plan;
 }
 
 void backward(const AttentionProblem& p, const KernelChoice& choice) {
@@ -127,6 +138,13 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
   BackwardParams b = make_backward_params(p, plan);
   b.d_sum = scratch.at<float>(0);
   b.dq_accum = scratch.at<float>(plan.d_sum_bytes);
+  b.zero_bytes = plan.workspace_bytes - plan.d_sum_bytes;
+  if (plan.tail.tiles > 0) {
+    const std::size_t tail_at = plan.d_sum_bytes + plan.dq_accum_bytes;
+    b.dkv_accum = scratch.at<float>(tail_at);
+    b.tail_counters = scratch.at<unsigned>(tail_at + static_cast<std::size_t>(plan.tail.tiles) * 2 *
+                                                         plan.blocks.block_n * p.head_dim * sizeof(float));
+  }
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   if (p.dtype == DType::bf16) {
     backward_for_dtype<__nv_bfloat16>(b, p.head_dim, stream);

@@ -28,19 +28,26 @@
 
 namespace fastattn::cuda {
 
-// Adds two adjacent fp32 values to global memory.
-__device__ __forceinline__ void add_pair(float* dst, float a, float b, bool atomic) {
-  if (!atomic) {
-    float2 old = *reinterpret_cast<float2*>(dst);
-    *reinterpret_cast<float2*>(dst) = make_float2(old.x + a, old.y + b);
-    return;
-  }
+// Adds two adjacent fp32 values to global memory with one reduction (sm90: red.v2; sm80: two
+// atomics).
+__device__ __forceinline__ void red_add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
 #else
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
 #endif
+}
+
+// Adds two adjacent fp32 values to global memory: atomically, or with a plain read-add-write
+// (deterministic mode, where only this CTA touches the row).
+__device__ __forceinline__ void add_pair(float* dst, float a, float b, bool atomic) {
+  if (!atomic) {
+    float2 old = *reinterpret_cast<float2*>(dst);
+    *reinterpret_cast<float2*>(dst) = make_float2(old.x + a, old.y + b);
+    return;
+  }
+  red_add_pair(dst, a, b);
 }
 
 // acc (kTilesM m16 x kTilesN n8) = A B^T over k = kKSteps x 16, where A is the (rows,
@@ -205,7 +212,52 @@ __device__ __forceinline__ void mask_logits(float (&acc)[T::kSdPTilesM][T::kSdPT
     }
 }
 
-template <class T, bool kSoftcap>
+// Tail-split epilogue (plan.hpp: choose_tail_split): the piece adds its dK (scaled) and dV
+// partials into the tile's fp32 scratch, (2, kBlockN, kHeadDim), then counts itself; the last
+// piece of the tile to finish converts the sums to dK and dV. The fences make every piece's
+// reductions visible before its count, and the counted partials visible to the last piece (the
+// CUDA programming guide's "last block" pattern, threadFenceReduction); it reads them from L2.
+template <class T>
+__device__ __forceinline__ void finish_tail_piece(const float (&acc_dk)[T::kKVTilesM][T::kKVTilesN][4],
+                                                  const float (&acc_dv)[T::kKVTilesM][T::kKVTilesN][4],
+                                                  const BackwardParams& p, int64_t tail_tile, int k0, int len_k,
+                                                  typename T::Element* dk_base, typename T::Element* dv_base,
+                                                  int kv_n0, int kv_d0, int g, int t, int tid, int* last_piece) {
+  using E = typename T::Element;
+  constexpr int kTileElems = T::kBlockN * T::kHeadDim;
+  float* sums = p.dkv_accum + tail_tile * 2 * kTileElems;  // dK rows, then dV rows
+#pragma unroll
+  for (int mt = 0; mt < T::kKVTilesM; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float* row = sums + (kv_n0 + mt * 16 + g + 8 * r) * T::kHeadDim + kv_d0 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < T::kKVTilesN; ++nt) {
+        red_add_pair(row + nt * 8, acc_dk[mt][nt][2 * r] * p.scale, acc_dk[mt][nt][2 * r + 1] * p.scale);
+        red_add_pair(row + kTileElems + nt * 8, acc_dv[mt][nt][2 * r], acc_dv[mt][nt][2 * r + 1]);
+      }
+    }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) *last_piece = atomicAdd(p.tail_counters + tail_tile, 1u) == static_cast<unsigned>(p.tail_pieces - 1);
+  __syncthreads();
+  if (!*last_piece) return;
+  __threadfence();
+  for (int i = tid * 2; i < 2 * kTileElems; i += T::kThreads * 2) {
+    const int which = i / kTileElems, row = i % kTileElems / T::kHeadDim, col = i % T::kHeadDim;
+    const int j = k0 + row;
+    if (j >= len_k) continue;
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(sums + i));
+    E* dst = which == 0 ? dk_base + static_cast<int64_t>(j) * p.dk_token_stride
+                        : dv_base + static_cast<int64_t>(j) * p.dv_token_stride;
+    *reinterpret_cast<uint32_t*>(dst + col) = sm80::pack2<E>(v.x, v.y);
+  }
+}
+
+// kTailSplit: the 1-D grid of a tail split (plan.hpp: choose_tail_split). Its own instance so
+// the (key block, KV head, batch) grid keeps reading blockIdx (ptxas spilled twice as many bytes
+// with both in one kernel).
+template <class T, bool kSoftcap, bool kTailSplit>
 __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const BackwardParams p) {
   using E = typename T::Element;
   using TileK = sm80::TileCopy<T::kBlockN, T::kHeadDim, T::kThreads, typename T::Layout>;
@@ -218,7 +270,23 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   const float* s_d = reinterpret_cast<const float*>(smem + T::kOffD);      // [kStages][kBlockM]
 
   // ---- tile scheduler ------------------------------------------------------------------------
-  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  // Grid (key block, KV head, batch); deterministic: grid.x splits, each stepping over the key
+  // blocks. Tail split: a 1-D grid of whole tiles, then the pieces of the last tail_tiles tiles.
+  int first_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z, block_step = gridDim.x;
+  int piece = -1;  // >= 0: this CTA is piece `piece` of tail tile `tail_tile`
+  int64_t tail_tile = 0;
+  if constexpr (kTailSplit) {
+    int64_t tile = blockIdx.x;
+    if (tile >= p.main_tiles) {
+      tail_tile = (tile - p.main_tiles) / p.tail_pieces;
+      piece = static_cast<int>((tile - p.main_tiles) % p.tail_pieces);
+      tile = p.main_tiles + tail_tile;
+    }
+    first_block = static_cast<int>(tile % p.grid_n_blocks);
+    kv_head = static_cast<int>(tile / p.grid_n_blocks % p.num_kv_heads);
+    batch = static_cast<int>(tile / p.grid_n_blocks / p.num_kv_heads);
+    block_step = p.grid_n_blocks;
+  }
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t q_start = varlen ? p.cu_seqlens_q[batch] : 0;
   const int64_t k_start = varlen ? p.cu_seqlens_k[batch] : 0;
@@ -226,7 +294,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   const int len_k = varlen ? p.cu_seqlens_k[batch + 1] - static_cast<int>(k_start) : p.seqlen_k;
   const int64_t row_base = varlen ? q_start : static_cast<int64_t>(batch) * p.seqlen_q;  // scratch rows
   const int n_blocks = (len_k + T::kBlockN - 1) / T::kBlockN;
-  if (static_cast<int>(blockIdx.x) >= n_blocks) return;
+  if (first_block >= n_blocks) return;  // varlen: a shorter sequence (never a tail piece)
 
   SequenceMask mask;
   mask.left = p.window_left;
@@ -253,15 +321,21 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   const FragmentAddress<T::kBlockN, LanePattern::kB> frag_p_trans(sP, lane), frag_ds_trans(sdS, lane);
   const FragmentAddress<T::kBlockN, LanePattern::kA> frag_ds(sdS, lane);
 
-  for (int n_block = blockIdx.x; n_block < n_blocks; n_block += gridDim.x) {
+  for (int n_block = first_block; n_block < n_blocks; n_block += block_step) {
     const int k0 = n_block * T::kBlockN;
     const int k1 = min(k0 + T::kBlockN, len_k);
     // Query rows that see at least one key of [k0, k1): the inverse of mask.key_begin/key_end.
     int64_t q_begin = 0, q_end = len_q;
     if (mask.right >= 0) q_begin = max(int64_t{0}, k0 - mask.offset - mask.right);
     if (mask.left >= 0) q_end = min(static_cast<int64_t>(len_q), (k1 - 1) - mask.offset + mask.left + 1);
-    const int m_begin = static_cast<int>(q_begin / T::kBlockM);
-    const int m_end = q_begin < q_end ? static_cast<int>((q_end + T::kBlockM - 1) / T::kBlockM) : m_begin;
+    int m_begin = static_cast<int>(q_begin / T::kBlockM);
+    int m_end = q_begin < q_end ? static_cast<int>((q_end + T::kBlockM - 1) / T::kBlockM) : m_begin;
+    if (piece >= 0) {  // this piece's share of the query blocks
+      const int64_t span = m_end - m_begin;
+      const int first = m_begin;
+      m_begin = first + static_cast<int>(span * piece / p.tail_pieces);
+      m_end = first + static_cast<int>(span * (piece + 1) / p.tail_pieces);
+    }
 
     __syncthreads();  // the previous key block's readers of sK and sV are done
     TileK::copy(sK, k_base + static_cast<int64_t>(k0) * p.k_token_stride, p.k_token_stride, len_k - k0, tid);
@@ -398,6 +472,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
                  kv_head * p.dk_head_stride;
     E* dv_base = static_cast<E*>(p.dv) + (varlen ? k_start * p.dv_token_stride : batch * p.dv_batch_stride) +
                  kv_head * p.dv_head_stride;
+    if (piece >= 0) {
+      // The lse slots hold the last-piece flag: every warp is past the loop at its first barrier.
+      finish_tail_piece<T>(acc_dk, acc_dv, p, tail_tile, k0, len_k, dk_base, dv_base, kv_n0, kv_d0, g, t, tid,
+                           reinterpret_cast<int*>(smem + T::kOffLse));
+      continue;
+    }
 #pragma unroll
     for (int mt = 0; mt < T::kKVTilesM; ++mt)
 #pragma unroll

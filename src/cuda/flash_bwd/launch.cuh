@@ -47,7 +47,10 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
   constexpr int kHeadDim = T::kHeadDim;
   const std::string config = "d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
                              std::to_string(T::kBlockN) + (p.small_blocks ? ", small-smem" : "") +
-                             (p.deterministic ? ", deterministic" : "");
+                             (p.deterministic ? ", deterministic" : "") +
+                             (p.tail_pieces > 1 ? ", tail split " + std::to_string(p.tail_tiles) + " x " +
+                                                      std::to_string(p.tail_pieces)
+                                                : std::string());
   // The default tiles need sm80/sm90-class shared memory (up to 162 KB per block); the plan
   // takes the small ones where that does not fit (sm86/sm89: 99 KB), and d = 256 has none.
   // Checked before anything is launched, so the error names the need instead of a failed
@@ -62,9 +65,8 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
                     ", got " + std::to_string(smem_optin) + " on device " + std::to_string(device));
   }
   if (p.total_q > 0) {
-    const int64_t dq_elems = p.total_q * p.num_heads * kHeadDim * static_cast<int64_t>(p.num_splits);
-    check(cudaMemsetAsync(p.dq_accum, 0, static_cast<size_t>(dq_elems) * sizeof(float), stream), "cudaMemsetAsync",
-          "dQ accumulator, " + config);
+    // The dQ accumulator(s), and with the tail split its dK/dV partials and counters.
+    check(cudaMemsetAsync(p.dq_accum, 0, p.zero_bytes, stream), "cudaMemsetAsync", "dQ accumulator, " + config);
     constexpr int kThreads = 256;
     constexpr int kChunks = kHeadDim / 8;
     constexpr int kLanes = kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
@@ -76,9 +78,16 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
   const int n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
   if (n_blocks > 0 && p.batch > 0) {
     const int grid_x = p.deterministic ? p.num_splits : n_blocks;
-    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(p.num_kv_heads),
-                    static_cast<unsigned>(p.batch));
-    auto kernel = p.softcap > 0.0f ? flash_backward_kernel<T, true> : flash_backward_kernel<T, false>;
+    dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
+    if (p.tail_pieces > 1) {  // whole tiles, then the tail tiles' pieces (plan.hpp: choose_tail_split)
+      if (p.grid_n_blocks != n_blocks || p.main_tiles + p.tail_tiles != int64_t{n_blocks} * p.num_kv_heads * p.batch) {
+        throw Error(ErrorCode::internal, "cuda backward: tail split planned for another grid, " + config);
+      }
+      grid = dim3(static_cast<unsigned>(p.main_tiles + p.tail_tiles * p.tail_pieces));
+    }
+    const bool tail = p.tail_pieces > 1;
+    auto kernel = p.softcap > 0.0f ? (tail ? flash_backward_kernel<T, true, true> : flash_backward_kernel<T, true, false>)
+                                   : (tail ? flash_backward_kernel<T, false, true> : flash_backward_kernel<T, false, false>);
     const std::string name = "flash_backward_kernel<" + config + ">";
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
           "cudaFuncSetAttribute", name);

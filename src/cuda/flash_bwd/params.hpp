@@ -2,6 +2,7 @@
 // AttentionProblem (cuda_backend.cu). 64-bit strides and offsets throughout.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace fastattn::cuda {
@@ -51,6 +52,15 @@ struct BackwardParams {
   // [num_splits][total_q][heads][head_dim].
   float* d_sum;
   float* dq_accum;
+  // Tail split (plan.hpp: choose_tail_split): a 1-D grid of main_tiles whole tiles, then
+  // tail_tiles x tail_pieces pieces. tail_pieces <= 1: the (key block, KV head, batch) grid.
+  int64_t main_tiles;
+  int64_t tail_tiles;
+  int tail_pieces;
+  int grid_n_blocks;        // key blocks per (batch, KV head)
+  float* dkv_accum;         // [tail_tiles][2 (dK, dV)][block_n][head_dim] fp32 partial sums
+  unsigned* tail_counters;  // [tail_tiles]: pieces of the tile done
+  size_t zero_bytes;        // scratch zeroed before the main kernel, from dq_accum on
   int num_splits;      // deterministic: key-block splits, each with its own dQ buffer; else 1
   bool small_blocks;   // the small-shared-memory tiles (plan.hpp: backward_blocks_small)
   bool deterministic;  // true: plain read-add-write into this split's dQ buffer; false: atomics

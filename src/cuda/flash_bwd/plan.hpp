@@ -79,12 +79,57 @@ inline BackwardBlocks choose_backward_blocks(int head_dim, int smem_per_block, b
   return use_small ? backward_blocks_small(head_dim) : big;
 }
 
+// Tail split (wave quantization). Without a mask every CTA of the grid (one key block of one
+// (batch, KV head): a "tile") does the same work, and one CTA fits an SM, so the grid runs in
+// waves of num_sms tiles. When tiles is not a multiple of num_sms the last wave leaves most SMs
+// idle: b2 h32 s8k d64 is 4096 tiles = 31 waves on 132 SMs plus 4 tiles alone in a 32nd (on the
+// H200 the backward ran 273 TFLOP/s there and 282 at h33, whose 4224 tiles fill 32 waves).
+// The last `tiles` tiles are instead cut into `pieces` pieces each, every piece a contiguous
+// range of the tile's query blocks; pieces add their dK/dV into fp32 scratch and the last piece
+// of a tile to finish writes dK/dV (kernel.cuh). Cost model, in query-block steps of one CTA: a
+// tile is `steps` (query blocks x query heads per KV head); a piece is its share plus
+// kTailPieceSteps (its K/V load and the dK/dV reductions, ~2 steps of memory traffic).
+struct TailSplit {
+  std::int64_t tiles = 0;  // tail tiles, the last ones of the grid; 0: no split
+  int pieces = 1;          // pieces per tail tile
+};
+constexpr int kTailPieceSteps = 2;
+constexpr int kTailMaxPieces = 64;
+inline TailSplit choose_tail_split(std::int64_t tiles, int num_sms, std::int64_t query_blocks, std::int64_t group_size) {
+  TailSplit best;
+  const std::int64_t sms = num_sms;
+  if (tiles <= 0 || sms <= 0 || query_blocks < 2 || tiles % sms == 0 || tiles > (std::int64_t{1} << 30)) return best;
+  auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  const std::int64_t steps = query_blocks * group_size;
+  const std::int64_t unsplit = ceil_div(tiles, sms) * steps;
+  std::int64_t best_time = unsplit;
+  // Tail = the partial last wave, or it and the full wave before it.
+  for (std::int64_t tail = tiles % sms; tail <= tiles && tail < 2 * sms; tail += sms) {
+    const std::int64_t full = (tiles - tail) / sms * steps;
+    const std::int64_t max_pieces = std::min<std::int64_t>(query_blocks, kTailMaxPieces);
+    for (std::int64_t pieces = 2; pieces <= max_pieces; ++pieces) {
+      const std::int64_t piece = ceil_div(query_blocks, pieces) * group_size + kTailPieceSteps;
+      const std::int64_t time = full + ceil_div(tail * pieces, sms) * piece;
+      if (time < best_time) {
+        best_time = time;
+        best.tiles = tail;
+        best.pieces = static_cast<int>(pieces);
+      }
+    }
+  }
+  if (best_time * 100 > unsplit * 99) return TailSplit{};  // under 1%: not worth the scratch
+  return best;
+}
+
 struct BackwardPlan {
   BackwardBlocks blocks{};
   bool small_blocks = false;  // the small-shared-memory configuration (backward_blocks_small)
   int num_splits = 1;  // deterministic mode: CTAs per (batch, kv head), each with a dQ buffer
+  TailSplit tail{};    // plan_tail_split
+  std::int64_t tiles = 0;  // key blocks x KV heads x batch (set with the tail split)
   std::size_t d_sum_bytes = 0;
   std::size_t dq_accum_bytes = 0;
+  std::size_t tail_bytes = 0;  // tail split: fp32 dK/dV partial sums, then one counter per tail tile
   std::size_t workspace_bytes = 0;
 };
 
@@ -108,6 +153,32 @@ inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t
                                       static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
   plan.workspace_bytes = plan.d_sum_bytes + plan.dq_accum_bytes;
   return plan;
+}
+
+// FASTATTN_CUDA_BWD_TAIL_SPLIT=0 turns the tail split off (A/B timing, debugging); unset or 1: on.
+inline bool tail_split_enabled() {
+  const char* v = std::getenv("FASTATTN_CUDA_BWD_TAIL_SPLIT");
+  if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  throw Error(ErrorCode::invalid_argument,
+              std::string("FASTATTN_CUDA_BWD_TAIL_SPLIT: expected `0` or `1`, got `") + v + "`");
+}
+
+// Adds the tail split to a plan, for calls whose tiles all do the same work: padded batches
+// (varlen tiles differ by their sequences), no causal or window mask, atomic dQ (deterministic
+// mode has its own grid). The scratch grows by the tail tiles' fp32 dK and dV and their counters,
+// zeroed with the dQ accumulator.
+inline void plan_tail_split(BackwardPlan& plan, int head_dim, std::int64_t batch, std::int64_t num_kv_heads,
+                            std::int64_t group_size, std::int64_t seqlen_q, std::int64_t seqlen_k, int num_sms) {
+  if (!tail_split_enabled()) return;
+  const std::int64_t n_blocks = (seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n;
+  const std::int64_t query_blocks = (seqlen_q + plan.blocks.block_m - 1) / plan.blocks.block_m;
+  plan.tiles = n_blocks * num_kv_heads * batch;
+  plan.tail = choose_tail_split(plan.tiles, num_sms, query_blocks, group_size);
+  if (plan.tail.tiles == 0) return;
+  const std::size_t partials = static_cast<std::size_t>(plan.tail.tiles) * 2 * plan.blocks.block_n * head_dim;
+  plan.tail_bytes = scratch_align(partials * sizeof(float) + static_cast<std::size_t>(plan.tail.tiles) * sizeof(unsigned));
+  plan.workspace_bytes += plan.tail_bytes;
 }
 
 }  // namespace fastattn::cuda
