@@ -58,15 +58,20 @@ constexpr int backward_smem_bytes(const BackwardBlocks& b, int head_dim) {
          2 * b.stages * b.block_m * 4;
 }
 
+// A two-valued environment variable: `on_value` -> true, `off_value` -> false, unset or empty
+// -> `unset`; anything else is an invalid_argument error naming the variable.
+inline bool env_switch(const char* name, const char* on_value, const char* off_value, bool unset) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
+  if (std::string(v) == on_value) return true;
+  if (std::string(v) == off_value) return false;
+  throw Error(ErrorCode::invalid_argument, std::string(name) + ": expected `" + on_value + "` or `" + off_value +
+                                               "`, got `" + v + "`");
+}
+
 // FASTATTN_CUDA_BWD_BLOCKS=small takes the small configuration on any GPU (tests run it on
 // large ones); unset or `default`: by the shared-memory limit.
-inline bool small_backward_blocks_forced() {
-  const char* v = std::getenv("FASTATTN_CUDA_BWD_BLOCKS");
-  if (v == nullptr || *v == '\0' || std::string(v) == "default") return false;
-  if (std::string(v) == "small") return true;
-  throw Error(ErrorCode::invalid_argument,
-              std::string("FASTATTN_CUDA_BWD_BLOCKS: expected `small` or `default`, got `") + v + "`");
-}
+inline bool small_backward_blocks_forced() { return env_switch("FASTATTN_CUDA_BWD_BLOCKS", "small", "default", false); }
 
 // The configuration for head_dim on a GPU with smem_per_block bytes of opt-in shared memory
 // (0: unknown, take the default): the default one where it fits, else the small one.
@@ -156,13 +161,7 @@ inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t
 }
 
 // FASTATTN_CUDA_BWD_TAIL_SPLIT=0 turns the tail split off (A/B timing, debugging); unset or 1: on.
-inline bool tail_split_enabled() {
-  const char* v = std::getenv("FASTATTN_CUDA_BWD_TAIL_SPLIT");
-  if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
-  if (std::string(v) == "0") return false;
-  throw Error(ErrorCode::invalid_argument,
-              std::string("FASTATTN_CUDA_BWD_TAIL_SPLIT: expected `0` or `1`, got `") + v + "`");
-}
+inline bool tail_split_enabled() { return env_switch("FASTATTN_CUDA_BWD_TAIL_SPLIT", "1", "0", true); }
 
 // Adds the tail split to a plan, for calls whose tiles all do the same work: padded batches
 // (varlen tiles differ by their sequences), no causal or window mask, atomic dQ (deterministic
