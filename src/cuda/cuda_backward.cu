@@ -142,8 +142,7 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
   if (plan.tail.tiles > 0) {
     const std::size_t tail_at = plan.d_sum_bytes + plan.dq_accum_bytes;
     b.dkv_accum = scratch.at<float>(tail_at);
-    b.tail_counters = scratch.at<unsigned>(tail_at + static_cast<std::size_t>(plan.tail.tiles) * 2 *
-                                                         plan.blocks.block_n * p.head_dim * sizeof(float));
+    b.tail_counters = scratch.at<unsigned>(tail_at + plan.tail_partials_bytes);
   }
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   if (p.dtype == DType::bf16) {

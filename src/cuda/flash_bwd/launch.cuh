@@ -79,13 +79,13 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
   if (n_blocks > 0 && p.batch > 0) {
     const int grid_x = p.deterministic ? p.num_splits : n_blocks;
     dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
-    if (p.tail_pieces > 1) {  // whole tiles, then the tail tiles' pieces (plan.hpp: choose_tail_split)
+    const bool tail = p.tail_pieces > 1;
+    if (tail) {  // whole tiles, then the tail tiles' pieces (plan.hpp: choose_tail_split)
       if (p.grid_n_blocks != n_blocks || p.main_tiles + p.tail_tiles != int64_t{n_blocks} * p.num_kv_heads * p.batch) {
         throw Error(ErrorCode::internal, "cuda backward: tail split planned for another grid, " + config);
       }
       grid = dim3(static_cast<unsigned>(p.main_tiles + p.tail_tiles * p.tail_pieces));
     }
-    const bool tail = p.tail_pieces > 1;
     auto kernel = p.softcap > 0.0f ? (tail ? flash_backward_kernel<T, true, true> : flash_backward_kernel<T, true, false>)
                                    : (tail ? flash_backward_kernel<T, false, true> : flash_backward_kernel<T, false, false>);
     const std::string name = "flash_backward_kernel<" + config + ">";

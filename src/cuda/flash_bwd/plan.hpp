@@ -135,6 +135,7 @@ struct BackwardPlan {
   std::size_t d_sum_bytes = 0;
   std::size_t dq_accum_bytes = 0;
   std::size_t tail_bytes = 0;  // tail split: fp32 dK/dV partial sums, then one counter per tail tile
+  std::size_t tail_partials_bytes = 0;  // the partial sums' part of tail_bytes (the counters follow)
   std::size_t workspace_bytes = 0;
 };
 
@@ -175,8 +176,8 @@ inline void plan_tail_split(BackwardPlan& plan, int head_dim, std::int64_t batch
   plan.tiles = n_blocks * num_kv_heads * batch;
   plan.tail = choose_tail_split(plan.tiles, num_sms, query_blocks, group_size);
   if (plan.tail.tiles == 0) return;
-  const std::size_t partials = static_cast<std::size_t>(plan.tail.tiles) * 2 * plan.blocks.block_n * head_dim;
-  plan.tail_bytes = scratch_align(partials * sizeof(float) + static_cast<std::size_t>(plan.tail.tiles) * sizeof(unsigned));
+  plan.tail_partials_bytes = static_cast<std::size_t>(plan.tail.tiles) * 2 * plan.blocks.block_n * head_dim * sizeof(float);
+  plan.tail_bytes = scratch_align(plan.tail_partials_bytes + static_cast<std::size_t>(plan.tail.tiles) * sizeof(unsigned));
   plan.workspace_bytes += plan.tail_bytes;
 }
 
