@@ -201,7 +201,8 @@ TEST(CudaBackwardPlan, TailSplitScratchAndSwitch) {
     ScopedEnv on("FASTATTN_CUDA_BWD_TAIL_SPLIT", std::nullopt);
     cuda::BackwardPlan plan = cuda::plan_backward(64, 2, 32, 32, 8192, 2 * 8192, false, 0, kSm90Smem);
     const std::size_t before = plan.workspace_bytes;
-    cuda::plan_tail_split(plan, 64, 2, 32, 1, 8192, 8192, 132);
+    cuda::plan_tile_grid(plan, 64, 2, 32, 1, 8192, 8192, 132);
+    EXPECT_TRUE(plan.tile_grid);
     EXPECT_EQ(plan.tiles, 4096);
     EXPECT_EQ(plan.tail.tiles, 4);
     // fp32 dK and dV of 4 tiles of 128 keys, and 4 counters.
@@ -211,7 +212,9 @@ TEST(CudaBackwardPlan, TailSplitScratchAndSwitch) {
   {
     ScopedEnv off("FASTATTN_CUDA_BWD_TAIL_SPLIT", std::string("0"));
     cuda::BackwardPlan plan = cuda::plan_backward(64, 2, 32, 32, 8192, 2 * 8192, false, 0, kSm90Smem);
-    cuda::plan_tail_split(plan, 64, 2, 32, 1, 8192, 8192, 132);
+    cuda::plan_tile_grid(plan, 64, 2, 32, 1, 8192, 8192, 132);
+    EXPECT_TRUE(plan.tile_grid);  // the unmasked tile-grid kernel, without pieces
+    EXPECT_EQ(plan.tiles, 4096);
     EXPECT_EQ(plan.tail.tiles, 0);
     EXPECT_EQ(plan.tail_bytes, 0u);
   }
@@ -219,7 +222,7 @@ TEST(CudaBackwardPlan, TailSplitScratchAndSwitch) {
     ScopedEnv bad("FASTATTN_CUDA_BWD_TAIL_SPLIT", std::string("yes"));
     cuda::BackwardPlan plan = cuda::plan_backward(64, 2, 32, 32, 8192, 2 * 8192, false, 0, kSm90Smem);
     try {
-      cuda::plan_tail_split(plan, 64, 2, 32, 1, 8192, 8192, 132);
+      cuda::plan_tile_grid(plan, 64, 2, 32, 1, 8192, 8192, 132);
       FAIL() << "expected an error";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_argument);

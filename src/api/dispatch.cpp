@@ -107,6 +107,10 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                        " key-block splits per (batch, kv head), dQ buffers summed in split order"
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
   if (plan.small_blocks) c.reason += "; small tiles for a GPU with 99 KB of shared memory per block";
+  if (plan.tile_grid) {
+    c.reason += "; unmasked tile grid of " + std::to_string(plan.tiles) + " tiles" +
+                (plan.blocks.dq_before_dk ? ", dQ before dK" : "");
+  }
   if (plan.tail.tiles > 0) {
     c.reason += "; tail split: the last " + std::to_string(plan.tail.tiles) + " of " + std::to_string(plan.tiles) +
                 " key-block tiles cut into " + std::to_string(plan.tail.pieces) + " pieces each";

@@ -63,6 +63,7 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
   b.window_left = p.window_left > kWide - 1 ? kWide - 1 : p.window_left;
   b.window_right = p.window_right > kWide - 1 ? kWide - 1 : p.window_right;
   b.bottom_right = p.alignment == MaskAlignment::bottom_right;
+  b.tile_grid = plan.tile_grid;
   b.tail_tiles = plan.tail.tiles;
   b.tail_pieces = plan.tail.pieces;
   b.main_tiles = plan.tiles - plan.tail.tiles;
@@ -103,9 +104,9 @@ BackwardPlan backward_plan(const AttentionProblem& p) {
   BackwardPlan plan = plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k,
                                     total_q, p.deterministic, p.deterministic ? sms : 0,
                                     shared_memory_per_block(p.device.index));
-  // Tiles of equal work only (plan.hpp: plan_tail_split).
+  // Tiles of equal work only (plan.hpp: plan_tile_grid).
   if (!p.is_varlen() && !p.deterministic && p.window_left < 0 && p.window_right < 0) {
-    plan_tail_split(plan, static_cast<int>(p.head_dim), p.batch, p.num_kv_heads, p.group_size(), p.seqlen_q,
+    plan_tile_grid(plan, static_cast<int>(p.head_dim), p.batch, p.num_kv_heads, p.group_size(), p.seqlen_q,
                     p.seqlen_k, sms);
   }
   return plan;

@@ -254,10 +254,11 @@ __device__ __forceinline__ void finish_tail_piece(const float (&acc_dk)[T::kKVTi
   }
 }
 
-// kTailSplit: the 1-D grid of a tail split (plan.hpp: choose_tail_split). Its own instance so
-// the (key block, KV head, batch) grid keeps reading blockIdx (ptxas spilled twice as many bytes
-// with both in one kernel).
-template <class T, bool kSoftcap, bool kTailSplit>
+// kTileGrid: the kernel of a padded, unmasked, atomic-dQ call (plan.hpp: plan_tile_grid): a 1-D
+// grid of whole tiles, then the tail split's pieces; dQ before dK where T::kDqBeforeDk. Its own
+// instance so the (key block, KV head, batch) grid keeps reading blockIdx (ptxas spilled twice as
+// many bytes with both in one kernel).
+template <class T, bool kSoftcap, bool kTileGrid>
 __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const BackwardParams p) {
   using E = typename T::Element;
   using TileK = sm80::TileCopy<T::kBlockN, T::kHeadDim, T::kThreads, typename T::Layout>;
@@ -271,11 +272,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
 
   // ---- tile scheduler ------------------------------------------------------------------------
   // Grid (key block, KV head, batch); deterministic: grid.x splits, each stepping over the key
-  // blocks. Tail split: a 1-D grid of whole tiles, then the pieces of the last tail_tiles tiles.
+  // blocks. Tile grid: a 1-D grid of whole tiles, then the pieces of the last tail_tiles tiles.
   int first_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z, block_step = gridDim.x;
   int piece = -1;  // >= 0: this CTA is piece `piece` of tail tile `tail_tile`
   int64_t tail_tile = 0;
-  if constexpr (kTailSplit) {
+  if constexpr (kTileGrid) {
     int64_t tile = blockIdx.x;
     if (tile >= p.main_tiles) {
       tail_tile = (tile - p.main_tiles) / p.tail_pieces;
@@ -432,6 +433,33 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         gemm_nn<E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
             acc_dv, frag_p_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sdO_stage, lane),
             kv_d0 / 8);
+        // ---- dQ (kDQM query rows x kDQD columns per warp) += dS K ---------------------------------
+        // Before dK in the tile-grid kernel where T::kDqBeforeDk (the reductions' latency overlaps
+        // the dK GEMM), else after it (below). The same lines twice, not one helper or lambda:
+        // with those ptxas scheduled the other kernels differently (d128 causal -1.7% on the H200).
+        constexpr bool kDqFirst = kTileGrid && T::kDqBeforeDk;
+        if constexpr (kDqFirst) {
+          float acc_dq[T::kDQTilesM][T::kDQTilesN][4];
+#pragma unroll
+          for (int mt = 0; mt < T::kDQTilesM; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < T::kDQTilesN; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+          gemm_nn<E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+                                                                           dq_d0 / 8);
+#pragma unroll
+          for (int mt = 0; mt < T::kDQTilesM; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int i = q0 + dq_m0 + mt * 16 + g + 8 * r;
+              if (i >= len_q) continue;
+              float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + 2 * t;
+#pragma unroll
+              for (int nt = 0; nt < T::kDQTilesN; ++nt)
+                add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
+            }
+        }
         gemm_nn<E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
             acc_dk, frag_ds_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sQ_stage, lane),
             kv_d0 / 8);
@@ -440,27 +468,28 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
           load_query_block(m + 1, 0);
         }
 
-        // ---- dQ (kDQM query rows x kDQD columns per warp) += dS K ---------------------------------
-        float acc_dq[T::kDQTilesM][T::kDQTilesN][4];
+        if constexpr (!kDqFirst) {  // dQ after dK: the same lines as above
+          float acc_dq[T::kDQTilesM][T::kDQTilesN][4];
 #pragma unroll
-        for (int mt = 0; mt < T::kDQTilesM; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < T::kDQTilesN; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-        gemm_nn<E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
-                                                                         dq_d0 / 8);
-#pragma unroll
-        for (int mt = 0; mt < T::kDQTilesM; ++mt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int i = q0 + dq_m0 + mt * 16 + g + 8 * r;
-            if (i >= len_q) continue;
-            float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + 2 * t;
+          for (int mt = 0; mt < T::kDQTilesM; ++mt)
 #pragma unroll
             for (int nt = 0; nt < T::kDQTilesN; ++nt)
-              add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
-          }
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+          gemm_nn<E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+                                                                           dq_d0 / 8);
+#pragma unroll
+          for (int mt = 0; mt < T::kDQTilesM; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const int i = q0 + dq_m0 + mt * 16 + g + 8 * r;
+              if (i >= len_q) continue;
+              float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + 2 * t;
+#pragma unroll
+              for (int nt = 0; nt < T::kDQTilesN; ++nt)
+                add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
+            }
+        }
         // No barrier here: the next block rewrites sP and sdS, and loads into this stage's
         // buffers, only after its top barrier, which every warp reaches only once it is done.
       }

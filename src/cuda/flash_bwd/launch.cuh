@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
@@ -21,7 +22,7 @@ template <typename Element, int kHeadDim, bool kSmall = false>
 struct BackwardConfig {
   static constexpr BackwardBlocks kBlocks = kSmall ? backward_blocks_small(kHeadDim) : backward_blocks(kHeadDim);
   using Traits = BackwardTraits<kHeadDim, kBlocks.block_m, kBlocks.block_n, kBlocks.warps, kBlocks.warps_sdp_m,
-                                kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element>;
+                                kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element, kBlocks.dq_before_dk>;
   static_assert(Traits::kSmemBytes == backward_smem_bytes(kBlocks, kHeadDim), "plan.hpp's shared-memory count");
 };
 
@@ -48,6 +49,7 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
   const std::string config = "d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
                              std::to_string(T::kBlockN) + (p.small_blocks ? ", small-smem" : "") +
                              (p.deterministic ? ", deterministic" : "") +
+                             (p.tile_grid ? ", tile grid" : "") +
                              (p.tail_pieces > 1 ? ", tail split " + std::to_string(p.tail_tiles) + " x " +
                                                       std::to_string(p.tail_pieces)
                                                 : std::string());
@@ -79,15 +81,17 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
   if (n_blocks > 0 && p.batch > 0) {
     const int grid_x = p.deterministic ? p.num_splits : n_blocks;
     dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
-    const bool tail = p.tail_pieces > 1;
-    if (tail) {  // whole tiles, then the tail tiles' pieces (plan.hpp: choose_tail_split)
-      if (p.grid_n_blocks != n_blocks || p.main_tiles + p.tail_tiles != int64_t{n_blocks} * p.num_kv_heads * p.batch) {
-        throw Error(ErrorCode::internal, "cuda backward: tail split planned for another grid, " + config);
+    if (p.tile_grid) {  // whole tiles, then the tail tiles' pieces (plan.hpp: plan_tile_grid)
+      const int64_t pieces = p.tail_pieces > 1 ? p.tail_tiles * p.tail_pieces : 0;
+      if (p.grid_n_blocks != n_blocks || p.main_tiles + p.tail_tiles != int64_t{n_blocks} * p.num_kv_heads * p.batch ||
+          p.main_tiles + pieces > INT32_MAX) {
+        throw Error(ErrorCode::internal, "cuda backward: tile grid planned for another grid, " + config);
       }
-      grid = dim3(static_cast<unsigned>(p.main_tiles + p.tail_tiles * p.tail_pieces));
+      grid = dim3(static_cast<unsigned>(p.main_tiles + pieces));
     }
-    auto kernel = p.softcap > 0.0f ? (tail ? flash_backward_kernel<T, true, true> : flash_backward_kernel<T, true, false>)
-                                   : (tail ? flash_backward_kernel<T, false, true> : flash_backward_kernel<T, false, false>);
+    auto kernel = p.softcap > 0.0f
+                      ? (p.tile_grid ? flash_backward_kernel<T, true, true> : flash_backward_kernel<T, true, false>)
+                      : (p.tile_grid ? flash_backward_kernel<T, false, true> : flash_backward_kernel<T, false, false>);
     const std::string name = "flash_backward_kernel<" + config + ">";
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
           "cudaFuncSetAttribute", name);

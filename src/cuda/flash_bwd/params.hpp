@@ -52,8 +52,8 @@ struct BackwardParams {
   // [num_splits][total_q][heads][head_dim].
   float* d_sum;
   float* dq_accum;
-  // Tail split (plan.hpp: choose_tail_split): a 1-D grid of main_tiles whole tiles, then
-  // tail_tiles x tail_pieces pieces. tail_pieces <= 1: the (key block, KV head, batch) grid.
+  // With tile_grid (below): a 1-D grid of main_tiles whole tiles, then tail_tiles x tail_pieces
+  // pieces (the tail split, plan.hpp: choose_tail_split; tail_tiles = 0: none).
   int64_t main_tiles;
   int64_t tail_tiles;
   int tail_pieces;
@@ -64,6 +64,7 @@ struct BackwardParams {
   int num_splits;      // deterministic: key-block splits, each with its own dQ buffer; else 1
   bool small_blocks;   // the small-shared-memory tiles (plan.hpp: backward_blocks_small)
   bool deterministic;  // true: plain read-add-write into this split's dQ buffer; false: atomics
+  bool tile_grid;      // the unmasked kernel on a 1-D grid of tiles (plan.hpp: plan_tile_grid)
 };
 
 }  // namespace fastattn::cuda

@@ -29,15 +29,20 @@ struct BackwardBlocks {
   int warps_kv_n;   // warps along keys for dK and dV
   int warps_dq_m;   // warps along queries for dQ
   int stages;       // Q/dO shared-memory buffers (1 at d = 256 to fit the sm80 smem limit)
+  // The tile-grid kernel (unmasked calls, plan_tile_grid) computes dQ = dS K and issues its
+  // reductions before dK += dS^T Q instead of after it, so the reductions' latency overlaps the dK
+  // GEMM. d = 64: +0.4-1.1% on the H200 (b1-4 h32 s4k-16k, A/B in one job); at d = 128, and in
+  // the masked kernel at d = 64, it lost 3-5%.
+  bool dq_before_dk = false;
 };
 constexpr BackwardBlocks backward_blocks(int head_dim) {
   // d <= 64: S/dP warps 4 x 2 (32 queries x 64 keys each; flash-attn 2's layout there): +2.6%
   //   over 2 x 4 on the H200 (A/B in one job, b2 h32 s8k).
   // d = 96: dQ warps split head_dim in two (48 columns = 6 n8 tiles; a quarter would be 3).
-  return head_dim <= 64    ? BackwardBlocks{128, 128, 8, 4, 4, 4, 2}
-         : head_dim <= 96  ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2}
-         : head_dim <= 128 ? BackwardBlocks{64, 128, 8, 2, 4, 2, 2}
-                           : BackwardBlocks{64, 64, 8, 4, 2, 2, 1};
+  return head_dim <= 64    ? BackwardBlocks{128, 128, 8, 4, 4, 4, 2, true}
+         : head_dim <= 96  ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2, false}
+         : head_dim <= 128 ? BackwardBlocks{64, 128, 8, 2, 4, 2, 2, false}
+                           : BackwardBlocks{64, 64, 8, 4, 2, 2, 1, false};
 }
 
 // GPUs with 99 KB of shared memory per block (sm86 / sm89: A10, L4, L40, RTX 30/40) take
@@ -45,9 +50,9 @@ constexpr BackwardBlocks backward_blocks(int head_dim) {
 // d = 64. d = 256 has none (an `unsupported` error there).
 constexpr bool has_small_backward_blocks(int head_dim) { return head_dim <= 128; }
 constexpr BackwardBlocks backward_blocks_small(int head_dim) {
-  return head_dim <= 64    ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2}
-         : head_dim <= 96  ? BackwardBlocks{64, 64, 8, 2, 4, 4, 1}
-                           : BackwardBlocks{64, 64, 8, 2, 4, 2, 1};
+  return head_dim <= 64    ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2, false}
+         : head_dim <= 96  ? BackwardBlocks{64, 64, 8, 2, 4, 4, 1, false}
+                           : BackwardBlocks{64, 64, 8, 2, 4, 2, 1, false};
 }
 
 // Shared memory of a configuration, bytes (traits.cuh's map, which static_asserts the same):
@@ -130,8 +135,9 @@ struct BackwardPlan {
   BackwardBlocks blocks{};
   bool small_blocks = false;  // the small-shared-memory configuration (backward_blocks_small)
   int num_splits = 1;  // deterministic mode: CTAs per (batch, kv head), each with a dQ buffer
-  TailSplit tail{};    // plan_tail_split
-  std::int64_t tiles = 0;  // key blocks x KV heads x batch (set with the tail split)
+  bool tile_grid = false;  // plan_tile_grid: the unmasked kernel on a 1-D grid of tiles
+  TailSplit tail{};        // plan_tile_grid
+  std::int64_t tiles = 0;  // key blocks x KV heads x batch (set with tile_grid)
   std::size_t d_sum_bytes = 0;
   std::size_t dq_accum_bytes = 0;
   std::size_t tail_bytes = 0;  // tail split: fp32 dK/dV partial sums, then one counter per tail tile
@@ -164,16 +170,23 @@ inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t
 // FASTATTN_CUDA_BWD_TAIL_SPLIT=0 turns the tail split off (A/B timing, debugging); unset or 1: on.
 inline bool tail_split_enabled() { return env_switch("FASTATTN_CUDA_BWD_TAIL_SPLIT", "1", "0", true); }
 
-// Adds the tail split to a plan, for calls whose tiles all do the same work: padded batches
-// (varlen tiles differ by their sequences), no causal or window mask, atomic dQ (deterministic
-// mode has its own grid). The scratch grows by the tail tiles' fp32 dK and dV and their counters,
-// zeroed with the dQ accumulator.
-inline void plan_tail_split(BackwardPlan& plan, int head_dim, std::int64_t batch, std::int64_t num_kv_heads,
-                            std::int64_t group_size, std::int64_t seqlen_q, std::int64_t seqlen_k, int num_sms) {
-  if (!tail_split_enabled()) return;
+// Calls whose tiles all do the same work — padded batches (varlen tiles differ by their
+// sequences), no causal or window mask, atomic dQ (deterministic mode has its own grid) — run
+// the tile-grid kernel: a 1-D grid over (key block, KV head, batch) tiles with no mask code
+// (kernel.cuh, kTileGrid), and with the tail split where choose_tail_split finds a gain. The
+// scratch grows by the tail tiles' fp32 dK and dV and their counters, zeroed with the dQ
+// accumulator.
+inline void plan_tile_grid(BackwardPlan& plan, int head_dim, std::int64_t batch, std::int64_t num_kv_heads,
+                           std::int64_t group_size, std::int64_t seqlen_q, std::int64_t seqlen_k, int num_sms) {
   const std::int64_t n_blocks = (seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n;
   const std::int64_t query_blocks = (seqlen_q + plan.blocks.block_m - 1) / plan.blocks.block_m;
   plan.tiles = n_blocks * num_kv_heads * batch;
+  if (plan.tiles <= 0 || plan.tiles > std::int64_t{1} << 30) {  // gridDim.x is at most 2^31 - 1
+    plan.tiles = 0;
+    return;
+  }
+  plan.tile_grid = true;
+  if (!tail_split_enabled()) return;
   plan.tail = choose_tail_split(plan.tiles, num_sms, query_blocks, group_size);
   if (plan.tail.tiles == 0) return;
   plan.tail_partials_bytes = static_cast<std::size_t>(plan.tail.tiles) * 2 * plan.blocks.block_n * head_dim * sizeof(float);

@@ -17,9 +17,11 @@
 namespace fastattn::cuda {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kWarpsSdPM_, int kWarpsKVN_, int kWarpsDQM_,
-          int kStages_, typename Element_>
+          int kStages_, typename Element_, bool kDqBeforeDk_ = false>
 struct BackwardTraits {
   using Element = Element_;
+  // The tile-grid kernel's order of the last two GEMMs (plan.hpp: BackwardBlocks::dq_before_dk).
+  static constexpr bool kDqBeforeDk = kDqBeforeDk_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
