@@ -22,12 +22,15 @@ constexpr ForwardBlocks forward_blocks(int head_dim) {
 // The main kernel's blocks on the Volta / Turing paths (sm70/forward_arch.cuh,
 // sm75/forward_arch.cuh): smaller tiles, sized for 64 KB (sm75) / 96 KB (sm70) of shared memory
 // and for the registers that hold the prefetched tile (no cp.async). Not tuned yet.
-//   sm75: 16-row MMA tiles; d <= 64: 128 x 64 (32 KiB, 2 CTAs per SM); d > 64: 64 x 32
-//         (32 KiB at d = 96/128, 64 KiB at d = 256).
+//   sm75: 16-row MMA tiles; d <= 64: 128 x 64 (32 KiB, 2 CTAs per SM); d = 96/128: 64 x 32
+//         (32 KiB); d = 256: 64 x 16 (48 KiB; 64 x 32 spilled 56 bytes at sm_75).
 //   sm70: 32-row MMA tiles (one per warp); d <= 64: 128 x 64 (36 KiB); d > 64: 128 x 32
 //         (52 KiB at d = 128).
 constexpr ForwardBlocks forward_blocks_for(ForwardPath path, int head_dim) {
-  if (path == ForwardPath::sm75) return head_dim <= 64 ? ForwardBlocks{128, 64, 128} : ForwardBlocks{64, 32, 128};
+  if (path == ForwardPath::sm75) {
+    return head_dim <= 64 ? ForwardBlocks{128, 64, 128} : head_dim <= 128 ? ForwardBlocks{64, 32, 128}
+                                                                         : ForwardBlocks{64, 16, 128};
+  }
   if (path == ForwardPath::sm70) return head_dim <= 64 ? ForwardBlocks{128, 64, 128} : ForwardBlocks{128, 32, 128};
   return forward_blocks(head_dim);
 }
