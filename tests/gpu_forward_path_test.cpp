@@ -33,9 +33,9 @@ class CudaForwardPath : public GpuTest, public ::testing::WithParamInterface<std
     if (IsSkipped()) return;
     env_.emplace("FASTATTN_CUDA_PATH", GetParam());
     // Probe: a build without this path's units says so (dispatch.cpp), and the path is skipped.
-    const harness::CheckReport r =
-        harness::check_case(harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=64 dtype=f16 mask=none"), Backend::cuda,
-                            forward_only());
+    const std::string d = std::to_string(build_info().cuda_head_dims.front());
+    const harness::CheckReport r = harness::check_case(
+        harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=" + d + " dtype=f16 mask=none"), Backend::cuda, forward_only());
     if (r.error.find("FASTATTN_CUDA_LOWRES_PATHS") != std::string::npos) {
       GTEST_SKIP() << "this build has no " << GetParam() << " forward units: " << r.error;
     }

@@ -53,8 +53,9 @@ TEST_F(CudaBackend, BuildReportsCuda) {
 // here (a build without its units, or a GPU too old for it), or "" when it can.
 std::string forced_path_unavailable() {
   if (std::getenv("FASTATTN_CUDA_PATH") == nullptr) return "";
+  const std::string d = std::to_string(build_info().cuda_head_dims.front());
   const harness::CheckReport r = harness::check_case(
-      harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=64 dtype=f16 mask=none"), Backend::cuda, forward_only());
+      harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=" + d + " dtype=f16 mask=none"), Backend::cuda, forward_only());
   const bool missing = r.error.find("FASTATTN_CUDA_LOWRES_PATHS") != std::string::npos ||
                        r.error.find("compute capability") != std::string::npos;
   return missing ? r.error : "";
