@@ -117,7 +117,9 @@ TEST_P(CudaForwardPath, ForcedSplitKvMatchesFloat64) {
 // bf16 has no MMA before sm80: an `unsupported` error naming the dtype and the path.
 TEST_P(CudaForwardPath, Bf16IsUnsupported) {
   const harness::CheckReport r = harness::check_case(
-      harness::parse_case("b=1 sq=64 sk=64 h=1 hkv=1 d=64 dtype=bf16 mask=none"), Backend::cuda, forward_only());
+      harness::parse_case("b=1 sq=64 sk=64 h=1 hkv=1 d=" + std::to_string(head_dims().front()) +
+                          " dtype=bf16 mask=none"),
+      Backend::cuda, forward_only());
   EXPECT_FALSE(r.pass);
   EXPECT_NE(r.error.find("the " + GetParam() + " path"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("got dtype bf16"), std::string::npos) << r.error;

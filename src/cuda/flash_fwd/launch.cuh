@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/flash_fwd/combine.cuh"
@@ -40,6 +41,8 @@ struct ForwardConfig {
                                typename ArchFor<kPath>::type>;
   static_assert(Traits::kSmemBytes == forward_smem_bytes_for(kPath, kBlocks, kHeadDim),
                 "heuristics.hpp sizes occupancy from forward_smem_bytes_for");
+  // Before sm80 the MMAs take f16 only (the sm75/sm70 atoms would run bf16 bits as f16).
+  static_assert(kPath == ForwardPath::sm80 || std::is_same_v<Element, __half>, "the sm75/sm70 paths are f16 only");
 };
 
 // The short-query kernel: one warp, 16 rows, a kDecodeStages-deep (K, V) ring (launch_blocks.hpp).
