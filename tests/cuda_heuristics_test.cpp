@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "cuda/flash_bwd/plan.hpp"
 #include "cuda/flash_fwd/heuristics.hpp"
+#include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
 #include "test_support.hpp"
 
@@ -232,5 +236,121 @@ TEST(CudaBackwardPlan, TailSplitScratchAndSwitch) {
 }
 
 }  // namespace backward
+
+// ---- the forward path (src/cuda/forward_path.hpp): compute capability or FASTATTN_CUDA_PATH ----
+namespace path {
+
+using cuda::ForwardPath;
+using cuda::ForwardPathRequest;
+
+TEST(CudaForwardPath, ParsesTheVariable) {
+  EXPECT_TRUE(cuda::parse_forward_path(nullptr).automatic);
+  EXPECT_TRUE(cuda::parse_forward_path("").automatic);
+  EXPECT_TRUE(cuda::parse_forward_path("auto").automatic);
+  for (const auto& [text, want] : {std::pair<const char*, ForwardPath>{"sm80", ForwardPath::sm80},
+                                   {"sm75", ForwardPath::sm75},
+                                   {"sm70", ForwardPath::sm70}}) {
+    const ForwardPathRequest r = cuda::parse_forward_path(text);
+    EXPECT_FALSE(r.automatic) << text;
+    EXPECT_EQ(r.path, want) << text;
+    EXPECT_STREQ(cuda::to_string(r.path), text);
+  }
+  for (const char* bad : {"sm86", "SM75", "volta", " sm70", "sm70 ", "7.0"}) {
+    expect_error([bad] { cuda::parse_forward_path(bad); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_PATH");
+    expect_error([bad] { cuda::parse_forward_path(bad); }, ErrorCode::invalid_argument,
+                 std::string("got \"") + bad + "\"");
+  }
+}
+
+TEST(CudaForwardPath, ReadsTheEnvironmentOnEveryCall) {
+  {
+    ScopedEnv env(cuda::kForwardPathEnv, std::string("sm70"));
+    EXPECT_EQ(cuda::forward_path_request().path, ForwardPath::sm70);
+  }
+  {
+    ScopedEnv env(cuda::kForwardPathEnv, std::nullopt);
+    EXPECT_TRUE(cuda::forward_path_request().automatic);
+  }
+  ScopedEnv env(cuda::kForwardPathEnv, std::string("turing"));
+  expect_error([] { cuda::forward_path_request(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_PATH");
+}
+
+TEST(CudaForwardPath, FollowsTheComputeCapability) {
+  const ForwardPathRequest automatic;
+  EXPECT_EQ(cuda::select_forward_path(90, automatic), ForwardPath::sm80);  // H100 / H200
+  EXPECT_EQ(cuda::select_forward_path(86, automatic), ForwardPath::sm80);
+  EXPECT_EQ(cuda::select_forward_path(80, automatic), ForwardPath::sm80);
+  EXPECT_EQ(cuda::select_forward_path(75, automatic), ForwardPath::sm75);  // T4, RTX 20xx
+  EXPECT_EQ(cuda::select_forward_path(72, automatic), ForwardPath::sm70);  // Xavier
+  EXPECT_EQ(cuda::select_forward_path(70, automatic), ForwardPath::sm70);  // V100
+  expect_error([&] { cuda::select_forward_path(61, automatic); }, ErrorCode::unsupported, "got 6.1");
+}
+
+TEST(CudaForwardPath, ForcesAnOlderPathOnANewerGpu) {
+  for (ForwardPath p : {ForwardPath::sm70, ForwardPath::sm75, ForwardPath::sm80}) {
+    const ForwardPathRequest forced{false, p};
+    EXPECT_EQ(cuda::select_forward_path(90, forced), p);
+  }
+  // ... but never a newer one on an older GPU.
+  const ForwardPathRequest sm80{false, ForwardPath::sm80}, sm75{false, ForwardPath::sm75};
+  expect_error([&] { cuda::select_forward_path(75, sm80); }, ErrorCode::unsupported, "FASTATTN_CUDA_PATH=sm80");
+  expect_error([&] { cuda::select_forward_path(70, sm75); }, ErrorCode::unsupported, "this GPU has 7.0");
+  EXPECT_EQ(cuda::select_forward_path(75, sm75), ForwardPath::sm75);
+}
+
+TEST(CudaForwardPath, WhatEachPathServes) {
+  for (long long d : {64, 96, 128, 256}) {
+    EXPECT_TRUE(cuda::path_supports(ForwardPath::sm80, true, d));
+    EXPECT_TRUE(cuda::path_supports(ForwardPath::sm80, false, d));
+    EXPECT_FALSE(cuda::path_supports(ForwardPath::sm75, true, d)) << "no bf16 MMA before sm80";
+    EXPECT_FALSE(cuda::path_supports(ForwardPath::sm70, true, d));
+    EXPECT_TRUE(cuda::path_supports(ForwardPath::sm75, false, d));
+    EXPECT_EQ(cuda::path_supports(ForwardPath::sm70, false, d), d <= 128);
+  }
+}
+
+// The Volta / Turing plans: the main kernel only (no cp.async ring for short queries), the
+// path's blocks, CTAs per SM from its shared memory, and the path named in the reason.
+TEST_F(CudaHeuristics, LowResPathsPlanTheirOwnKernel) {
+  for (ForwardPath p : {ForwardPath::sm75, ForwardPath::sm70}) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t seqlen_q : {1, 16, 4096}) {
+        ForwardShape s = h200(2, 8, seqlen_q, 4096, d);
+        s.path = p;
+        s.path_forced = true;
+        const ForwardPlan plan = cuda::plan_forward(s);
+        EXPECT_FALSE(plan.short_query);
+        EXPECT_EQ(plan.path, p);
+        const cuda::ForwardBlocks b = cuda::forward_blocks_for(p, static_cast<int>(d));
+        EXPECT_EQ(plan.blocks.block_m, b.block_m);
+        EXPECT_EQ(plan.blocks.block_n, b.block_n);
+        EXPECT_EQ(plan.ctas_per_sm, 2) << "<= 64 KiB per CTA on a 228 KiB SM, capped by the launch bounds";
+        const std::string reason = cuda::describe_plan(plan);
+        EXPECT_NE(reason.find(std::string(cuda::to_string(p)) + " path"), std::string::npos) << reason;
+        EXPECT_NE(reason.find("forced by FASTATTN_CUDA_PATH"), std::string::npos) << reason;
+      }
+    }
+  }
+}
+
+TEST(CudaForwardPath, BlocksFitTheArchitecturesSharedMemory) {
+  for (int d : {64, 96, 128, 256}) {
+    const cuda::ForwardBlocks t = cuda::forward_blocks_for(ForwardPath::sm75, d);
+    EXPECT_LE(cuda::forward_smem_bytes_for(ForwardPath::sm75, t, d), 64 * 1024) << "Turing: 64 KB per SM, d " << d;
+    EXPECT_EQ(t.block_m % (t.threads / 32 * 16), 0) << "16-row MMA tiles per warp";
+    if (d > 128) continue;
+    const cuda::ForwardBlocks v = cuda::forward_blocks_for(ForwardPath::sm70, d);
+    EXPECT_LE(cuda::forward_smem_bytes_for(ForwardPath::sm70, v, d), 96 * 1024) << "Volta: 96 KB per SM, d " << d;
+    EXPECT_EQ(v.block_m % (v.threads / 32 * 32), 0) << "32-row quad-pair tiles per warp";
+  }
+  // sm70 rows: an odd number of 16-byte chunks (d = 64: 9, 96: 13, 128: 17).
+  EXPECT_EQ(cuda::forward_smem_bytes_for(ForwardPath::sm70, {128, 64, 128}, 64), (128 + 128) * 9 * 16);
+  EXPECT_EQ(cuda::forward_smem_bytes_for(ForwardPath::sm70, {128, 32, 128}, 96), (128 + 64) * 13 * 16);
+  EXPECT_EQ(cuda::forward_smem_bytes_for(ForwardPath::sm70, {128, 32, 128}, 128), (128 + 64) * 17 * 16);
+  // sm80 unchanged.
+  EXPECT_EQ(cuda::forward_blocks_for(ForwardPath::sm80, 128).block_n, cuda::forward_blocks(128).block_n);
+}
+
+}  // namespace path
 }  // namespace
 }  // namespace fastattn::testing

@@ -91,6 +91,13 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                     "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
                     " and head_dim " + std::to_string(p.head_dim));
   }
+  // The backward kernels are sm80's (cp.async, m16n8k16); FASTATTN_CUDA_PATH forces only the
+  // forward's path.
+  const int cc = cuda::compute_capability(p.device.index);
+  if (cc < 80) {
+    throw Error(ErrorCode::unsupported, "cuda backward: expected a GPU of compute capability >= 8.0 (no sm70/sm75 "
+                                        "backward yet), got " + std::to_string(cc / 10) + "." + std::to_string(cc % 10));
+  }
   const cuda::BackwardPlan plan = cuda::backward_plan(p);
   KernelChoice c;
   c.backend = Backend::cuda;
@@ -130,12 +137,29 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
                     "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
                     " and head_dim " + std::to_string(p.head_dim));
   }
-  // Kernel (main or 16-row short-query) and split-KV count: flash_fwd/heuristics.hpp.
+  // Path (compute capability or FASTATTN_CUDA_PATH: forward_path.hpp), kernel (main or 16-row
+  // short-query) and split-KV count: flash_fwd/heuristics.hpp.
   const cuda::ForwardPlan plan = cuda::forward_plan(p);
+  if (plan.path != cuda::ForwardPath::sm80) {
+    const std::string path = cuda::to_string(plan.path);
+    const std::string arch = plan.path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
+    if (!cuda::path_supports(plan.path, p.dtype == DType::bf16, p.head_dim)) {
+      throw Error(ErrorCode::unsupported,
+                  "cuda forward: the " + path + " path (" + arch + ") expected dtype f16" +
+                      (plan.path == cuda::ForwardPath::sm70 ? " and head_dim <= 128" : "") + ", got dtype " +
+                      to_string(p.dtype) + " and head_dim " + std::to_string(p.head_dim) +
+                      (p.dtype == DType::bf16 ? " (bf16 MMAs need sm80)" : ""));
+    }
+    if (!cuda::path_compiled(plan.path)) {
+      throw Error(ErrorCode::unsupported, "cuda forward: this build has no " + path + " (" + arch +
+                                              ") forward kernels; add " + path +
+                                              " to the CMake option FASTATTN_CUDA_LOWRES_PATHS");
+    }
+  }
   KernelChoice c;
   c.backend = Backend::cuda;
-  c.isa = "sm80";
-  c.kernel = std::string("cuda.forward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+  c.isa = cuda::to_string(plan.path);
+  c.kernel = std::string("cuda.forward.") + c.isa + "." + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
              (plan.short_query ? ".q16" : "") +
              (plan.num_splits > 1 ? ".splitkv" + std::to_string(plan.num_splits) : "");
   c.block_q = plan.blocks.block_m;

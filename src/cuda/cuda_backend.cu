@@ -73,6 +73,7 @@ struct DeviceShape {
   int multiprocessors = 0;
   int smem_per_multiprocessor = 0;
   int smem_per_block_optin = 0;
+  int compute_capability = 0;  // major * 10 + minor
 };
 DeviceShape device_shape(int device) {
   constexpr int kMaxDevices = 64;
@@ -87,6 +88,10 @@ DeviceShape device_shape(int device) {
                                              cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&shape.smem_per_block_optin,
                                              cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int major = 0, minor = 0;
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  shape.compute_capability = major * 10 + minor;
   if (cached) cache[device] = shape;
   return shape;
 }
@@ -95,26 +100,76 @@ template <typename Element>
 void forward_for_dtype(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
   switch (head_dim) {
 #if FASTATTN_CUDA_HDIM_64
-    case 64: return run_forward<Element, 64>(f, stream);
+    case 64: return run_forward<ForwardPath::sm80, Element, 64>(f, stream);
 #endif
 #if FASTATTN_CUDA_HDIM_96
-    case 96: return run_forward<Element, 96>(f, stream);
+    case 96: return run_forward<ForwardPath::sm80, Element, 96>(f, stream);
 #endif
 #if FASTATTN_CUDA_HDIM_128
-    case 128: return run_forward<Element, 128>(f, stream);
+    case 128: return run_forward<ForwardPath::sm80, Element, 128>(f, stream);
 #endif
 #if FASTATTN_CUDA_HDIM_256
-    case 256: return run_forward<Element, 256>(f, stream);
+    case 256: return run_forward<ForwardPath::sm80, Element, 256>(f, stream);
 #endif
     default: break;
   }
   throw Error(ErrorCode::internal, "cuda forward: no launcher for head_dim " + std::to_string(head_dim));
 }
 
+// The Volta / Turing paths: f16 units only, compiled when FASTATTN_CUDA_LOWRES_PATHS names the
+// path (FASTATTN_CUDA_PATH_SM75 / _SM70); sm70 has no d = 256 unit (forward_path.hpp).
+void forward_lowres(ForwardPath path, const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
+  (void)f;
+  (void)stream;
+#if FASTATTN_CUDA_PATH_SM75
+  if (path == ForwardPath::sm75) {
+    switch (head_dim) {
+#if FASTATTN_CUDA_HDIM_64
+      case 64: return run_forward<ForwardPath::sm75, __half, 64>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_96
+      case 96: return run_forward<ForwardPath::sm75, __half, 96>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_128
+      case 128: return run_forward<ForwardPath::sm75, __half, 128>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_256
+      case 256: return run_forward<ForwardPath::sm75, __half, 256>(f, stream);
+#endif
+      default: break;
+    }
+  }
+#endif
+#if FASTATTN_CUDA_PATH_SM70
+  if (path == ForwardPath::sm70) {
+    switch (head_dim) {
+#if FASTATTN_CUDA_HDIM_64
+      case 64: return run_forward<ForwardPath::sm70, __half, 64>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_96
+      case 96: return run_forward<ForwardPath::sm70, __half, 96>(f, stream);
+#endif
+#if FASTATTN_CUDA_HDIM_128
+      case 128: return run_forward<ForwardPath::sm70, __half, 128>(f, stream);
+#endif
+      default: break;
+    }
+  }
+#endif
+  throw Error(ErrorCode::internal, std::string("cuda forward: no ") + to_string(path) + " launcher for head_dim " +
+                                       std::to_string(head_dim));
+}
+
+// KernelChoice::isa names the forward path ("sm80", "sm75", "sm70").
+ForwardPath choice_path(const KernelChoice& choice) {
+  return choice.isa == "sm75" ? ForwardPath::sm75 : choice.isa == "sm70" ? ForwardPath::sm70 : ForwardPath::sm80;
+}
+
 }  // namespace
 
 int multiprocessor_count(int device) { return device_shape(device).multiprocessors; }
 int shared_memory_per_block(int device) { return device_shape(device).smem_per_block_optin; }
+int compute_capability(int device) { return device_shape(device).compute_capability; }
 
 std::vector<int> compiled_head_dims() {
   std::vector<int> dims;
@@ -144,6 +199,18 @@ std::vector<std::string> compiled_archs() {
     start = end + 1;
   }
   return archs;
+}
+
+bool path_compiled(ForwardPath path) {
+  switch (path) {
+    case ForwardPath::sm75: return FASTATTN_CUDA_PATH_SM75 != 0;
+    case ForwardPath::sm70: return FASTATTN_CUDA_PATH_SM70 != 0;
+    default: return true;
+  }
+}
+
+ForwardPath forward_path(int device) {
+  return select_forward_path(device_shape(device).compute_capability, forward_path_request());
 }
 
 bool has_forward_kernel(DType dtype, std::int64_t head_dim) {
@@ -183,6 +250,9 @@ ForwardPlan forward_plan(const AttentionProblem& p) {
   s.window_right = p.window_right;
   s.multiprocessors = device.multiprocessors;
   s.smem_per_multiprocessor = device.smem_per_multiprocessor;
+  const ForwardPathRequest request = forward_path_request();
+  s.path = select_forward_path(device.compute_capability, request);
+  s.path_forced = !request.automatic;
   return cuda::plan_forward(s);
 }
 
@@ -208,6 +278,10 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
                                          std::to_string(plan.workspace_bytes) + " vs " +
                                          std::to_string(choice.workspace_bytes) + " bytes)");
   }
+  if (plan.path != choice_path(choice)) {
+    throw Error(ErrorCode::internal, std::string("cuda forward: the path changed since dispatch (") +
+                                         to_string(plan.path) + " vs the choice's " + choice.isa + ")");
+  }
   f.short_query = plan.short_query;
   f.num_splits = plan.num_splits;
   DeviceScratch scratch(p, plan.workspace_bytes);
@@ -223,7 +297,9 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
     f.oaccum = scratch.at<float>(0);
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
-  if (p.dtype == DType::bf16) {
+  if (plan.path != ForwardPath::sm80) {
+    forward_lowres(plan.path, f, p.head_dim, stream);  // f16 only: the dispatcher checked
+  } else if (p.dtype == DType::bf16) {
     forward_for_dtype<__nv_bfloat16>(f, p.head_dim, stream);
   } else {
     forward_for_dtype<__half>(f, p.head_dim, stream);

@@ -7,6 +7,7 @@
 #include "common/problem.hpp"
 #include "cuda/flash_bwd/plan.hpp"
 #include "cuda/flash_fwd/heuristics.hpp"
+#include "cuda/forward_path.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn::cuda {
@@ -22,11 +23,18 @@ struct DeviceInfo {
 std::vector<DeviceInfo> devices();          // empty when no driver or GPU
 int multiprocessor_count(int device);       // cached; throws on a CUDA error
 int shared_memory_per_block(int device);   // opt-in maximum, bytes; cached; throws on a CUDA error
+int compute_capability(int device);        // major * 10 + minor; cached; throws on a CUDA error
 std::vector<std::string> compiled_archs();  // e.g. {"sm80", "sm90"}
 std::vector<int> compiled_head_dims();      // forward head dims in this build
 
 // Whether this build has a forward kernel for (dtype, head_dim); dispatch errors otherwise.
 bool has_forward_kernel(DType dtype, std::int64_t head_dim);
+
+// The forward path for a device (forward_path.hpp: its compute capability, or
+// FASTATTN_CUDA_PATH); throws invalid_argument for a bad variable, unsupported for a path the
+// device cannot run. Whether this build compiled a path's units (FASTATTN_CUDA_LOWRES_PATHS).
+ForwardPath forward_path(int device);
+bool path_compiled(ForwardPath path);
 
 // The forward's launch plan (flash_fwd/heuristics.hpp: kernel, split-KV count, scratch bytes)
 // for this problem on its device; the dispatcher reports it and forward() runs it.

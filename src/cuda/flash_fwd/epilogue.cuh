@@ -1,8 +1,10 @@
 // epilogue.cuh — where a forward CTA's rows go: the output (O / l in the element type, and the
 // lse), or, in split-KV mode, the f32 partials of its key split (split_layout.hpp).
 //
-// A thread holds, per 16-row MMA tile mt, rows g and g + 8 (g = lane / 4) and, per n8 tile of
-// head_dim, two adjacent columns 2 * (lane % 4) (mma.cuh C layout).
+// A thread holds, per MMA row tile mt, rows A::lane_row(lane) and + A::kHalfRows and, per
+// fragment of A::kFragCols head_dim columns, two adjacent columns from A::lane_col(lane)
+// (sm80: rows g, g + 8 with g = lane / 4, columns 2 (lane % 4); the accumulator layouts are
+// in sm80/mma.cuh and sm70/mma.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,22 +34,23 @@ __device__ __forceinline__ void store_output(const ForwardParams& p, const RowBl
                                              const float (&inv_sum)[2 * T::kMTiles],
                                              const float (&lse)[2 * T::kMTiles], int warp_row0, int lane) {
   using E = typename T::Element;
+  using A = typename T::Arch;
   E* o_ptr = static_cast<E*>(p.out) + (b.varlen ? b.q_start * p.o_token_stride : b.batch * p.o_batch_stride) +
              b.head * p.o_head_stride;
 #pragma unroll
   for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = b.q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+      const int row = b.q0 + warp_row0 + mt * A::kTileRows + A::lane_row(lane) + half * A::kHalfRows;
       if (row >= b.len_q) continue;
       const float inv = inv_sum[2 * mt + half];
-      E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + 2 * (lane % 4);
+      E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + A::lane_col(lane);
 #pragma unroll
       for (int nt = 0; nt < T::kNTilesO; ++nt) {
-        *reinterpret_cast<uint32_t*>(o_row + nt * 8) =
+        *reinterpret_cast<uint32_t*>(o_row + nt * A::kFragCols) =
             sm80::pack2<E>(acc_o[mt][nt][2 * half] * inv, acc_o[mt][nt][2 * half + 1] * inv);
       }
-      if (p.lse != nullptr && lane % 4 == 0) {
+      if (p.lse != nullptr && A::row_leader(lane)) {
         float* lse_ptr = p.lse + (b.varlen ? (b.q_start + row) * p.lse_token_stride
                                            : b.batch * p.lse_batch_stride + row * p.lse_token_stride) +
                          b.head * p.lse_head_stride;
@@ -64,6 +67,7 @@ __device__ __forceinline__ void store_partial(const ForwardParams& p, const RowB
                                               const float (&acc_o)[T::kMTiles][T::kNTilesO][4],
                                               const float (&inv_sum)[2 * T::kMTiles],
                                               const float (&lse)[2 * T::kMTiles], int warp_row0, int lane) {
+  using A = typename T::Arch;
   // Scratch row of token 0: padded batches lay sequences seqlen_q rows apart.
   const int64_t token_base = b.varlen ? b.q_start : static_cast<int64_t>(b.batch) * p.seqlen_q;
   const int64_t row_base = split_row(split, b.head, token_base, p.num_heads, p.total_q);
@@ -71,17 +75,17 @@ __device__ __forceinline__ void store_partial(const ForwardParams& p, const RowB
   for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = b.q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+      const int row = b.q0 + warp_row0 + mt * A::kTileRows + A::lane_row(lane) + half * A::kHalfRows;
       if (row >= b.len_q) continue;
       const float inv = inv_sum[2 * mt + half];
       // (head_dim) f32 row; 8-byte stores: a quad writes 32 contiguous bytes per n8 tile.
-      float* o_row = p.oaccum + (row_base + row) * T::kHeadDim + 2 * (lane % 4);
+      float* o_row = p.oaccum + (row_base + row) * T::kHeadDim + A::lane_col(lane);
 #pragma unroll
       for (int nt = 0; nt < T::kNTilesO; ++nt) {
-        *reinterpret_cast<float2*>(o_row + nt * 8) =
+        *reinterpret_cast<float2*>(o_row + nt * A::kFragCols) =
             make_float2(acc_o[mt][nt][2 * half] * inv, acc_o[mt][nt][2 * half + 1] * inv);
       }
-      if (lane % 4 == 0) p.lseaccum[row_base + row] = lse[2 * mt + half];
+      if (A::row_leader(lane)) p.lseaccum[row_base + row] = lse[2 * mt + half];
     }
 }
 

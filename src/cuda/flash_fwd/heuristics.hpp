@@ -13,6 +13,9 @@
 //    kMinTilesPerSplit key tiles per split so that the combine pass stays small against the
 //    K/V reads. The partials are merged by flash_combine_kernel (combine.cuh).
 // 3. FASTATTN_CUDA_NUM_SPLITS=n (1..128) forces n splits (tests, experiments); read here only.
+// 4. Path (forward_path.hpp): the sm75 / sm70 paths have only the main kernel (no cp.async
+//    ring for short queries), with their own blocks (launch_blocks.hpp: forward_blocks_for);
+//    CTAs per SM follow from their shared memory (at most 2, the launch bounds).
 #pragma once
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 
 #include "cuda/flash_fwd/launch_blocks.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
+#include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -44,9 +48,13 @@ struct ForwardShape {
   std::int64_t window_left = -1, window_right = -1;
   int multiprocessors = 0;          // cudaDevAttrMultiProcessorCount
   int smem_per_multiprocessor = 0;  // bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor
+  ForwardPath path = ForwardPath::sm80;
+  bool path_forced = false;  // by FASTATTN_CUDA_PATH
 };
 
 struct ForwardPlan {
+  ForwardPath path = ForwardPath::sm80;
+  bool path_forced = false;
   bool short_query = false;  // kernel_decode.cuh, else kernel.cuh
   ForwardBlocks blocks{};
   int multiprocessors = 0;
@@ -99,11 +107,16 @@ inline int forced_num_splits() {
 inline ForwardPlan plan_forward(const ForwardShape& s) {
   ForwardPlan plan;
   const int d = static_cast<int>(s.head_dim);
-  plan.short_query = s.seqlen_q <= kDecodeMaxSeqlenQ;
-  plan.blocks = plan.short_query ? decode_blocks(d) : forward_blocks(d);
+  plan.path = s.path;
+  plan.path_forced = s.path_forced;
+  plan.short_query = s.path == ForwardPath::sm80 && s.seqlen_q <= kDecodeMaxSeqlenQ;
+  plan.blocks = plan.short_query ? decode_blocks(d) : forward_blocks_for(s.path, d);
   if (plan.short_query) {
     const int smem = forward_smem_bytes(plan.blocks, d, kDecodeStages) + kSmemReservedPerCta;
     plan.ctas_per_sm = std::clamp(s.smem_per_multiprocessor / smem, 1, 16);
+  } else if (s.path != ForwardPath::sm80) {
+    const int smem = forward_smem_bytes_for(s.path, plan.blocks, d) + kSmemReservedPerCta;
+    plan.ctas_per_sm = std::clamp(s.smem_per_multiprocessor / smem, 1, kMainCtasPerSm);
   } else {
     plan.ctas_per_sm = kMainCtasPerSm;
   }
@@ -139,8 +152,13 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
 
 // The plan in words, for KernelChoice::reason.
 inline std::string describe_plan(const ForwardPlan& plan) {
-  std::string r = plan.short_query ? "mma.sync m16n8k16, 16-query-row kernel (seqlen_q <= 16), "
-                                   : "mma.sync m16n8k16 kernel, ";
+  std::string r = plan.path == ForwardPath::sm75
+                      ? "sm75 path (Turing): mma.sync m16n8k8, register-staged prefetch, "
+                  : plan.path == ForwardPath::sm70
+                      ? "sm70 path (Volta): mma.sync m8n8k4 quad pairs, register-staged prefetch, "
+                  : plan.short_query ? "mma.sync m16n8k16, 16-query-row kernel (seqlen_q <= 16), "
+                                     : "mma.sync m16n8k16 kernel, ";
+  if (plan.path_forced) r += std::string("path forced by ") + kForwardPathEnv + ", ";
   r += std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
   const std::string slots = std::to_string(plan.multiprocessors) + " SMs x " + std::to_string(plan.ctas_per_sm);
   if (plan.num_splits <= 1) return r + (plan.forced ? "; 1 split forced by FASTATTN_CUDA_NUM_SPLITS" : "");

@@ -3,8 +3,12 @@
 //
 // Roles, in order: tile scheduler (which block a CTA owns), global->shared copy, main loop
 // (S = Q K^T, mask, online softmax, O += P V), epilogue (O / l, lse; or the split's f32
-// partials). The MMA atom (sm80/mma.cuh), the copy (sm80/copy.cuh) and the shared-memory layout
-// (common/smem_layout.cuh) are the per-architecture parts; tile_ops.cuh holds the tile steps.
+// partials). The MMA atom, the shared-memory layout, the global -> shared copy and the
+// accumulator fragment coordinates are the per-architecture parts, one policy type T::Arch:
+// Sm80Forward (sm80/forward_arch.cuh: m16n8k16, ldmatrix, cp.async), Sm75Forward
+// (sm75/forward_arch.cuh: m16n8k8, ldmatrix, register-staged prefetch) and Sm70Forward
+// (sm70/forward_arch.cuh: m8n8k4 quad pairs, ld.shared on padded rows, register-staged
+// prefetch). tile_ops.cuh (tile steps, mask), softmax.cuh and epilogue.cuh are shared.
 //
 // Pipeline (FlashAttention-2, Dao 2023, Algorithm 1 with the flash-attn 2.x load order): key
 // tiles are visited from the last to the first, so the masked diagonal tiles come first. The V
@@ -25,7 +29,10 @@
 #include "cuda/flash_fwd/softmax.cuh"
 #include "cuda/flash_fwd/tile_ops.cuh"
 #include "cuda/flash_fwd/traits.cuh"
+#include "cuda/sm70/forward_arch.cuh"
+#include "cuda/sm75/forward_arch.cuh"
 #include "cuda/sm80/copy.cuh"
+#include "cuda/sm80/forward_arch.cuh"
 #include "cuda/sm80/mma.cuh"
 
 namespace fastattn::cuda {
@@ -41,9 +48,30 @@ __device__ __forceinline__ void split_key_range(int& n_begin, int& n_end, int sp
   n_begin = lo;
 }
 
+// S = Q K^T and O += P V with the arch's operand loads and MMA atom.
+template <class T>
+__device__ __forceinline__ void arch_gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][4], uint32_t sQ, uint32_t sK,
+                                             int warp_row0, int lane) {
+  if constexpr (T::Arch::kLdmatrixGemm) {
+    gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
+  } else {
+    sm70::gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
+  }
+}
+template <class T>
+__device__ __forceinline__ void arch_gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][4],
+                                             const float (&p)[T::kMTiles][T::kNTilesS][4], uint32_t sV, int lane) {
+  if constexpr (T::Arch::kLdmatrixGemm) {
+    gemm_pv<T>(acc_o, p, sV, lane);
+  } else {
+    sm70::gemm_pv<T>(acc_o, p, sV, lane);
+  }
+}
+
 template <class T, bool kSoftcap, bool kSplit>
 __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const ForwardParams p) {
   using E = typename T::Element;
+  using A = typename T::Arch;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = sm80::smem_address(smem);
   const uint32_t sK = sQ + T::kSmemQ;
@@ -99,29 +127,32 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
     for (int nt = 0; nt < T::kNTilesO; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_o[mt][nt][e] = 0.0f;
-  OnlineSoftmax<2 * T::kMTiles, T::kNTilesS> softmax;
+  OnlineSoftmax<2 * T::kMTiles, T::kNTilesS, A::kRowLaneMask> softmax;
   softmax.init();
+  // sm80: cp.async (stateless); sm75/sm70: the registers of the tile in flight.
+  typename A::template Pipe<T> pipe;
 
   // ---- main loop ------------------------------------------------------------------------------
   if (n_begin < n_end) {
-    load_tile<T, T::kBlockM>(sQ, q_ptr, p.q_token_stride, q1 - q0);
+    pipe.issue_q(sQ, q_ptr, p.q_token_stride, q1 - q0);
     const int last = n_end - 1;
-    load_tile<T, T::kBlockN>(sK, k_ptr + static_cast<int64_t>(last) * T::kBlockN * p.k_token_stride,
-                             p.k_token_stride, len_k - last * T::kBlockN);
-    sm80::cp_async_commit();
+    pipe.template issue<T::kBlockN>(sK, k_ptr + static_cast<int64_t>(last) * T::kBlockN * p.k_token_stride,
+                                    p.k_token_stride, len_k - last * T::kBlockN);
+    pipe.commit();
   }
   for (int n = n_end - 1; n >= n_begin; --n) {
     const int k0 = n * T::kBlockN;
     // Full tiles skip the mask arithmetic; anything else (partial, or defensively empty) masks.
     const bool masked = mask.classify(q0, q1, k0, k0 + T::kBlockN) != TileClass::full;
 
-    sm80::cp_async_wait<0>();
+    pipe.land();
     __syncthreads();  // K[n] landed; every warp is done with V[n + 1]
-    load_tile<T, T::kBlockN>(sV, v_ptr + static_cast<int64_t>(k0) * p.v_token_stride, p.v_token_stride, len_k - k0);
-    sm80::cp_async_commit();
+    pipe.template issue<T::kBlockN>(sV, v_ptr + static_cast<int64_t>(k0) * p.v_token_stride, p.v_token_stride,
+                                    len_k - k0);
+    pipe.commit();
 
     float acc_s[T::kMTiles][T::kNTilesS][4];
-    gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
+    arch_gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
 
     scale_and_mask<T, kSoftcap>(acc_s, p, masked, q0 + warp_row0, k0, len_k, diagonal, window_left, window_right,
                                 lane);
@@ -146,14 +177,15 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
         }
     }
 
-    sm80::cp_async_wait<0>();
+    pipe.land();
     __syncthreads();  // V[n] landed; every warp is done with K[n]
     if (n > n_begin) {
       const int kn = (n - 1) * T::kBlockN;
-      load_tile<T, T::kBlockN>(sK, k_ptr + static_cast<int64_t>(kn) * p.k_token_stride, p.k_token_stride, len_k - kn);
-      sm80::cp_async_commit();
+      pipe.template issue<T::kBlockN>(sK, k_ptr + static_cast<int64_t>(kn) * p.k_token_stride, p.k_token_stride,
+                                      len_k - kn);
+      pipe.commit();
     }
-    gemm_pv<T>(acc_o, acc_s, sV, lane);
+    arch_gemm_pv<T>(acc_o, acc_s, sV, lane);
   }
 
   // ---- epilogue: O / l and lse (rows that saw no key get 0 and -inf), or the split's partials
@@ -172,16 +204,16 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = q0 + warp_row0 + mt * 16 + lane / 4 + half * 8;
+        const int row = q0 + warp_row0 + mt * A::kTileRows + A::lane_row(lane) + half * A::kHalfRows;
         if (row >= len_q) continue;
         const float inv = inv_sum[2 * mt + half];
-        E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + 2 * (lane % 4);
+        E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + A::lane_col(lane);
 #pragma unroll
         for (int nt = 0; nt < T::kNTilesO; ++nt) {
-          *reinterpret_cast<uint32_t*>(o_row + nt * 8) =
+          *reinterpret_cast<uint32_t*>(o_row + nt * A::kFragCols) =
               sm80::pack2<E>(acc_o[mt][nt][2 * half] * inv, acc_o[mt][nt][2 * half + 1] * inv);
         }
-        if (p.lse != nullptr && lane % 4 == 0) {
+        if (p.lse != nullptr && A::row_leader(lane)) {
           float* lse_ptr = p.lse + (varlen ? (q_start + row) * p.lse_token_stride
                                            : batch * p.lse_batch_stride + row * p.lse_token_stride) +
                            head * p.lse_head_stride;

@@ -5,10 +5,13 @@
 
 #include "cuda/flash_fwd/launch_blocks.hpp"
 #include "cuda/flash_fwd/params.hpp"
+#include "cuda/forward_path.hpp"
 
 namespace fastattn::cuda {
 
-template <typename Element, int kHeadDim>
+// kPath: the per-architecture parts (forward_path.hpp); the sm75 and sm70 units exist for
+// __half only.
+template <ForwardPath kPath, typename Element, int kHeadDim>
 void run_forward(const ForwardParams& p, cudaStream_t stream);
 
 }  // namespace fastattn::cuda

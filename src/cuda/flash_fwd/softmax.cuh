@@ -1,7 +1,8 @@
 // softmax.cuh — online softmax over the S fragments of one warp (FlashAttention-2).
 //
-// A thread holds, for each of its kMTiles 16-row tiles, two rows (g and g + 8, g = lane / 4);
-// the four lanes of a quad share those rows, so row reductions are two shuffles. Scores are in
+// A thread holds, for each of its kMTiles MMA row tiles, two rows (sm80: g and g + 8,
+// g = lane / 4); the lanes that share a row differ in the lane bits of kRowLaneMask: a quad on
+// sm80/sm75 (mask 3, two shuffles per reduction), a pair on sm70 (mask 2, one shuffle). Scores are in
 // the log2 domain (the scale is pre-multiplied by log2 e) so exponentials are exp2f.
 // The row sum is kept per lane and reduced across the quad only once, in finalize().
 #pragma once
@@ -12,8 +13,9 @@
 
 namespace fastattn::cuda {
 
-template <int kRows, int kNTiles>  // kRows = 2 * kMTiles rows per thread
+template <int kRows, int kNTiles, int kRowLaneMask = 3>  // kRows = 2 * kMTiles rows per thread
 struct OnlineSoftmax {
+  static_assert(kRowLaneMask == 3 || kRowLaneMask == 2, "rows shared by a quad or by lanes l, l ^ 2");
   float row_max[kRows];
   float row_sum[kRows];
 
@@ -26,11 +28,11 @@ struct OnlineSoftmax {
   }
 
   __device__ __forceinline__ static float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    if constexpr ((kRowLaneMask & 1) != 0) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
   }
   __device__ __forceinline__ static float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    if constexpr ((kRowLaneMask & 1) != 0) x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
   }
 

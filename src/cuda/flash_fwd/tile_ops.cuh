@@ -25,7 +25,9 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const typename T::Eleme
                                                                            static_cast<int>(threadIdx.x));
 }
 
-// acc_s (kMTiles x kNTilesS n8 tiles) = Q_warp K^T over the whole head_dim.
+// acc_s (kMTiles x kNTilesS n8 tiles) = Q_warp K^T over the whole head_dim. ldmatrix operands
+// and the m16n8k16 fragment layout: the sm80 and sm75 paths (T::Arch::mma is one m16n8k16, or
+// two m16n8k8 on sm75); sm70 has its own (sm70/forward_arch.cuh).
 template <class T>
 __device__ __forceinline__ void gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][4], uint32_t sQ,
                                         uint32_t sK, int warp_row0, int lane) {
@@ -52,8 +54,8 @@ __device__ __forceinline__ void gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][
       const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
 #pragma unroll
       for (int mt = 0; mt < T::kMTiles; ++mt) {
-        sm80::mma_16816<typename T::Element>(acc_s[mt][2 * np], a[mt], b_lo);
-        sm80::mma_16816<typename T::Element>(acc_s[mt][2 * np + 1], a[mt], b_hi);
+        T::Arch::template mma<typename T::Element>(acc_s[mt][2 * np], a[mt], b_lo);
+        T::Arch::template mma<typename T::Element>(acc_s[mt][2 * np + 1], a[mt], b_hi);
       }
     }
   }
@@ -83,8 +85,8 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][
       const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
 #pragma unroll
       for (int mt = 0; mt < T::kMTiles; ++mt) {
-        sm80::mma_16816<E>(acc_o[mt][2 * dp], a[mt], b_lo);
-        sm80::mma_16816<E>(acc_o[mt][2 * dp + 1], a[mt], b_hi);
+        T::Arch::template mma<E>(acc_o[mt][2 * dp], a[mt], b_lo);
+        T::Arch::template mma<E>(acc_o[mt][2 * dp + 1], a[mt], b_hi);
       }
     }
   }
@@ -99,6 +101,7 @@ template <class T, bool kSoftcap, bool kMasked>
 __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T::kNTilesS][4],
                                                     const ForwardParams& p, int q_row0, int k0, int len_k,
                                                     int diagonal, int window_left, int window_right, int lane) {
+  using A = typename T::Arch;  // accumulator fragment coordinates
   if constexpr (kSoftcap) {
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
@@ -120,7 +123,7 @@ __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         int lo = 0, hi = len_k - 1;
-        const int i = q_row0 + mt * 16 + lane / 4 + half * 8;
+        const int i = q_row0 + mt * A::kTileRows + A::lane_row(lane) + half * A::kHalfRows;
         const long long d = static_cast<long long>(i) + diagonal;  // 64-bit: no overflow
         if (window_left >= 0) lo = static_cast<int>(max(0LL, d - window_left));
         if (window_right >= 0) hi = static_cast<int>(min(static_cast<long long>(hi), d + window_right));
@@ -128,7 +131,7 @@ __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T
         for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
           for (int e = 2 * half; e < 2 * half + 2; ++e) {
-            const int j = k0 + nt * 8 + 2 * (lane % 4) + (e & 1);
+            const int j = k0 + nt * A::kFragCols + A::lane_col(lane) + (e & 1);
             if (j < lo || j > hi) acc_s[mt][nt][e] = -INFINITY;
           }
       }

@@ -3,5 +3,5 @@
 #include "cuda/flash_fwd/launch.cuh"
 
 namespace fastattn::cuda {
-template void run_forward<__half, 128>(const ForwardParams&, cudaStream_t);
+template void run_forward<ForwardPath::sm80, __half, 128>(const ForwardParams&, cudaStream_t);
 }  // namespace fastattn::cuda

@@ -1,0 +1,98 @@
+// forward_path.hpp — which per-architecture forward path runs a CUDA call (host-only, no CUDA
+// headers: the dispatcher and the CPU unit tests include it).
+//
+// One kernel design (flash_fwd/kernel.cuh) with three sets of per-architecture parts:
+//   sm80  mma.sync m16n8k16 + ldmatrix + cp.async, swizzled shared memory (Ampere and newer)
+//   sm75  mma.sync m16n8k8 + ldmatrix, register-staged prefetch, <= 64 KB shared memory (Turing)
+//   sm70  mma.sync m8n8k4 (quad pairs), ld.shared on padded rows, register-staged prefetch,
+//         <= 96 KB shared memory (Volta)
+// The path follows the device's compute capability; FASTATTN_CUDA_PATH=sm70|sm75|sm80|auto
+// forces one on a newer GPU (tests run the Volta and Turing paths on an H200 this way). Only the
+// forward has sm70/sm75 paths so far; the backward is sm80 only.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+
+enum class ForwardPath { sm80, sm75, sm70 };
+
+constexpr const char* kForwardPathEnv = "FASTATTN_CUDA_PATH";
+
+inline const char* to_string(ForwardPath path) {
+  switch (path) {
+    case ForwardPath::sm75: return "sm75";
+    case ForwardPath::sm70: return "sm70";
+    default: return "sm80";
+  }
+}
+
+// The lowest compute capability (major * 10 + minor) a path's instructions run on.
+constexpr int min_compute_capability(ForwardPath path) {
+  return path == ForwardPath::sm80 ? 80 : path == ForwardPath::sm75 ? 75 : 70;
+}
+
+// What FASTATTN_CUDA_PATH asks for: automatic (unset, empty or "auto") or one path.
+struct ForwardPathRequest {
+  bool automatic = true;
+  ForwardPath path = ForwardPath::sm80;
+};
+
+// Parses a FASTATTN_CUDA_PATH value (null: unset). Throws invalid_argument naming the variable.
+inline ForwardPathRequest parse_forward_path(const char* text) {
+  ForwardPathRequest r;
+  if (text == nullptr || *text == '\0') return r;
+  const std::string s = text;
+  if (s == "auto") return r;
+  r.automatic = false;
+  if (s == "sm80") {
+    r.path = ForwardPath::sm80;
+  } else if (s == "sm75") {
+    r.path = ForwardPath::sm75;
+  } else if (s == "sm70") {
+    r.path = ForwardPath::sm70;
+  } else {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(kForwardPathEnv) + ": expected sm70, sm75, sm80 or auto, got \"" + s + "\"");
+  }
+  return r;
+}
+
+// FASTATTN_CUDA_PATH, read on every call so tests can set it.
+inline ForwardPathRequest forward_path_request() { return parse_forward_path(std::getenv(kForwardPathEnv)); }
+
+// The path for a device of compute capability `cc`: the newest the device runs, or the forced
+// one, which the device must be able to run.
+inline ForwardPath select_forward_path(int cc, const ForwardPathRequest& request) {
+  if (request.automatic) {
+    if (cc >= 80) return ForwardPath::sm80;
+    if (cc >= 75) return ForwardPath::sm75;
+    if (cc >= 70) return ForwardPath::sm70;
+    throw Error(ErrorCode::unsupported, "cuda forward: expected a GPU of compute capability >= 7.0, got " +
+                                            std::to_string(cc / 10) + "." + std::to_string(cc % 10));
+  }
+  if (cc < min_compute_capability(request.path)) {
+    throw Error(ErrorCode::unsupported, std::string(kForwardPathEnv) + "=" + to_string(request.path) +
+                                            ": the path needs compute capability >= " +
+                                            std::to_string(min_compute_capability(request.path) / 10) + "." +
+                                            std::to_string(min_compute_capability(request.path) % 10) +
+                                            ", this GPU has " + std::to_string(cc / 10) + "." +
+                                            std::to_string(cc % 10));
+  }
+  return request.path;
+}
+
+// Whether `path` has a forward kernel for (f16 = !bf16, head_dim) at all (independent of what
+// this build compiled): sm75 and sm70 are f16 only (m16n8k8 / m8n8k4 take no bf16), and sm70
+// stops at head_dim 128 (its 32-row warp tile keeps a 32 x head_dim f32 O accumulator in
+// registers, which at d = 256 would spill).
+inline bool path_supports(ForwardPath path, bool bf16, long long head_dim) {
+  if (path == ForwardPath::sm80) return true;
+  if (bf16) return false;
+  return path == ForwardPath::sm75 || head_dim <= 128;
+}
+
+}  // namespace fastattn::cuda
