@@ -151,6 +151,23 @@ TEST(CudaBackwardPlan, SmallTilesFit99KiB) {
   EXPECT_FALSE(cuda::plan_backward(256, 1, 1, 1, 128, 128, false, 0, kSm86Smem).small_blocks);
 }
 
+// The Turing path's tiles (plan.hpp: backward_blocks_sm75) fit a T4's 64 KiB per block, and the
+// plan takes them for that path whatever the shared-memory figure says.
+TEST(CudaBackwardPlan, TuringTilesFit64KiB) {
+  for (int d : {64, 96, 128}) {
+    ASSERT_TRUE(cuda::has_sm75_backward_blocks(d));
+    const cuda::BackwardBlocks b = cuda::backward_blocks_sm75(d);
+    EXPECT_LE(cuda::backward_smem_bytes(b, d), 64 * 1024) << "d=" << d;
+    EXPECT_EQ(b.stages, 1) << "d=" << d;
+    const auto plan = cuda::plan_backward(d, 2, 16, 16, 4096, 8192, false, 40, kSm90Smem, cuda::ForwardPath::sm75);
+    EXPECT_EQ(plan.path, cuda::ForwardPath::sm75);
+    EXPECT_EQ(plan.blocks.block_m, b.block_m) << "d=" << d;
+    EXPECT_EQ(plan.blocks.block_n, b.block_n) << "d=" << d;
+    EXPECT_FALSE(plan.small_blocks);
+  }
+  EXPECT_FALSE(cuda::has_sm75_backward_blocks(256));
+}
+
 TEST(CudaBackwardPlan, EnvironmentForcesSmallTiles) {
   {
     ScopedEnv small("FASTATTN_CUDA_BWD_BLOCKS", std::string("small"));

@@ -91,18 +91,31 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                     "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
                     " and head_dim " + std::to_string(p.head_dim));
   }
-  // The backward kernels are sm80's (cp.async, m16n8k16); FASTATTN_CUDA_PATH forces only the
-  // forward's path.
-  const int cc = cuda::compute_capability(p.device.index);
-  if (cc < 80) {
-    throw Error(ErrorCode::unsupported, "cuda backward: expected a GPU of compute capability >= 8.0 (no sm70/sm75 "
-                                        "backward yet), got " + std::to_string(cc / 10) + "." + std::to_string(cc % 10));
+  // Path: the forward's (compute capability or FASTATTN_CUDA_PATH, forward_path.hpp). sm80 and
+  // sm75 have backward kernels (one design, flash_bwd/kernel.cuh); sm70 has none yet.
+  const cuda::ForwardPath path = cuda::forward_path(p.device.index);
+  if (path == cuda::ForwardPath::sm70) {
+    throw Error(ErrorCode::unsupported, "cuda backward: the sm70 path (Volta) has no backward kernel yet; expected a "
+                                        "GPU of compute capability >= 7.5 or FASTATTN_CUDA_PATH=sm75/sm80");
+  }
+  if (path == cuda::ForwardPath::sm75) {
+    if (p.dtype != DType::f16 || p.head_dim > 128) {
+      throw Error(ErrorCode::unsupported, std::string("cuda backward: the sm75 path (Turing) expected dtype f16 and "
+                                                      "head_dim <= 128, got dtype ") +
+                                              to_string(p.dtype) + " and head_dim " +
+                                          std::to_string(p.head_dim) +
+                                          (p.dtype == DType::bf16 ? " (bf16 MMAs need sm80)" : ""));
+    }
+    if (!cuda::path_compiled(path)) {
+      throw Error(ErrorCode::unsupported, "cuda backward: this build has no sm75 (Turing) backward kernels; add sm75 "
+                                          "to the CMake option FASTATTN_CUDA_LOWRES_PATHS");
+    }
   }
   const cuda::BackwardPlan plan = cuda::backward_plan(p);
   KernelChoice c;
   c.backend = Backend::cuda;
-  c.isa = "sm80";
-  c.kernel = std::string("cuda.backward.sm80.") + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+  c.isa = cuda::to_string(plan.path);
+  c.kernel = "cuda.backward." + c.isa + "." + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
              (plan.small_blocks ? ".small-smem" : "") +
              (p.deterministic ? ".deterministic" + std::to_string(plan.num_splits) : "");
   c.block_q = plan.blocks.block_m;
@@ -113,6 +126,11 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                  ? "deterministic: " + std::to_string(plan.num_splits) +
                        " key-block splits per (batch, kv head), dQ buffers summed in split order"
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
+  if (plan.path == cuda::ForwardPath::sm75) {
+    c.reason += std::string("; sm75 path (Turing): mma.sync m16n8k8, synchronous global->shared copies, tiles for 64 "
+                            "KB of shared memory") +
+                (cuda::forward_path_request().automatic ? "" : ", path forced by FASTATTN_CUDA_PATH");
+  }
   if (plan.small_blocks) c.reason += "; small tiles for a GPU with 99 KB of shared memory per block";
   if (plan.tile_grid) {
     c.reason += "; unmasked tile grid of " + std::to_string(plan.tiles) + " tiles" +

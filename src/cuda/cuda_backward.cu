@@ -78,20 +78,37 @@ template <typename Element>
 void backward_for_dtype(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
   switch (head_dim) {
 #if FASTATTN_CUDA_HDIM_64
-    case 64: return run_backward<Element, 64>(b, stream);
+    case 64: return run_backward<ForwardPath::sm80, Element, 64>(b, stream);
 #endif
 #if FASTATTN_CUDA_HDIM_96
-    case 96: return run_backward<Element, 96>(b, stream);
+    case 96: return run_backward<ForwardPath::sm80, Element, 96>(b, stream);
 #endif
 #if FASTATTN_CUDA_HDIM_128
-    case 128: return run_backward<Element, 128>(b, stream);
+    case 128: return run_backward<ForwardPath::sm80, Element, 128>(b, stream);
 #endif
 #if FASTATTN_CUDA_HDIM_256
-    case 256: return run_backward<Element, 256>(b, stream);
+    case 256: return run_backward<ForwardPath::sm80, Element, 256>(b, stream);
 #endif
     default: break;
   }
   throw Error(ErrorCode::internal, "cuda backward: no launcher for head_dim " + std::to_string(head_dim));
+}
+
+// The Turing path's units (FASTATTN_CUDA_LOWRES_PATHS has sm75): f16, head_dim <= 128.
+void backward_sm75(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
+  switch (head_dim) {
+#if FASTATTN_CUDA_PATH_SM75 && FASTATTN_CUDA_HDIM_64
+    case 64: return run_backward<ForwardPath::sm75, __half, 64>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM75 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_backward<ForwardPath::sm75, __half, 96>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM75 && FASTATTN_CUDA_HDIM_128
+    case 128: return run_backward<ForwardPath::sm75, __half, 128>(b, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda backward: no sm75 launcher for head_dim " + std::to_string(head_dim));
 }
 
 }  // namespace
@@ -103,7 +120,7 @@ BackwardPlan backward_plan(const AttentionProblem& p) {
   const int sms = multiprocessor_count(p.device.index);
   BackwardPlan plan = plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k,
                                     total_q, p.deterministic, p.deterministic ? sms : 0,
-                                    shared_memory_per_block(p.device.index));
+                                    shared_memory_per_block(p.device.index), forward_path(p.device.index));
   // Tiles of equal work only (plan.hpp: plan_tile_grid).
   if (!p.is_varlen() && !p.deterministic && p.window_left < 0 && p.window_right < 0) {
     plan_tile_grid(plan, static_cast<int>(p.head_dim), p.batch, p.num_kv_heads, p.group_size(), p.seqlen_q,
@@ -146,7 +163,11 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
     b.tail_counters = scratch.at<unsigned>(tail_at + plan.tail_partials_bytes);
   }
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
-  if (p.dtype == DType::bf16) {
+  if (plan.path == ForwardPath::sm75) {
+    backward_sm75(b, p.head_dim, stream);  // dispatch checked f16, head_dim and the build
+  } else if (plan.path != ForwardPath::sm80) {
+    throw Error(ErrorCode::internal, std::string("cuda backward: no kernel for path ") + to_string(plan.path));
+  } else if (p.dtype == DType::bf16) {
     backward_for_dtype<__nv_bfloat16>(b, p.head_dim, stream);
   } else {
     backward_for_dtype<__half>(b, p.head_dim, stream);

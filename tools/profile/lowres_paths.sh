@@ -8,6 +8,11 @@
 #          paths in turn, two rounds, CUDA events (fastattn bench)
 #   ncu    shared-memory bank conflicts of the forced paths' main forward kernel (one launch,
 #          --clock-control none): l1tex data bank conflicts over shared-memory wavefronts
+#   ncusrc the sm70 path's forward kernel per SASS instruction (source counters, CSV): which
+#          instructions the shared-memory wavefronts and bank conflicts come from (on sm90 the
+#          m8n8k4 MMA is emulated in a subroutine of shuffles, which Volta does not run)
+#   bwd    the sm75 backward: the backward suite forced (ctest gpu_backward_sm75) and its speed
+#          against the sm80 backward
 set -uo pipefail
 bin=${1:-build/carry-lowres}
 out=${OUT:-/tmp/fastattn_out}
@@ -43,6 +48,37 @@ if [[ $stages == *" bench "* ]]; then
     done
   done > "$log/bench.txt" 2>&1
   grep -E "^## |cuda\." "$log/bench.txt" | tee "$out/bench.txt" | head -60
+fi
+
+if [[ $stages == *" ncusrc "* ]]; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  FASTATTN_CUDA_PATH=sm70 timeout 150 "$ncu_bin" --clock-control none --section SourceCounters \
+    -k regex:flash_forward_kernel --launch-skip 1 --launch-count 1 -o /tmp/sm70_src -f \
+    "$bin/fastattn" bench --device cuda --dtype f16 --warmup 1 --repeats 1 --min-time 0 --no-peaks \
+    --pass fwd --batch 1 --heads 16 --seqlen 4096 --head-dim 128 > "$log/ncusrc.log" 2>&1
+  echo "ncusrc rc=$?" | tee -a "$out/ncu.txt"
+  "$ncu_bin" --import /tmp/sm70_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$out/sm70_sass.csv.gz"
+fi
+
+if [[ $stages == *" bwd "* ]]; then
+  FASTATTN_CUDA_PATH=sm75 timeout ${TEST_TIMEOUT:-200} "$bin/fastattn_gpu_tests" --gtest_brief=1 \
+    "--gtest_filter=CudaBackward.*" > "$log/tests_bwd_sm75.log" 2>&1
+  echo "bwd tests sm75 rc=$?: $(grep -E '^\[  (FAILED|PASSED|SKIPPED)' "$log/tests_bwd_sm75.log" | tr '\n' ' ')" \
+    | tee -a "$out/tests.txt"
+  grep -B2 -A12 "Failure" "$log/tests_bwd_sm75.log" | head -60
+  common=(--device cuda --dtype f16 --warmup 3 --min-time 0.4 --repeats 20 --markdown --pass bwd)
+  for round in 1 2; do
+    for path in sm80 sm75; do
+      for shape in "--batch 4 --heads 16 --seqlen 4096 --head-dim 128" \
+                   "--batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal" \
+                   "--batch 4 --heads 32 --seqlen 4096 --head-dim 64"; do
+        echo "## round $round path $path $shape"
+        # shellcheck disable=SC2086
+        FASTATTN_CUDA_PATH=$path timeout 60 "$bin/fastattn" bench "${common[@]}" $shape
+      done
+    done
+  done > "$log/bench_bwd.txt" 2>&1
+  grep -E "^## |cuda\." "$log/bench_bwd.txt" | tee "$out/bench_bwd.txt" | head -40
 fi
 
 if [[ $stages == *" ncu "* ]]; then

@@ -4,8 +4,10 @@
 // Roles, in order: scheduler (which key block and which query blocks see it), global->shared
 // copy, main loop over the query blocks of every query head sharing the KV head (recompute
 // S = Q K^T and P from lse; dP = dO V^T; dS = P * (dP - D); dV += P^T dO; dK += dS^T Q;
-// dQ += dS K into fp32), epilogue (dK, dV). The MMA atom (sm80/mma.cuh), the
-// copy (sm80/tile_copy.cuh) and the shared-memory layout (common/) are the per-arch parts.
+// dQ += dS K into fp32), epilogue (dK, dV). The per-arch parts — MMA atom and global->shared
+// copy — come from T::Arch (sm80/backward_arch.cuh: m16n8k16 and cp.async;
+// sm75/backward_arch.cuh: two m16n8k8 and synchronous copies); the shared-memory layout
+// (common/smem_layout.cuh) and the ldmatrix operand loads are common to both.
 //
 // dQ: without `deterministic`, every CTA adds its dS K into one fp32 buffer with atomics. With
 // it, CTA x of a (batch, KV head) handles key blocks x, x + gridDim.x, ... in that order and adds
@@ -22,9 +24,10 @@
 #include "cuda/common/fragment_address.cuh"
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd/traits.cuh"
+#include "cuda/sm75/backward_arch.cuh"
+#include "cuda/sm80/backward_arch.cuh"
 #include "cuda/sm80/copy.cuh"
 #include "cuda/sm80/mma.cuh"
-#include "cuda/sm80/tile_copy.cuh"
 
 namespace fastattn::cuda {
 
@@ -53,7 +56,7 @@ __device__ __forceinline__ void add_pair(float* dst, float a, float b, bool atom
 // acc (kTilesM m16 x kTilesN n8) = A B^T over k = kKSteps x 16, where A is the (rows,
 // k chunks) tile at a_row0 and B the (rows, k chunks) tile at b_row0 — both row-major in k:
 // S = Q K^T and dP = dO V^T.
-template <class E, int kTilesM, int kTilesN, int kKSteps, int kRowElemsA, int kRowElemsB>
+template <class Arch, class E, int kTilesM, int kTilesN, int kKSteps, int kRowElemsA, int kRowElemsB>
 __device__ __forceinline__ void gemm_nt(float (&acc)[kTilesM][kTilesN][4],
                                         const FragmentAddress<kRowElemsA, LanePattern::kA>& a, int a_row0,
                                         const FragmentAddress<kRowElemsB, LanePattern::kB>& b, int b_row0) {
@@ -75,8 +78,8 @@ __device__ __forceinline__ void gemm_nt(float (&acc)[kTilesM][kTilesN][4],
       const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
 #pragma unroll
       for (int mt = 0; mt < kTilesM; ++mt) {
-        sm80::mma_16816<E>(acc[mt][2 * np], fa[mt], lo);
-        sm80::mma_16816<E>(acc[mt][2 * np + 1], fa[mt], hi);
+        Arch::template mma<E>(acc[mt][2 * np], fa[mt], lo);
+        Arch::template mma<E>(acc[mt][2 * np + 1], fa[mt], hi);
       }
     }
   }
@@ -86,7 +89,7 @@ __device__ __forceinline__ void gemm_nt(float (&acc)[kTilesM][kTilesN][4],
 // from a (k rows, n chunks) tile. kATransposed: A is the transpose of a (k rows, m chunks)
 // tile (dV += P^T dO, dK += dS^T Q, A from sP / sdS); else A is a (m rows, k chunks) tile
 // (dQ = dS K, A from sdS).
-template <class E, int kTilesM, int kTilesN, int kKSteps, bool kATransposed, class FragA, class FragB>
+template <class Arch, class E, int kTilesM, int kTilesN, int kKSteps, bool kATransposed, class FragA, class FragB>
 __device__ __forceinline__ void gemm_nn(float (&acc)[kTilesM][kTilesN][4], const FragA& a, int a_m0,
                                         const FragB& b, int b_chunk0) {
 #pragma unroll
@@ -107,8 +110,8 @@ __device__ __forceinline__ void gemm_nn(float (&acc)[kTilesM][kTilesN][4], const
       const uint32_t lo[2] = {fb[0], fb[1]}, hi[2] = {fb[2], fb[3]};
 #pragma unroll
       for (int mt = 0; mt < kTilesM; ++mt) {
-        sm80::mma_16816<E>(acc[mt][2 * np], fa[mt], lo);
-        sm80::mma_16816<E>(acc[mt][2 * np + 1], fa[mt], hi);
+        Arch::template mma<E>(acc[mt][2 * np], fa[mt], lo);
+        Arch::template mma<E>(acc[mt][2 * np + 1], fa[mt], hi);
       }
     }
   }
@@ -261,8 +264,9 @@ __device__ __forceinline__ void finish_tail_piece(const float (&acc_dk)[T::kKVTi
 template <class T, bool kSoftcap, bool kTileGrid>
 __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const BackwardParams p) {
   using E = typename T::Element;
-  using TileK = sm80::TileCopy<T::kBlockN, T::kHeadDim, T::kThreads, typename T::Layout>;
-  using TileQ = sm80::TileCopy<T::kBlockM, T::kHeadDim, T::kThreads, typename T::Layout>;
+  using Arch = typename T::Arch;
+  using TileK = typename Arch::template TileCopy<T::kBlockN, T::kHeadDim, T::kThreads, typename T::Layout>;
+  using TileQ = typename Arch::template TileCopy<T::kBlockM, T::kHeadDim, T::kThreads, typename T::Layout>;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = sm80::smem_address(smem);
   const uint32_t sV = sK + T::kOffV, sQ = sK + T::kOffQ, sdO = sK + T::kOffDO, sP = sK + T::kOffP,
@@ -341,7 +345,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
     __syncthreads();  // the previous key block's readers of sK and sV are done
     TileK::copy(sK, k_base + static_cast<int64_t>(k0) * p.k_token_stride, p.k_token_stride, len_k - k0, tid);
     TileK::copy(sV, v_base + static_cast<int64_t>(k0) * p.v_token_stride, p.v_token_stride, len_k - k0, tid);
-    sm80::cp_async_commit();
+    Arch::commit();
 
     float acc_dk[T::kKVTilesM][T::kKVTilesN][4], acc_dv[T::kKVTilesM][T::kKVTilesN][4];
 #pragma unroll
@@ -370,10 +374,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         if (tid < T::kBlockM) {
           const bool valid = q0 + tid < len_q;
           const uint32_t slot = (stage * T::kBlockM + tid) * 4;
-          sm80::cp_async_4(sK + T::kOffLse + slot, valid ? lse_base + (q0 + tid) * p.lse_token_stride : p.lse, valid);
-          sm80::cp_async_4(sK + T::kOffD + slot, valid ? d_base + q0 + tid : p.d_sum, valid);
+          Arch::copy_4(sK + T::kOffLse + slot, valid ? lse_base + (q0 + tid) * p.lse_token_stride : p.lse, valid);
+          Arch::copy_4(sK + T::kOffD + slot, valid ? d_base + q0 + tid : p.d_sum, valid);
         }
-        sm80::cp_async_commit();
+        Arch::commit();
       };
 
       // The previous head's last block may still be read (dV, dK) by slower warps.
@@ -381,7 +385,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
       if (m_begin < m_end) load_query_block(m_begin, 0);
       for (int m = m_begin; m < m_end; ++m) {
         const int stage = T::kStages == 2 ? (m - m_begin) & 1 : 0;
-        sm80::cp_async_wait<0>();
+        Arch::wait_all();
         // K, V (first block) and this query block have landed; every warp is done with the
         // previous block's sP, sdS and the other stage's Q and dO.
         __syncthreads();
@@ -394,7 +398,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         // ---- S = Q K^T, then P = exp2(S * scale_log2 - lse * log2 e), kept in registers ---------
         // acc_p, acc_ds: (kSdPTilesM m16 x kSdPTilesN n8) f32, rows sdp_m0.., keys sdp_n0..
         float acc_p[T::kSdPTilesM][T::kSdPTilesN][4];
-        gemm_nt<E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
+        gemm_nt<Arch, E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
             acc_p, FragmentAddress<T::kRowElems, LanePattern::kA>(sQ_stage, lane), sdp_m0, frag_k, sdp_n0);
         [[maybe_unused]] __half2 dtanh[kSoftcap ? T::kSdPTilesM : 1][kSoftcap ? T::kSdPTilesN : 1][2];
         const float* lse_slot = s_lse + stage * T::kBlockM;
@@ -409,7 +413,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
 
         // ---- dP = dO V^T, then dS = P * (dP - D); P and dS to shared memory ---------------------
         float acc_ds[T::kSdPTilesM][T::kSdPTilesN][4];
-        gemm_nt<E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
+        gemm_nt<Arch, E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
             acc_ds, FragmentAddress<T::kRowElems, LanePattern::kA>(sdO_stage, lane), sdp_m0, frag_v, sdp_n0);
 #pragma unroll
         for (int mt = 0; mt < T::kSdPTilesM; ++mt)
@@ -430,7 +434,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         __syncthreads();  // sP and sdS are complete
 
         // ---- dV += P^T dO, dK += dS^T Q (kKVN keys x kKVD columns per warp) ---------------------
-        gemm_nn<E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
+        gemm_nn<Arch, E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
             acc_dv, frag_p_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sdO_stage, lane),
             kv_d0 / 8);
         // ---- dQ (kDQM query rows x kDQD columns per warp) += dS K ---------------------------------
@@ -446,7 +450,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
             for (int nt = 0; nt < T::kDQTilesN; ++nt)
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-          gemm_nn<E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+          gemm_nn<Arch, E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
                                                                            dq_d0 / 8);
 #pragma unroll
           for (int mt = 0; mt < T::kDQTilesM; ++mt)
@@ -460,7 +464,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
                 add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
             }
         }
-        gemm_nn<E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
+        gemm_nn<Arch, E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
             acc_dk, frag_ds_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sQ_stage, lane),
             kv_d0 / 8);
         if (T::kStages == 1 && m + 1 < m_end) {
@@ -476,7 +480,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
             for (int nt = 0; nt < T::kDQTilesN; ++nt)
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-          gemm_nn<E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+          gemm_nn<Arch, E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
                                                                            dq_d0 / 8);
 #pragma unroll
           for (int mt = 0; mt < T::kDQTilesM; ++mt)
@@ -494,7 +498,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         // buffers, only after its top barrier, which every warp reaches only once it is done.
       }
     }
-    sm80::cp_async_wait<0>();  // K and V, when no query block saw this key block
+    Arch::wait_all();  // K and V, when no query block saw this key block
 
     // ---- epilogue: dK = scale * acc_dk, dV = acc_dv, rows inside the sequence ----------------
     E* dk_base = static_cast<E*>(p.dk) + (varlen ? k_start * p.dk_token_stride : batch * p.dk_batch_stride) +

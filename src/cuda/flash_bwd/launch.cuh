@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/cuda_backend.hpp"
@@ -17,36 +18,47 @@
 
 namespace fastattn::cuda {
 
-// kSmall: the configuration for GPUs with 99 KB of shared memory per block (plan.hpp).
-template <typename Element, int kHeadDim, bool kSmall = false>
+// The tiles of one (path, element, head_dim): plan.hpp's blocks for it, and the path's
+// per-arch parts. kSmall: the configuration for GPUs with 99 KB of shared memory per block.
+template <ForwardPath kPath, typename Element, int kHeadDim, bool kSmall = false>
 struct BackwardConfig {
-  static constexpr BackwardBlocks kBlocks = kSmall ? backward_blocks_small(kHeadDim) : backward_blocks(kHeadDim);
+  static constexpr BackwardBlocks kBlocks = kPath == ForwardPath::sm75 ? backward_blocks_sm75(kHeadDim)
+                                            : kSmall                   ? backward_blocks_small(kHeadDim)
+                                                                       : backward_blocks(kHeadDim);
+  using Arch = std::conditional_t<kPath == ForwardPath::sm75, Sm75Backward, Sm80Backward>;
   using Traits = BackwardTraits<kHeadDim, kBlocks.block_m, kBlocks.block_n, kBlocks.warps, kBlocks.warps_sdp_m,
-                                kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element, kBlocks.dq_before_dk>;
+                                kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element, kBlocks.dq_before_dk,
+                                Arch>;
   static_assert(Traits::kSmemBytes == backward_smem_bytes(kBlocks, kHeadDim), "plan.hpp's shared-memory count");
 };
 
 template <class T>
 void run_backward_with(const BackwardParams& p, cudaStream_t stream);
 
-template <typename Element, int kHeadDim>
+template <ForwardPath kPath, typename Element, int kHeadDim>
 void run_backward(const BackwardParams& p, cudaStream_t stream) {
-  if (p.small_blocks) {
-    if constexpr (has_small_backward_blocks(kHeadDim)) {
-      return run_backward_with<typename BackwardConfig<Element, kHeadDim, true>::Traits>(p, stream);
-    } else {
-      throw Error(ErrorCode::internal, "cuda backward: no small configuration for head_dim " +
-                                           std::to_string(kHeadDim));
+  if constexpr (kPath == ForwardPath::sm75) {
+    static_assert(has_sm75_backward_blocks(kHeadDim), "the sm75 backward stops at head_dim 128");
+    return run_backward_with<typename BackwardConfig<kPath, Element, kHeadDim>::Traits>(p, stream);
+  } else {
+    if (p.small_blocks) {
+      if constexpr (has_small_backward_blocks(kHeadDim)) {
+        return run_backward_with<typename BackwardConfig<kPath, Element, kHeadDim, true>::Traits>(p, stream);
+      } else {
+        throw Error(ErrorCode::internal, "cuda backward: no small configuration for head_dim " +
+                                             std::to_string(kHeadDim));
+      }
     }
+    run_backward_with<typename BackwardConfig<kPath, Element, kHeadDim>::Traits>(p, stream);
   }
-  run_backward_with<typename BackwardConfig<Element, kHeadDim>::Traits>(p, stream);
 }
 
 template <class T>
 void run_backward_with(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename T::Element;
   constexpr int kHeadDim = T::kHeadDim;
-  const std::string config = "d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
+  const std::string config = std::string(to_string(T::Arch::kPath)) + " d" + std::to_string(kHeadDim) + ", " +
+                             std::to_string(T::kBlockM) + "x" +
                              std::to_string(T::kBlockN) + (p.small_blocks ? ", small-smem" : "") +
                              (p.deterministic ? ", deterministic" : "") +
                              (p.tile_grid ? ", tile grid" : "") +

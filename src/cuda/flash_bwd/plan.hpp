@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/common/scratch_align.hpp"
+#include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -53,6 +54,17 @@ constexpr BackwardBlocks backward_blocks_small(int head_dim) {
   return head_dim <= 64    ? BackwardBlocks{64, 128, 8, 2, 4, 4, 2, false}
          : head_dim <= 96  ? BackwardBlocks{64, 64, 8, 2, 4, 4, 1, false}
                            : BackwardBlocks{64, 64, 8, 2, 4, 2, 1, false};
+}
+
+// The Turing path (FASTATTN_CUDA_PATH=sm75 or a compute capability 7.5 GPU; sm75/backward_arch.cuh):
+// 64 KB of shared memory per block, one Q/dO stage. d = 64: 64 x 64 tiles (49 KB); d = 128: 32
+// query rows x 64 keys (56 KB); d = 96 (rows padded to 128) the same tiles with 4 warps, because
+// 8 warps cannot split its 96 columns into whole n16 pieces for dQ at 32 rows. No d = 256.
+constexpr bool has_sm75_backward_blocks(int head_dim) { return head_dim <= 128; }
+constexpr BackwardBlocks backward_blocks_sm75(int head_dim) {
+  return head_dim <= 64   ? BackwardBlocks{64, 64, 8, 4, 4, 4, 1, false}
+         : head_dim <= 96 ? BackwardBlocks{32, 64, 4, 2, 4, 2, 1, false}
+                          : BackwardBlocks{32, 64, 8, 2, 4, 2, 1, false};
 }
 
 // Shared memory of a configuration, bytes (traits.cuh's map, which static_asserts the same):
@@ -132,6 +144,7 @@ inline TailSplit choose_tail_split(std::int64_t tiles, int num_sms, std::int64_t
 }
 
 struct BackwardPlan {
+  ForwardPath path = ForwardPath::sm80;  // the per-architecture kernel (sm80 or sm75)
   BackwardBlocks blocks{};
   bool small_blocks = false;  // the small-shared-memory configuration (backward_blocks_small)
   int num_splits = 1;  // deterministic mode: CTAs per (batch, kv head), each with a dQ buffer
@@ -149,11 +162,15 @@ struct BackwardPlan {
 // n_blocks key blocks of a (batch, kv head) are split over enough CTAs to fill the SMs once;
 // each split sums its blocks' dQ in a fixed order into its own buffer and the convert kernel
 // adds the buffers in split order, so the result does not depend on scheduling.
+// path: the per-architecture kernel (forward_path.hpp); sm75 takes backward_blocks_sm75.
 inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t num_heads,
                                   std::int64_t num_kv_heads, std::int64_t seqlen_k, std::int64_t total_q,
-                                  bool deterministic, int num_sms, int smem_per_block = 0) {
+                                  bool deterministic, int num_sms, int smem_per_block = 0,
+                                  ForwardPath path = ForwardPath::sm80) {
   BackwardPlan plan;
-  plan.blocks = choose_backward_blocks(head_dim, smem_per_block, &plan.small_blocks);
+  plan.path = path;
+  plan.blocks = path == ForwardPath::sm75 ? backward_blocks_sm75(head_dim)
+                                          : choose_backward_blocks(head_dim, smem_per_block, &plan.small_blocks);
   if (deterministic) {
     const std::int64_t n_blocks = (seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n;
     const std::int64_t ctas = std::max<std::int64_t>(1, batch * num_kv_heads);

@@ -13,13 +13,15 @@
 #pragma once
 
 #include "cuda/common/smem_layout.cuh"
+#include "cuda/sm80/backward_arch.cuh"
 
 namespace fastattn::cuda {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kWarpsSdPM_, int kWarpsKVN_, int kWarpsDQM_,
-          int kStages_, typename Element_, bool kDqBeforeDk_ = false>
+          int kStages_, typename Element_, bool kDqBeforeDk_ = false, class Arch_ = Sm80Backward>
 struct BackwardTraits {
   using Element = Element_;
+  using Arch = Arch_;  // MMA atom and global->shared copy (sm80/backward_arch.cuh, sm75/...)
   // The tile-grid kernel's order of the last two GEMMs (plan.hpp: BackwardBlocks::dq_before_dk).
   static constexpr bool kDqBeforeDk = kDqBeforeDk_;
   static constexpr int kHeadDim = kHeadDim_;

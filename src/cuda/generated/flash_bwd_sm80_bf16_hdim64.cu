@@ -3,5 +3,5 @@
 #include "cuda/flash_bwd/launch.cuh"
 
 namespace fastattn::cuda {
-template void run_backward<__nv_bfloat16, 64>(const BackwardParams&, cudaStream_t);
+template void run_backward<ForwardPath::sm80, __nv_bfloat16, 64>(const BackwardParams&, cudaStream_t);
 }  // namespace fastattn::cuda
