@@ -47,6 +47,13 @@ TEST_F(CudaBackend, BuildReportsCuda) {
   EXPECT_TRUE(info.cuda_compiled);
   EXPECT_FALSE(info.cuda_archs_compiled.empty()) << "a CUDA build names the archs it compiled";
   EXPECT_FALSE(info.cuda_head_dims.empty());
+  ASSERT_FALSE(info.cuda_paths_compiled.empty());
+  EXPECT_EQ(info.cuda_paths_compiled.front(), "sm80");
+  // One path (or the reason there is none) per device; an H100/H200 takes sm80 unless forced.
+  EXPECT_EQ(info.cuda_device_paths.size(), info.cuda_devices.size());
+  if (std::getenv("FASTATTN_CUDA_PATH") == nullptr) {
+    for (const std::string& path : info.cuda_device_paths) EXPECT_EQ(path, "sm80");
+  }
 }
 
 // Under FASTATTN_CUDA_PATH (ctest gpu_forward_sm70 / _sm75): why the forced path cannot run

@@ -50,6 +50,11 @@ struct BuildInfo {
   std::vector<std::string> cuda_archs_compiled;  // e.g. {"sm80", "sm90"}
   std::vector<int> cuda_head_dims;               // forward head dims with CUDA kernels
   std::vector<std::string> cuda_devices;         // "cuda:0 NVIDIA H200 (sm90, 132 SMs)"; empty without a GPU
+  // Per-architecture kernel paths in this build, e.g. {"sm80", "sm75", "sm70"} (CMake
+  // FASTATTN_CUDA_LOWRES_PATHS adds sm75 / sm70), and per entry of cuda_devices the path its
+  // calls take: "sm80", "sm75 (forced by FASTATTN_CUDA_PATH)", or why none can run there.
+  std::vector<std::string> cuda_paths_compiled;
+  std::vector<std::string> cuda_device_paths;
 };
 BuildInfo build_info();
 

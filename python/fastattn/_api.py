@@ -287,5 +287,7 @@ def plan(
 
 def build_info() -> Dict[str, Any]:
     """Build and machine facts: version, cuda_compiled, cpu_isas_compiled (kernels in this
-    binary), cpu_isa_selected (what this CPU runs), cuda_archs_compiled."""
+    binary), cpu_isa_selected (what this CPU runs), cuda_archs_compiled, cuda_paths_compiled
+    (per-architecture kernel paths: sm80, and sm75 / sm70 where built), cuda_device_paths (the path
+    each GPU's calls take)."""
     return _C.build_info()

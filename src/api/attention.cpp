@@ -73,10 +73,21 @@ BuildInfo build_info() {
 #if FASTATTN_HAVE_CUDA
   info.cuda_archs_compiled = cuda::compiled_archs();
   info.cuda_head_dims = cuda::compiled_head_dims();
+  for (cuda::ForwardPath path : {cuda::ForwardPath::sm80, cuda::ForwardPath::sm75, cuda::ForwardPath::sm70}) {
+    if (cuda::path_compiled(path)) info.cuda_paths_compiled.push_back(cuda::to_string(path));
+  }
   for (const cuda::DeviceInfo& d : cuda::devices()) {
     info.cuda_devices.push_back("cuda:" + std::to_string(d.ordinal) + " " + d.name + " (sm" +
                                 std::to_string(d.compute_capability) + ", " +
                                 std::to_string(d.multiprocessors) + " SMs)");
+    std::string path;
+    try {
+      path = cuda::to_string(cuda::forward_path(d.ordinal));
+      if (!cuda::forward_path_request().automatic) path += " (forced by FASTATTN_CUDA_PATH)";
+    } catch (const Error& e) {
+      path = std::string("none: ") + e.what();
+    }
+    info.cuda_device_paths.push_back(path);
   }
 #endif
   return info;

@@ -55,6 +55,14 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
     std::vector<std::string> dims;
     for (int d : build.cuda_head_dims) dims.push_back(std::to_string(d));
     row("cuda kernels", "forward (split-KV, decode) and backward, f16/bf16, head_dim " + join(dims));
+    // docs/low-resource-gpus.md: sm75 forward + backward (f16), sm70 forward (f16, d <= 128).
+    std::vector<std::string> paths;
+    for (const std::string& p : build.cuda_paths_compiled) {
+      paths.push_back(p == "sm75"   ? "sm75 (Turing: forward, backward; f16)"
+                      : p == "sm70" ? "sm70 (Volta: forward; f16, head_dim <= 128)"
+                                    : p);
+    }
+    row("cuda paths", join(paths));
   }
 
   fmt::print("\ncpu\n");
@@ -77,6 +85,9 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
         fmt::format("{} (sm_{}{}, {:.0f} GiB)", d.name, d.cc_major, d.cc_minor,
                     static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0)));
   if (gpus.driver_found && gpus.devices.empty()) row("devices", "none");
+  for (std::size_t i = 0; i < build.cuda_device_paths.size(); ++i) {
+    row(fmt::format("device {} path", i), build.cuda_device_paths[i]);
+  }
 
   nlohmann::json j = {{"context", perf::run_context(cpu, argc, argv)}, {"threads", threads}};
   if (!args.no_peaks) {
@@ -97,7 +108,8 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
                         {"name", d.name},
                         {"compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor)},
                         {"memory_bytes", d.memory_bytes}});
-  j["gpus"] = {{"driver_found", gpus.driver_found}, {"note", gpus.note}, {"devices", gpu_list}};
+  j["gpus"] = {{"driver_found", gpus.driver_found}, {"note", gpus.note}, {"devices", gpu_list},
+               {"paths_compiled", build.cuda_paths_compiled}, {"device_paths", build.cuda_device_paths}};
   if (!args.json_path.empty()) {
     perf::write_json_file(args.json_path, j);
     fmt::print("\nwrote {}\n", args.json_path);
