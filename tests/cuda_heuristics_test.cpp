@@ -168,6 +168,26 @@ TEST(CudaBackwardPlan, TuringTilesFit64KiB) {
   EXPECT_FALSE(cuda::has_sm75_backward_blocks(256));
 }
 
+// The Volta path's tiles (plan.hpp: backward_blocks_sm70): 32-row warp tiles (every warp
+// layout's rows a multiple of 32), padded rows, within a V100's 96 KiB per block.
+TEST(CudaBackwardPlan, VoltaTilesFit96KiB) {
+  for (int d : {64, 96, 128}) {
+    ASSERT_TRUE(cuda::has_sm70_backward_blocks(d));
+    const cuda::BackwardBlocks b = cuda::backward_blocks_sm70(d);
+    EXPECT_LE(cuda::backward_smem_bytes(b, d, true), 96 * 1024) << "d=" << d;
+    EXPECT_EQ(b.block_m / b.warps_sdp_m % 32, 0) << "d=" << d;
+    EXPECT_EQ(b.block_n / b.warps_kv_n % 32, 0) << "d=" << d;
+    EXPECT_EQ(b.block_m / b.warps_dq_m % 32, 0) << "d=" << d;
+    const auto plan = cuda::plan_backward(d, 2, 16, 16, 4096, 8192, false, 80, kSm90Smem, cuda::ForwardPath::sm70);
+    EXPECT_EQ(plan.path, cuda::ForwardPath::sm70);
+    EXPECT_EQ(plan.blocks.block_m, b.block_m) << "d=" << d;
+  }
+  // d = 128: rows of 17 chunks (272 bytes) for K, V, Q, dO and 9 (144) for P, dS.
+  EXPECT_EQ(cuda::backward_smem_bytes(cuda::backward_blocks_sm70(128), 128, true),
+            2 * 64 * 272 + 2 * 64 * 272 + 2 * 64 * 144 + 2 * 64 * 4);
+  EXPECT_FALSE(cuda::has_sm70_backward_blocks(256));
+}
+
 TEST(CudaBackwardPlan, EnvironmentForcesSmallTiles) {
   {
     ScopedEnv small("FASTATTN_CUDA_BWD_BLOCKS", std::string("small"));

@@ -19,49 +19,34 @@
 namespace fastattn::testing {
 namespace {
 
-// Under FASTATTN_CUDA_PATH=sm75 (ctest gpu_backward_sm75) the Turing backward runs: f16 only,
-// head_dim <= 128. The suites below keep to that; their bf16 cases run as f16 there.
-bool turing_forced() {
-  const char* forced = std::getenv("FASTATTN_CUDA_PATH");
-  return forced != nullptr && std::string(forced) == "sm75";
-}
-
 class CudaBackward : public GpuTest {
  protected:
   void SetUp() override {
     GpuTest::SetUp();
-    if (IsSkipped() || !turing_forced()) return;
-    // Probe: a build without the sm75 units says so (dispatch.cpp), and the suite is skipped.
+    if (IsSkipped() || !lowres_path_forced()) return;
+    // Probe: a build without the forced path's units says so (dispatch.cpp); the suite is skipped.
     const harness::CheckReport r = harness::check_case(
         harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=" + std::to_string(build_info().cuda_head_dims.front()) +
                             " dtype=f16 mask=none"),
         Backend::cuda);
     if (r.error.find("FASTATTN_CUDA_LOWRES_PATHS") != std::string::npos) {
-      GTEST_SKIP() << "this build has no sm75 units: " << r.error;
+      GTEST_SKIP() << "this build has no units for the forced path: " << r.error;
     }
   }
 };
+// The head dims of this build that the (forced) path's backward serves (test_support.hpp).
 std::vector<int> backward_head_dims() {
   std::vector<int> dims;
   for (int d : build_info().cuda_head_dims) {
-    if (!turing_forced() || d <= 128) dims.push_back(d);
+    if (forced_path_serves(d, true)) dims.push_back(d);
   }
   return dims;
-}
-std::string for_path(std::string text) {
-  const std::string bf16 = "dtype=bf16";
-  if (turing_forced()) {
-    for (std::size_t at = text.find(bf16); at != std::string::npos; at = text.find(bf16)) {
-      text.replace(at, bf16.size(), "dtype=f16");
-    }
-  }
-  return text;
 }
 
 harness::CaseLimits backward_limits() {
   harness::CaseLimits limits;
   limits.dtypes = {DType::f16, DType::bf16};
-  if (turing_forced()) limits.dtypes = {DType::f16};
+  if (lowres_path_forced()) limits.dtypes = {DType::f16};
   for (int d : backward_head_dims()) limits.head_dims.push_back(d);
   limits.allow_strided = false;  // the kernels need 16-byte aligned rows
   limits.allow_long = true;
@@ -96,9 +81,9 @@ TEST_F(CudaBackward, ChosenCasesMatchFloat64) {
     cases.push_back("b=2 sq=500 sk=20 h=134 hkv=67" + hd + " dtype=f16 mask=none softcap=20");
   }
   for (const std::string& text : cases) {
-    const harness::Case c = harness::parse_case(for_path(text));
+    const harness::Case c = harness::parse_case(for_forced_path(text));
     const harness::CheckReport r = harness::check_case(c, Backend::cuda);
-    EXPECT_TRUE(r.pass) << for_path(text) << "\n" << r.to_string();
+    EXPECT_TRUE(r.pass) << for_forced_path(text) << "\n" << r.to_string();
   }
 }
 
@@ -106,7 +91,7 @@ TEST_F(CudaBackward, ChosenCasesMatchFloat64) {
 TEST_F(CudaBackward, DeterministicIsBitwiseRepeatable) {
   for (int d : backward_head_dims()) {
     const harness::Case c =
-        harness::parse_case(for_path("b=2 sq=700 sk=900 h=4 hkv=2 d=" + std::to_string(d) +
+        harness::parse_case(for_forced_path("b=2 sq=700 sk=900 h=4 hkv=2 d=" + std::to_string(d) +
                                      " dtype=bf16 mask=causal det=1"));
     harness::CaseData data(c);
     const reference::ForwardResult ref = reference::forward_f64(data.problem());
@@ -123,8 +108,8 @@ TEST_F(CudaBackward, DeterministicIsBitwiseRepeatable) {
 // the calls stay on the caller's stream, and scratch is stream-ordered (graph memory nodes).
 TEST_F(CudaBackward, GraphCaptureReplaysEagerResults) {
   for (int d : backward_head_dims()) {
-    harness::CaseData data(harness::parse_case(for_path("b=2 sq=300 sk=500 h=4 hkv=2 d=" + std::to_string(d) +
-                                                        " dtype=bf16 mask=causal det=1")));
+    harness::CaseData data(harness::parse_case(
+        for_forced_path("b=2 sq=300 sk=500 h=4 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal det=1")));
     std::string detail;
     EXPECT_TRUE(harness::graph_replay_matches_eager(data, data.options(Backend::cuda), detail))
         << "d=" << d << ": " << detail;

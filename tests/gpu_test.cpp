@@ -81,6 +81,7 @@ TEST_F(CudaBackend, RandomForwardCasesMatchFloat64) {
 TEST_F(CudaBackend, ChosenForwardCasesMatchFloat64) {
   std::vector<std::string> cases;
   for (int d : build_info().cuda_head_dims) {
+    if (!forced_path_serves(d, false)) continue;
     const std::string hd = " d=" + std::to_string(d);
     cases.push_back("b=1 sq=1000 sk=1000 h=2 hkv=1" + hd + " dtype=bf16 mask=causal");
     cases.push_back("b=2 sq=65 sk=300 h=4 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
@@ -91,7 +92,7 @@ TEST_F(CudaBackend, ChosenForwardCasesMatchFloat64) {
     cases.push_back("b=1 sq=200 sk=333 h=2 hkv=1" + hd + " dtype=bf16 mask=causal scale=-0.09");
   }
   for (const std::string& text : cases) {
-    const harness::Case c = harness::parse_case(text);
+    const harness::Case c = harness::parse_case(for_forced_path(text));
     const harness::CheckReport r = harness::check_case(c, Backend::cuda, forward_only());
     EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
   }
@@ -132,6 +133,7 @@ TEST_F(CudaBackend, ForcedSplitKvChosenCasesMatchFloat64) {
   };
   std::vector<Forced> cases;
   for (int d : build_info().cuda_head_dims) {
+    if (!forced_path_serves(d, false)) continue;
     const std::string hd = " d=" + std::to_string(d);
     cases.push_back({"b=1 sq=1 sk=20000 h=4 hkv=4" + hd + " dtype=bf16 mask=none", 7});
     cases.push_back({"b=2 sq=16 sk=3001 h=8 hkv=2" + hd + " dtype=f16 mask=causal", 13});
@@ -145,12 +147,14 @@ TEST_F(CudaBackend, ForcedSplitKvChosenCasesMatchFloat64) {
   }
   for (const Forced& f : cases) {
     const ScopedEnv env = force_splits(f.splits);
-    expect_split_pass(harness::check_case(harness::parse_case(f.text), Backend::cuda, forward_only()), f.splits, f.text);
+    const harness::Case c = harness::parse_case(for_forced_path(f.text));
+    expect_split_pass(harness::check_case(c, Backend::cuda, forward_only()), f.splits, f.text);
   }
 }
 
 // Decode shapes with no forcing: the heuristic must choose the 16-row kernel and split.
 TEST_F(CudaBackend, DecodeShapesSplitByHeuristicMatchFloat64) {
+  if (lowres_path_forced()) GTEST_SKIP() << "the sm75 / sm70 paths have no 16-row decode kernel";
   const ScopedEnv env("FASTATTN_CUDA_NUM_SPLITS", std::nullopt);
   for (int d : build_info().cuda_head_dims) {
     const std::string hd = " d=" + std::to_string(d);

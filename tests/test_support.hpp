@@ -71,4 +71,26 @@ class ScopedEnv {
   std::optional<std::string> saved_;
 };
 
+// FASTATTN_CUDA_PATH=sm75 / sm70 (the ctest entries gpu_*_sm75 / gpu_*_sm70) forces the Turing
+// or Volta kernels: f16 only; head_dim <= 128 on sm70, and in both backward kernels.
+inline std::string forced_cuda_path() {
+  const char* v = std::getenv("FASTATTN_CUDA_PATH");
+  return v != nullptr ? v : "";
+}
+inline bool lowres_path_forced() { return forced_cuda_path() == "sm75" || forced_cuda_path() == "sm70"; }
+// A case text for the forced path: its bf16 runs as f16 there (same shape and mask).
+inline std::string for_forced_path(std::string text) {
+  if (!lowres_path_forced()) return text;
+  const std::string bf16 = "dtype=bf16";
+  for (std::size_t at = text.find(bf16); at != std::string::npos; at = text.find(bf16)) {
+    text.replace(at, bf16.size(), "dtype=f16");
+  }
+  return text;
+}
+// Whether the forced path serves head_dim in this direction (all do when nothing is forced).
+inline bool forced_path_serves(int head_dim, bool backward) {
+  if (!lowres_path_forced()) return true;
+  return head_dim <= 128 || (!backward && forced_cuda_path() == "sm75");
+}
+
 }  // namespace fastattn::testing

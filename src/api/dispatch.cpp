@@ -91,24 +91,22 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                     "} (FASTATTN_CUDA_HEAD_DIMS of this build), got dtype " + to_string(p.dtype) +
                     " and head_dim " + std::to_string(p.head_dim));
   }
-  // Path: the forward's (compute capability or FASTATTN_CUDA_PATH, forward_path.hpp). sm80 and
-  // sm75 have backward kernels (one design, flash_bwd/kernel.cuh); sm70 has none yet.
+  // Path: the forward's (compute capability or FASTATTN_CUDA_PATH, forward_path.hpp); one
+  // backward kernel design with sm80, sm75 and sm70 parts (flash_bwd/kernel.cuh).
   const cuda::ForwardPath path = cuda::forward_path(p.device.index);
-  if (path == cuda::ForwardPath::sm70) {
-    throw Error(ErrorCode::unsupported, "cuda backward: the sm70 path (Volta) has no backward kernel yet; expected a "
-                                        "GPU of compute capability >= 7.5 or FASTATTN_CUDA_PATH=sm75/sm80");
-  }
-  if (path == cuda::ForwardPath::sm75) {
+  if (path != cuda::ForwardPath::sm80) {
+    const std::string name = cuda::to_string(path);
+    const std::string arch = path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
     if (p.dtype != DType::f16 || p.head_dim > 128) {
-      throw Error(ErrorCode::unsupported, std::string("cuda backward: the sm75 path (Turing) expected dtype f16 and "
-                                                      "head_dim <= 128, got dtype ") +
-                                              to_string(p.dtype) + " and head_dim " +
-                                          std::to_string(p.head_dim) +
-                                          (p.dtype == DType::bf16 ? " (bf16 MMAs need sm80)" : ""));
+      throw Error(ErrorCode::unsupported, "cuda backward: the " + name + " path (" + arch +
+                                              ") expected dtype f16 and head_dim <= 128, got dtype " +
+                                              to_string(p.dtype) + " and head_dim " + std::to_string(p.head_dim) +
+                                              (p.dtype == DType::bf16 ? " (bf16 MMAs need sm80)" : ""));
     }
     if (!cuda::path_compiled(path)) {
-      throw Error(ErrorCode::unsupported, "cuda backward: this build has no sm75 (Turing) backward kernels; add sm75 "
-                                          "to the CMake option FASTATTN_CUDA_LOWRES_PATHS");
+      throw Error(ErrorCode::unsupported, "cuda backward: this build has no " + name + " (" + arch +
+                                              ") backward kernels; add " + name +
+                                              " to the CMake option FASTATTN_CUDA_LOWRES_PATHS");
     }
   }
   const cuda::BackwardPlan plan = cuda::backward_plan(p);
@@ -126,9 +124,12 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                  ? "deterministic: " + std::to_string(plan.num_splits) +
                        " key-block splits per (batch, kv head), dQ buffers summed in split order"
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
-  if (plan.path == cuda::ForwardPath::sm75) {
-    c.reason += std::string("; sm75 path (Turing): mma.sync m16n8k8, synchronous global->shared copies, tiles for 64 "
-                            "KB of shared memory") +
+  if (plan.path != cuda::ForwardPath::sm80) {
+    c.reason += std::string(plan.path == cuda::ForwardPath::sm75
+                                ? "; sm75 path (Turing): mma.sync m16n8k8, synchronous global->shared copies, tiles "
+                                  "for 64 KB of shared memory"
+                                : "; sm70 path (Volta): mma.sync m8n8k4 from padded shared rows (.col A for P^T and "
+                                  "dS^T), synchronous global->shared copies, tiles for 96 KB of shared memory") +
                 (cuda::forward_path_request().automatic ? "" : ", path forced by FASTATTN_CUDA_PATH");
   }
   if (plan.small_blocks) c.reason += "; small tiles for a GPU with 99 KB of shared memory per block";

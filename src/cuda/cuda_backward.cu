@@ -111,6 +111,23 @@ void backward_sm75(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
   throw Error(ErrorCode::internal, "cuda backward: no sm75 launcher for head_dim " + std::to_string(head_dim));
 }
 
+// The Volta path's units (FASTATTN_CUDA_LOWRES_PATHS has sm70): f16, head_dim <= 128.
+void backward_sm70(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
+  switch (head_dim) {
+#if FASTATTN_CUDA_PATH_SM70 && FASTATTN_CUDA_HDIM_64
+    case 64: return run_backward<ForwardPath::sm70, __half, 64>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM70 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_backward<ForwardPath::sm70, __half, 96>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM70 && FASTATTN_CUDA_HDIM_128
+    case 128: return run_backward<ForwardPath::sm70, __half, 128>(b, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda backward: no sm70 launcher for head_dim " + std::to_string(head_dim));
+}
+
 }  // namespace
 
 bool has_backward_kernel(DType dtype, std::int64_t head_dim) { return has_forward_kernel(dtype, head_dim); }
@@ -165,6 +182,8 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   if (plan.path == ForwardPath::sm75) {
     backward_sm75(b, p.head_dim, stream);  // dispatch checked f16, head_dim and the build
+  } else if (plan.path == ForwardPath::sm70) {
+    backward_sm70(b, p.head_dim, stream);
   } else if (plan.path != ForwardPath::sm80) {
     throw Error(ErrorCode::internal, std::string("cuda backward: no kernel for path ") + to_string(plan.path));
   } else if (p.dtype == DType::bf16) {

@@ -24,6 +24,7 @@
 #include "cuda/common/fragment_address.cuh"
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd/traits.cuh"
+#include "cuda/sm70/backward_arch.cuh"
 #include "cuda/sm75/backward_arch.cuh"
 #include "cuda/sm80/backward_arch.cuh"
 #include "cuda/sm80/copy.cuh"
@@ -154,6 +155,27 @@ __device__ __forceinline__ void store_tile(uint32_t smem_tile, const float (&acc
 #endif
 }
 
+// The quad-pair paths' P / dS store (sm70): each thread's row pairs of a warp's (kSdPTilesM x
+// kSdPTilesN fragment) f32 tile at (row0, col0), rounded to 16 bits, 4 bytes per store.
+template <class T>
+__device__ __forceinline__ void store_tile_pairs(uint32_t smem_tile, const float (&acc)[T::kSdPTilesM][T::kSdPTilesN][4],
+                                                 int row0, int col0, int fr, int fc) {
+  using A = typename T::Arch;
+  using Layout = typename T::LayoutP;
+#pragma unroll
+  for (int mt = 0; mt < T::kSdPTilesM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kSdPTilesN; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + mt * A::kTileRows + fr + A::kHalfRows * r;
+        const int col = col0 + nt * A::kFragCols + fc;
+        const uint32_t addr = smem_tile + Layout::offset(row, col / 8) + (col % 8) * 2;
+        const uint32_t v = sm80::pack2<typename T::Element>(acc[mt][nt][2 * r], acc[mt][nt][2 * r + 1]);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
+      }
+}
+
 // P = exp2(S * scale_log2 - lse * log2 e) in three steps (acc: the warp's S tile, query rows
 // row0 + mt * 16 + g + 8r of the block, keys key0 + nt * 8 + 2t + e): logits() (soft-cap
 // applied, its derivative 1 - tanh^2 kept for dS as f16 pairs: it only scales dS, which is
@@ -167,12 +189,13 @@ __device__ __forceinline__ void store_tile(uint32_t smem_tile, const float (&acc
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void logits(float (&acc)[T::kSdPTilesM][T::kSdPTilesN][4],
                                        __half2 (&dtanh)[kSoftcap ? T::kSdPTilesM : 1][kSoftcap ? T::kSdPTilesN : 1][2],
-                                       const float* lse_slot, const BackwardParams& p, int row0, int g) {
+                                       const float* lse_slot, const BackwardParams& p, int row0, int fr) {
+  using A = typename T::Arch;
 #pragma unroll
   for (int mt = 0; mt < T::kSdPTilesM; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float l = lse_slot[row0 + mt * 16 + g + 8 * r];
+      const float l = lse_slot[row0 + mt * A::kTileRows + fr + A::kHalfRows * r];
       const float lse2 = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
 #pragma unroll
       for (int nt = 0; nt < T::kSdPTilesN; ++nt) {
@@ -194,12 +217,13 @@ __device__ __forceinline__ void logits(float (&acc)[T::kSdPTilesM][T::kSdPTilesN
 
 template <class T>
 __device__ __forceinline__ void mask_logits(float (&acc)[T::kSdPTilesM][T::kSdPTilesN][4], const SequenceMask& mask,
-                                            int q0, int row0, int key0, int g, int t) {
+                                            int q0, int row0, int key0, int fr, int fc) {
+  using A = typename T::Arch;
 #pragma unroll
   for (int mt = 0; mt < T::kSdPTilesM; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = row0 + mt * 16 + g + 8 * r;
+      const int row = row0 + mt * A::kTileRows + fr + A::kHalfRows * r;
       const int64_t diag = static_cast<int64_t>(q0 + row) + mask.offset;
       const int64_t lo64 = mask.left >= 0 ? diag - mask.left : 0;
       const int64_t hi64 = min(mask.seqlen_k - 1, mask.right >= 0 ? diag + mask.right : mask.seqlen_k);
@@ -209,7 +233,7 @@ __device__ __forceinline__ void mask_logits(float (&acc)[T::kSdPTilesM][T::kSdPT
       for (int nt = 0; nt < T::kSdPTilesN; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int j = key0 + nt * 8 + 2 * t + c;
+          const int j = key0 + nt * A::kFragCols + fc + c;
           if (j < lo || j > hi) acc[mt][nt][2 * r + c] = -INFINITY;
         }
     }
@@ -225,19 +249,20 @@ __device__ __forceinline__ void finish_tail_piece(const float (&acc_dk)[T::kKVTi
                                                   const float (&acc_dv)[T::kKVTilesM][T::kKVTilesN][4],
                                                   const BackwardParams& p, int64_t tail_tile, int k0, int len_k,
                                                   typename T::Element* dk_base, typename T::Element* dv_base,
-                                                  int kv_n0, int kv_d0, int g, int t, int tid, int* last_piece) {
+                                                  int kv_n0, int kv_d0, int fr, int fc, int tid, int* last_piece) {
   using E = typename T::Element;
+  using A = typename T::Arch;
   constexpr int kTileElems = T::kBlockN * T::kHeadDim;
   float* sums = p.dkv_accum + tail_tile * 2 * kTileElems;  // dK rows, then dV rows
 #pragma unroll
   for (int mt = 0; mt < T::kKVTilesM; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float* row = sums + (kv_n0 + mt * 16 + g + 8 * r) * T::kHeadDim + kv_d0 + 2 * t;
+      float* row = sums + (kv_n0 + mt * A::kTileRows + fr + A::kHalfRows * r) * T::kHeadDim + kv_d0 + fc;
 #pragma unroll
       for (int nt = 0; nt < T::kKVTilesN; ++nt) {
-        red_add_pair(row + nt * 8, acc_dk[mt][nt][2 * r] * p.scale, acc_dk[mt][nt][2 * r + 1] * p.scale);
-        red_add_pair(row + kTileElems + nt * 8, acc_dv[mt][nt][2 * r], acc_dv[mt][nt][2 * r + 1]);
+        red_add_pair(row + nt * A::kFragCols, acc_dk[mt][nt][2 * r] * p.scale, acc_dk[mt][nt][2 * r + 1] * p.scale);
+        red_add_pair(row + kTileElems + nt * A::kFragCols, acc_dv[mt][nt][2 * r], acc_dv[mt][nt][2 * r + 1]);
       }
     }
   __threadfence();
@@ -308,7 +333,9 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
   mask.seqlen_k = len_k;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
+  // This lane's place in the accumulator fragments (Arch: lane_row, kHalfRows, lane_col).
+  const int fr = Arch::lane_row(lane), fc = Arch::lane_col(lane);
+  [[maybe_unused]] const int g = lane / 4, t = lane % 4;  // store_tile's m16n8 coordinates
   // Warp tiles of the three GEMM shapes (traits.cuh).
   const int sdp_m0 = (warp % T::kWarpsSdPM) * T::kSdPM, sdp_n0 = (warp / T::kWarpsSdPM) * T::kSdPN;
   const int kv_n0 = (warp % T::kWarpsKVN) * T::kKVN, kv_d0 = (warp / T::kWarpsKVN) * T::kKVD;
@@ -398,12 +425,17 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         // ---- S = Q K^T, then P = exp2(S * scale_log2 - lse * log2 e), kept in registers ---------
         // acc_p, acc_ds: (kSdPTilesM m16 x kSdPTilesN n8) f32, rows sdp_m0.., keys sdp_n0..
         float acc_p[T::kSdPTilesM][T::kSdPTilesN][4];
-        gemm_nt<Arch, E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
-            acc_p, FragmentAddress<T::kRowElems, LanePattern::kA>(sQ_stage, lane), sdp_m0, frag_k, sdp_n0);
+        if constexpr (Arch::kQuadPairs) {
+          sm70::gemm_rows_rows<T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim, typename T::Layout, typename T::Layout>(
+              acc_p, sQ_stage, sdp_m0, sK, sdp_n0, lane);
+        } else {
+          gemm_nt<Arch, E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
+              acc_p, FragmentAddress<T::kRowElems, LanePattern::kA>(sQ_stage, lane), sdp_m0, frag_k, sdp_n0);
+        }
         [[maybe_unused]] __half2 dtanh[kSoftcap ? T::kSdPTilesM : 1][kSoftcap ? T::kSdPTilesN : 1][2];
         const float* lse_slot = s_lse + stage * T::kBlockM;
-        logits<T, kSoftcap>(acc_p, dtanh, lse_slot, p, sdp_m0, g);
-        if (masked) mask_logits<T>(acc_p, mask, q0, sdp_m0, k0 + sdp_n0, g, t);
+        logits<T, kSoftcap>(acc_p, dtanh, lse_slot, p, sdp_m0, fr);
+        if (masked) mask_logits<T>(acc_p, mask, q0, sdp_m0, k0 + sdp_n0, fr, fc);
 #pragma unroll
         for (int mt = 0; mt < T::kSdPTilesM; ++mt)
 #pragma unroll
@@ -413,13 +445,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
 
         // ---- dP = dO V^T, then dS = P * (dP - D); P and dS to shared memory ---------------------
         float acc_ds[T::kSdPTilesM][T::kSdPTilesN][4];
-        gemm_nt<Arch, E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
-            acc_ds, FragmentAddress<T::kRowElems, LanePattern::kA>(sdO_stage, lane), sdp_m0, frag_v, sdp_n0);
+        if constexpr (Arch::kQuadPairs) {
+          sm70::gemm_rows_rows<T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim, typename T::Layout, typename T::Layout>(
+              acc_ds, sdO_stage, sdp_m0, sV, sdp_n0, lane);
+        } else {
+          gemm_nt<Arch, E, T::kSdPTilesM, T::kSdPTilesN, T::kHeadDim / 16>(
+              acc_ds, FragmentAddress<T::kRowElems, LanePattern::kA>(sdO_stage, lane), sdp_m0, frag_v, sdp_n0);
+        }
 #pragma unroll
         for (int mt = 0; mt < T::kSdPTilesM; ++mt)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float d_row = s_d[stage * T::kBlockM + sdp_m0 + mt * 16 + g + 8 * r];
+            const float d_row = s_d[stage * T::kBlockM + sdp_m0 + mt * Arch::kTileRows + fr + Arch::kHalfRows * r];
 #pragma unroll
             for (int nt = 0; nt < T::kSdPTilesN; ++nt)
 #pragma unroll
@@ -429,14 +466,24 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
                 acc_ds[mt][nt][2 * r + c] = ds;
               }
           }
-        store_tile<E, typename T::LayoutP>(sP, acc_p, sdp_m0, sdp_n0, g, t);
-        store_tile<E, typename T::LayoutP>(sdS, acc_ds, sdp_m0, sdp_n0, g, t);
+        if constexpr (Arch::kQuadPairs) {
+          store_tile_pairs<T>(sP, acc_p, sdp_m0, sdp_n0, fr, fc);
+          store_tile_pairs<T>(sdS, acc_ds, sdp_m0, sdp_n0, fr, fc);
+        } else {
+          store_tile<E, typename T::LayoutP>(sP, acc_p, sdp_m0, sdp_n0, g, t);
+          store_tile<E, typename T::LayoutP>(sdS, acc_ds, sdp_m0, sdp_n0, g, t);
+        }
         __syncthreads();  // sP and sdS are complete
 
         // ---- dV += P^T dO, dK += dS^T Q (kKVN keys x kKVD columns per warp) ---------------------
-        gemm_nn<Arch, E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
-            acc_dv, frag_p_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sdO_stage, lane),
-            kv_d0 / 8);
+        if constexpr (Arch::kQuadPairs) {
+          sm70::gemm_acc<T::kKVTilesM, T::kKVTilesN, T::kBlockM, true, typename T::LayoutP, typename T::Layout>(
+              acc_dv, sP, kv_n0, sdO_stage, kv_d0, lane);
+        } else {
+          gemm_nn<Arch, E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
+              acc_dv, frag_p_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sdO_stage, lane),
+              kv_d0 / 8);
+        }
         // ---- dQ (kDQM query rows x kDQD columns per warp) += dS K ---------------------------------
         // Before dK in the tile-grid kernel where T::kDqBeforeDk (the reductions' latency overlaps
         // the dK GEMM), else after it (below). The same lines twice, not one helper or lambda:
@@ -450,23 +497,33 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
             for (int nt = 0; nt < T::kDQTilesN; ++nt)
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-          gemm_nn<Arch, E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
-                                                                           dq_d0 / 8);
+          if constexpr (Arch::kQuadPairs) {
+            sm70::gemm_acc<T::kDQTilesM, T::kDQTilesN, T::kBlockN, false, typename T::LayoutP, typename T::Layout>(
+                acc_dq, sdS, dq_m0, sK, dq_d0, lane);
+          } else {
+            gemm_nn<Arch, E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+                                                                             dq_d0 / 8);
+          }
 #pragma unroll
           for (int mt = 0; mt < T::kDQTilesM; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              const int i = q0 + dq_m0 + mt * 16 + g + 8 * r;
+              const int i = q0 + dq_m0 + mt * Arch::kTileRows + fr + Arch::kHalfRows * r;
               if (i >= len_q) continue;
-              float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + 2 * t;
+              float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + fc;
 #pragma unroll
               for (int nt = 0; nt < T::kDQTilesN; ++nt)
-                add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
+                add_pair(dst + nt * Arch::kFragCols, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
             }
         }
-        gemm_nn<Arch, E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
-            acc_dk, frag_ds_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sQ_stage, lane),
-            kv_d0 / 8);
+        if constexpr (Arch::kQuadPairs) {
+          sm70::gemm_acc<T::kKVTilesM, T::kKVTilesN, T::kBlockM, true, typename T::LayoutP, typename T::Layout>(
+              acc_dk, sdS, kv_n0, sQ_stage, kv_d0, lane);
+        } else {
+          gemm_nn<Arch, E, T::kKVTilesM, T::kKVTilesN, T::kBlockM / 16, true>(
+              acc_dk, frag_ds_trans, kv_n0, FragmentAddress<T::kRowElems, LanePattern::kBTrans>(sQ_stage, lane),
+              kv_d0 / 8);
+        }
         if (T::kStages == 1 && m + 1 < m_end) {
           __syncthreads();  // every warp is done with the only stage's Q and dO
           load_query_block(m + 1, 0);
@@ -480,18 +537,23 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
             for (int nt = 0; nt < T::kDQTilesN; ++nt)
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
-          gemm_nn<Arch, E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
-                                                                           dq_d0 / 8);
+          if constexpr (Arch::kQuadPairs) {
+            sm70::gemm_acc<T::kDQTilesM, T::kDQTilesN, T::kBlockN, false, typename T::LayoutP, typename T::Layout>(
+                acc_dq, sdS, dq_m0, sK, dq_d0, lane);
+          } else {
+            gemm_nn<Arch, E, T::kDQTilesM, T::kDQTilesN, T::kBlockN / 16, false>(acc_dq, frag_ds, dq_m0, frag_k_trans,
+                                                                             dq_d0 / 8);
+          }
 #pragma unroll
           for (int mt = 0; mt < T::kDQTilesM; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-              const int i = q0 + dq_m0 + mt * 16 + g + 8 * r;
+              const int i = q0 + dq_m0 + mt * Arch::kTileRows + fr + Arch::kHalfRows * r;
               if (i >= len_q) continue;
-              float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + 2 * t;
+              float* dst = dq_accum + (row_base + i) * dq_row_elems + head * T::kHeadDim + dq_d0 + fc;
 #pragma unroll
               for (int nt = 0; nt < T::kDQTilesN; ++nt)
-                add_pair(dst + nt * 8, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
+                add_pair(dst + nt * Arch::kFragCols, acc_dq[mt][nt][2 * r], acc_dq[mt][nt][2 * r + 1], !p.deterministic);
             }
         }
         // No barrier here: the next block rewrites sP and sdS, and loads into this stage's
@@ -507,7 +569,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
                  kv_head * p.dv_head_stride;
     if (piece >= 0) {
       // The lse slots hold the last-piece flag: every warp is past the loop at its first barrier.
-      finish_tail_piece<T>(acc_dk, acc_dv, p, tail_tile, k0, len_k, dk_base, dv_base, kv_n0, kv_d0, g, t, tid,
+      finish_tail_piece<T>(acc_dk, acc_dv, p, tail_tile, k0, len_k, dk_base, dv_base, kv_n0, kv_d0, fr, fc, tid,
                            reinterpret_cast<int*>(smem + T::kOffLse));
       continue;
     }
@@ -515,15 +577,15 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
     for (int mt = 0; mt < T::kKVTilesM; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int j = k0 + kv_n0 + mt * 16 + g + 8 * r;
+        const int j = k0 + kv_n0 + mt * Arch::kTileRows + fr + Arch::kHalfRows * r;
         if (j >= len_k) continue;
-        E* dk_row = dk_base + static_cast<int64_t>(j) * p.dk_token_stride + kv_d0 + 2 * t;
-        E* dv_row = dv_base + static_cast<int64_t>(j) * p.dv_token_stride + kv_d0 + 2 * t;
+        E* dk_row = dk_base + static_cast<int64_t>(j) * p.dk_token_stride + kv_d0 + fc;
+        E* dv_row = dv_base + static_cast<int64_t>(j) * p.dv_token_stride + kv_d0 + fc;
 #pragma unroll
         for (int nt = 0; nt < T::kKVTilesN; ++nt) {
-          *reinterpret_cast<uint32_t*>(dk_row + nt * 8) =
+          *reinterpret_cast<uint32_t*>(dk_row + nt * Arch::kFragCols) =
               sm80::pack2<E>(acc_dk[mt][nt][2 * r] * p.scale, acc_dk[mt][nt][2 * r + 1] * p.scale);
-          *reinterpret_cast<uint32_t*>(dv_row + nt * 8) =
+          *reinterpret_cast<uint32_t*>(dv_row + nt * Arch::kFragCols) =
               sm80::pack2<E>(acc_dv[mt][nt][2 * r], acc_dv[mt][nt][2 * r + 1]);
         }
       }

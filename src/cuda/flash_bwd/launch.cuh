@@ -22,14 +22,17 @@ namespace fastattn::cuda {
 // per-arch parts. kSmall: the configuration for GPUs with 99 KB of shared memory per block.
 template <ForwardPath kPath, typename Element, int kHeadDim, bool kSmall = false>
 struct BackwardConfig {
-  static constexpr BackwardBlocks kBlocks = kPath == ForwardPath::sm75 ? backward_blocks_sm75(kHeadDim)
-                                            : kSmall                   ? backward_blocks_small(kHeadDim)
-                                                                       : backward_blocks(kHeadDim);
-  using Arch = std::conditional_t<kPath == ForwardPath::sm75, Sm75Backward, Sm80Backward>;
+  static constexpr BackwardBlocks kBlocks = kPath == ForwardPath::sm75   ? backward_blocks_sm75(kHeadDim)
+                                            : kPath == ForwardPath::sm70 ? backward_blocks_sm70(kHeadDim)
+                                            : kSmall                     ? backward_blocks_small(kHeadDim)
+                                                                         : backward_blocks(kHeadDim);
+  using Arch = std::conditional_t<kPath == ForwardPath::sm75, Sm75Backward,
+                                  std::conditional_t<kPath == ForwardPath::sm70, Sm70Backward, Sm80Backward>>;
   using Traits = BackwardTraits<kHeadDim, kBlocks.block_m, kBlocks.block_n, kBlocks.warps, kBlocks.warps_sdp_m,
                                 kBlocks.warps_kv_n, kBlocks.warps_dq_m, kBlocks.stages, Element, kBlocks.dq_before_dk,
                                 Arch>;
-  static_assert(Traits::kSmemBytes == backward_smem_bytes(kBlocks, kHeadDim), "plan.hpp's shared-memory count");
+  static_assert(Traits::kSmemBytes == backward_smem_bytes(kBlocks, kHeadDim, kPath == ForwardPath::sm70),
+                "plan.hpp's shared-memory count");
 };
 
 template <class T>
@@ -37,8 +40,9 @@ void run_backward_with(const BackwardParams& p, cudaStream_t stream);
 
 template <ForwardPath kPath, typename Element, int kHeadDim>
 void run_backward(const BackwardParams& p, cudaStream_t stream) {
-  if constexpr (kPath == ForwardPath::sm75) {
-    static_assert(has_sm75_backward_blocks(kHeadDim), "the sm75 backward stops at head_dim 128");
+  if constexpr (kPath == ForwardPath::sm75 || kPath == ForwardPath::sm70) {
+    static_assert(has_sm75_backward_blocks(kHeadDim) && has_sm70_backward_blocks(kHeadDim),
+                  "the sm75 and sm70 backward stop at head_dim 128");
     return run_backward_with<typename BackwardConfig<kPath, Element, kHeadDim>::Traits>(p, stream);
   } else {
     if (p.small_blocks) {

@@ -67,12 +67,24 @@ constexpr BackwardBlocks backward_blocks_sm75(int head_dim) {
                           : BackwardBlocks{32, 64, 8, 2, 4, 2, 1, false};
 }
 
+// The Volta path (sm70/backward_arch.cuh): 32-row warp tiles, padded rows (an odd number of
+// 16-byte chunks), one Q/dO stage; 64 x 64 tiles within a V100's 96 KB: d = 64 4 warps (54 KB),
+// d = 96 and 128 8 warps (d = 128: 86 KB). No d = 256.
+constexpr bool has_sm70_backward_blocks(int head_dim) { return head_dim <= 128; }
+constexpr BackwardBlocks backward_blocks_sm70(int head_dim) {
+  return head_dim <= 64 ? BackwardBlocks{64, 64, 4, 2, 2, 2, 1, false} : BackwardBlocks{64, 64, 8, 2, 2, 2, 1, false};
+}
+
 // Shared memory of a configuration, bytes (traits.cuh's map, which static_asserts the same):
-// K, V; stages x (Q, dO); P, dS; stages x (lse, D). Rows padded to 64 elements.
-constexpr int backward_smem_bytes(const BackwardBlocks& b, int head_dim) {
-  const int row_bytes = (head_dim + 63) / 64 * 64 * 2;
-  return 2 * b.block_n * row_bytes + 2 * b.stages * b.block_m * row_bytes + 2 * b.block_m * b.block_n * 2 +
-         2 * b.stages * b.block_m * 4;
+// K, V; stages x (Q, dO); P, dS; stages x (lse, D). Rows padded to 64 elements, or with
+// `padded_rows` (sm70) to an odd number of 16-byte chunks.
+constexpr int backward_row_bytes(int row_elems, bool padded_rows) {
+  return padded_rows ? (row_elems / 8 % 2 == 0 ? row_elems / 8 + 1 : row_elems / 8) * 16 : (row_elems + 63) / 64 * 64 * 2;
+}
+constexpr int backward_smem_bytes(const BackwardBlocks& b, int head_dim, bool padded_rows = false) {
+  const int row_bytes = backward_row_bytes(head_dim, padded_rows);
+  return 2 * b.block_n * row_bytes + 2 * b.stages * b.block_m * row_bytes +
+         2 * b.block_m * backward_row_bytes(b.block_n, padded_rows) + 2 * b.stages * b.block_m * 4;
 }
 
 // A two-valued environment variable: `on_value` -> true, `off_value` -> false, unset or empty
@@ -144,7 +156,7 @@ inline TailSplit choose_tail_split(std::int64_t tiles, int num_sms, std::int64_t
 }
 
 struct BackwardPlan {
-  ForwardPath path = ForwardPath::sm80;  // the per-architecture kernel (sm80 or sm75)
+  ForwardPath path = ForwardPath::sm80;  // the per-architecture kernel
   BackwardBlocks blocks{};
   bool small_blocks = false;  // the small-shared-memory configuration (backward_blocks_small)
   int num_splits = 1;  // deterministic mode: CTAs per (batch, kv head), each with a dQ buffer
@@ -162,15 +174,16 @@ struct BackwardPlan {
 // n_blocks key blocks of a (batch, kv head) are split over enough CTAs to fill the SMs once;
 // each split sums its blocks' dQ in a fixed order into its own buffer and the convert kernel
 // adds the buffers in split order, so the result does not depend on scheduling.
-// path: the per-architecture kernel (forward_path.hpp); sm75 takes backward_blocks_sm75.
+// path: the per-architecture kernel (forward_path.hpp); sm75 and sm70 take their own blocks.
 inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t num_heads,
                                   std::int64_t num_kv_heads, std::int64_t seqlen_k, std::int64_t total_q,
                                   bool deterministic, int num_sms, int smem_per_block = 0,
                                   ForwardPath path = ForwardPath::sm80) {
   BackwardPlan plan;
   plan.path = path;
-  plan.blocks = path == ForwardPath::sm75 ? backward_blocks_sm75(head_dim)
-                                          : choose_backward_blocks(head_dim, smem_per_block, &plan.small_blocks);
+  plan.blocks = path == ForwardPath::sm75   ? backward_blocks_sm75(head_dim)
+                : path == ForwardPath::sm70 ? backward_blocks_sm70(head_dim)
+                                            : choose_backward_blocks(head_dim, smem_per_block, &plan.small_blocks);
   if (deterministic) {
     const std::int64_t n_blocks = (seqlen_k + plan.blocks.block_n - 1) / plan.blocks.block_n;
     const std::int64_t ctas = std::max<std::int64_t>(1, batch * num_kv_heads);

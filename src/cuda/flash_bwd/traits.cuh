@@ -34,31 +34,30 @@ struct BackwardTraits {
   // S, dP: warp tile kSdPM x kSdPN = kSdPTilesM m16 tiles x kSdPTilesN n8 tiles.
   static constexpr int kWarpsSdPM = kWarpsSdPM_, kWarpsSdPN = kWarps / kWarpsSdPM;
   static constexpr int kSdPM = kBlockM / kWarpsSdPM, kSdPN = kBlockN / kWarpsSdPN;
-  static constexpr int kSdPTilesM = kSdPM / 16, kSdPTilesN = kSdPN / 8;
-  static_assert(kSdPTilesM * 16 == kSdPM && kSdPTilesN % 2 == 0, "S tiles: m16 rows, n8 pairs");
+  static constexpr int kSdPTilesM = kSdPM / Arch::kTileRows, kSdPTilesN = kSdPN / Arch::kFragCols;
+  static_assert(kSdPTilesM * Arch::kTileRows == kSdPM && kSdPTilesN % 2 == 0, "S tiles: MMA rows, column pairs");
 
   // dK, dV: warp tile kKVN keys x kKVD columns.
   static constexpr int kWarpsKVN = kWarpsKVN_, kWarpsKVD = kWarps / kWarpsKVN;
   static constexpr int kKVN = kBlockN / kWarpsKVN, kKVD = kHeadDim / kWarpsKVD;
-  static constexpr int kKVTilesM = kKVN / 16, kKVTilesN = kKVD / 8;
-  static_assert(kKVTilesM * 16 == kKVN && kKVTilesN % 2 == 0, "dK/dV tiles: m16 rows, n8 pairs");
+  static constexpr int kKVTilesM = kKVN / Arch::kTileRows, kKVTilesN = kKVD / Arch::kFragCols;
+  static_assert(kKVTilesM * Arch::kTileRows == kKVN && kKVTilesN % 2 == 0, "dK/dV tiles: MMA rows, column pairs");
 
   // dQ: warp tile kDQM queries x kDQD columns.
   static constexpr int kWarpsDQM = kWarpsDQM_, kWarpsDQD = kWarps / kWarpsDQM;
   static constexpr int kDQM = kBlockM / kWarpsDQM, kDQD = kHeadDim / kWarpsDQD;
-  static constexpr int kDQTilesM = kDQM / 16, kDQTilesN = kDQD / 8;
-  static_assert(kDQTilesM * 16 == kDQM && kDQTilesN % 2 == 0, "dQ tiles: m16 rows, n8 pairs");
+  static constexpr int kDQTilesM = kDQM / Arch::kTileRows, kDQTilesN = kDQD / Arch::kFragCols;
+  static_assert(kDQTilesM * Arch::kTileRows == kDQM && kDQTilesN % 2 == 0, "dQ tiles: MMA rows, column pairs");
 
   // sK, sV: (kBlockN, kRowElems); sQ, sdO: kStages x (kBlockM, kRowElems); sP, sdS:
-  // (kBlockM, kBlockN); all 16-bit, swizzled. Rows are padded to a multiple of 64 elements
-  // (d = 96 -> 128) so the 8-chunk XOR swizzle stays inside the row. Then per stage kBlockM
-  // floats of lse and of D.
-  static constexpr int kRowElems = (kHeadDim + 63) / 64 * 64;
-  using Layout = SwizzledTile<kRowElems>;
-  using LayoutP = SwizzledTile<kBlockN>;
+  // (kBlockM, kBlockN); all 16-bit, in the path's layout (Arch::SmemLayout: swizzled rows
+  // padded to 64 elements, or sm70's padded rows). Then per stage kBlockM floats of lse and D.
+  using Layout = typename Arch::template SmemLayout<kHeadDim>;
+  using LayoutP = typename Arch::template SmemLayout<kBlockN>;
+  static constexpr int kRowElems = Layout::kRowElems;
   static constexpr int kSmemK = kBlockN * kRowElems * 2;
   static constexpr int kSmemQ = kBlockM * kRowElems * 2;
-  static constexpr int kSmemP = kBlockM * kBlockN * 2;
+  static constexpr int kSmemP = kBlockM * LayoutP::kRowElems * 2;
   static constexpr int kOffV = kSmemK;
   static constexpr int kOffQ = kOffV + kSmemK;
   static constexpr int kOffDO = kOffQ + kStages * kSmemQ;
