@@ -62,6 +62,12 @@ struct AttentionOptions {
   int num_threads = 0;        // CPU threads; 0: OpenMP's default (OMP_NUM_THREADS or all cores)
   void* cuda_stream = nullptr;  // cudaStream_t; nullptr: the default stream
   const Workspace* workspace = nullptr;
+
+  // Memory-capped mode (fastattn/memory.hpp): the most device memory this call may need, in
+  // bytes (its tensors + its scratch); over it, an out_of_memory Error before anything runs.
+  // 0: the process-wide limit (set_device_memory_limit, FASTATTN_DEVICE_MEMORY_LIMIT), if any.
+  // CUDA calls only; the CPU backends ignore it.
+  std::size_t device_memory_limit_bytes = 0;
 };
 
 // What the dispatcher chose for a call, returned by every entry point and by plan_*.
@@ -73,6 +79,9 @@ struct KernelChoice {
   int block_k = 0;        // key rows per tile
   int num_threads = 0;    // CPU threads or CUDA blocks per SM, as applies
   std::size_t workspace_bytes = 0;
+  // CUDA: the device memory the call needs resident, its tensors plus workspace_bytes
+  // (fastattn/memory.hpp); what memory-capped mode compares with the limit. 0 on the CPU.
+  std::size_t device_memory_bytes = 0;
   std::string reason;     // why this kernel, in one sentence
 
   std::string describe() const;  // one line for logs and `fastattn info`

@@ -6,7 +6,7 @@ those of fastattn.attention (q [batch, seqlen_q, heads, head_dim], ...).
 """
 
 import enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 Array = Any  # a DLPack-capable array or a DLPack capsule
 
@@ -111,6 +111,10 @@ class KernelChoice:
         """Scratch memory the call uses."""
 
     @property
+    def device_memory_bytes(self) -> int:
+        """CUDA: device memory the call needs (its tensors + workspace_bytes); 0 on the CPU."""
+
+    @property
     def reason(self) -> str:
         """Why this kernel, in one sentence."""
 
@@ -142,3 +146,12 @@ def time_forward(q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
 
 def build_info() -> Dict[str, Any]:
     """Build and machine facts of the C++ library."""
+
+def set_device_memory_limit(bytes: Optional[int]) -> None:
+    """fastattn::set_device_memory_limit: bytes (0: no limit), None: FASTATTN_DEVICE_MEMORY_LIMIT."""
+
+def device_memory_limit() -> Tuple[int, str]:
+    """(bytes, source) of the process-wide limit in force; bytes 0: none."""
+
+def parse_memory_size(text: str, name: str) -> int:
+    """'16G', '32GiB', '1.5GB', '17179869184' -> bytes (ValueError naming `name` otherwise)."""

@@ -11,7 +11,8 @@ are allocated in the framework of q. For PyTorch autograd and torch.compile use
 """
 
 from ._C import KernelChoice, UnsupportedError
-from ._api import attention, attention_backward, build_info, plan
+from ._api import (attention, attention_backward, build_info, device_memory_limit, plan,
+                   set_device_memory_limit)
 
 __version__: str = build_info()["version"]
 
@@ -21,7 +22,9 @@ __all__ = [
     "attention",
     "attention_backward",
     "build_info",
+    "device_memory_limit",
     "plan",
+    "set_device_memory_limit",
 ]
 
 

@@ -285,6 +285,32 @@ def plan(
                        options, True)
 
 
+def set_device_memory_limit(limit: Union[None, int, str]) -> None:
+    """Memory-capped mode, process-wide: the most device memory one CUDA call may need.
+
+    ``limit``: bytes (``0``: no limit), a size such as ``"16G"``, ``"32GiB"``, ``"1.5GB"``
+    (K/M/G/T and KiB..TiB are powers of 1024, KB..TB of 1000), or ``None`` to go back to the
+    environment variable FASTATTN_DEVICE_MEMORY_LIMIT. A CUDA call (and ``plan``) whose tensors
+    plus scratch (``KernelChoice.device_memory_bytes``) exceed it raises MemoryError naming the
+    need, the limit and its source, before anything runs. CPU calls ignore it.
+    """
+    if limit is None:
+        _C.set_device_memory_limit(None)
+    elif isinstance(limit, str):
+        _C.set_device_memory_limit(_C.parse_memory_size(limit, "limit"))
+    elif isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+        _C.set_device_memory_limit(limit)
+    else:
+        raise ValueError(
+            f"limit: expected None, bytes >= 0 or a size string such as '16G', got {limit!r}")
+
+
+def device_memory_limit() -> Tuple[int, str]:
+    """(bytes, source) of the process-wide limit in force (set_device_memory_limit, else
+    FASTATTN_DEVICE_MEMORY_LIMIT); bytes 0: no limit, source '' then."""
+    return _C.device_memory_limit()
+
+
 def build_info() -> Dict[str, Any]:
     """Build and machine facts: version, cuda_compiled, cpu_isas_compiled (kernels in this
     binary), cpu_isa_selected (what this CPU runs), cuda_archs_compiled, cuda_paths_compiled

@@ -188,6 +188,8 @@ void bind_types(nb::module_& m) {
       .def_ro("block_k", &KernelChoice::block_k, "Key rows per tile.")
       .def_ro("num_threads", &KernelChoice::num_threads, "CPU threads or CUDA blocks per SM.")
       .def_ro("workspace_bytes", &KernelChoice::workspace_bytes, "Scratch memory the call uses.")
+      .def_ro("device_memory_bytes", &KernelChoice::device_memory_bytes,
+              "CUDA: device memory the call needs (its tensors + workspace_bytes); 0 on the CPU.")
       .def_ro("reason", &KernelChoice::reason, "Why this kernel, in one sentence.")
       .def("describe", &KernelChoice::describe, "One line for logs.")
       .def("__repr__", [](const KernelChoice& c) { return "<fastattn.KernelChoice " + c.describe() + ">"; });
@@ -216,4 +218,15 @@ NB_MODULE(_C, m) {
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "options"_a, "iterations"_a,
         "Seconds per fastattn::forward call, timed inside C++ (no Python in the loop).");
   m.def("build_info", &build_info_dict, "Build and machine facts of the C++ library.");
+  // Memory-capped mode (fastattn/memory.hpp), process-wide.
+  m.def("set_device_memory_limit", &fastattn::set_device_memory_limit, "bytes"_a.none(),
+        "fastattn::set_device_memory_limit: bytes (0: no limit), None: FASTATTN_DEVICE_MEMORY_LIMIT.");
+  m.def("device_memory_limit",
+        [] {
+          const fastattn::DeviceMemoryLimit l = fastattn::device_memory_limit();
+          return nb::make_tuple(l.bytes, l.source);
+        },
+        "(bytes, source) of the process-wide limit in force; bytes 0: none.");
+  m.def("parse_memory_size", &fastattn::parse_memory_size, "text"_a, "name"_a,
+        "'16G', '32GiB', '1.5GB', '17179869184' -> bytes (ValueError naming `name` otherwise).");
 }

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "api/device_memory.hpp"
 #include "api/dispatch.hpp"
 #include "api/validate.hpp"
 #include "cpu/cpu_backend.hpp"
@@ -13,19 +14,35 @@
 #endif
 
 namespace fastattn {
+namespace {
+
+// Dispatch, then memory-capped mode (fastattn/memory.hpp): a CUDA call reports the device
+// memory it needs and throws over the limit, before anything is allocated or launched. The
+// CPU backends leave device_memory_bytes 0 and ignore the limit.
+KernelChoice choose(const AttentionProblem& p, Direction direction, const AttentionOptions& options) {
+  KernelChoice c = choose_kernel(p, direction, options.backend);
+  if (c.backend != Backend::cuda) return c;
+  const DeviceMemoryNeed need = device_memory_need(p, direction, c.workspace_bytes);
+  c.device_memory_bytes = need.total();
+  check_device_memory(direction == Direction::forward ? "cuda forward" : "cuda backward", need,
+                      effective_device_memory_limit(options.device_memory_limit_bytes));
+  return c;
+}
+
+}  // namespace
 
 KernelChoice plan_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                           const TensorView& out, const std::optional<TensorView>& lse,
                           const AttentionOptions& options) {
   const AttentionProblem p = validate_forward(q, k, v, out, lse, options);
-  return choose_kernel(p, Direction::forward, options.backend);
+  return choose(p, Direction::forward, options);
 }
 
 KernelChoice forward(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const std::optional<TensorView>& lse,
                      const AttentionOptions& options) {
   const AttentionProblem p = validate_forward(q, k, v, out, lse, options);
-  const KernelChoice choice = choose_kernel(p, Direction::forward, options.backend);
+  const KernelChoice choice = choose(p, Direction::forward, options);
   if (p.total_q == 0) return choice;  // nothing to write
   switch (choice.backend) {
     case Backend::reference: reference::forward(p); break;
@@ -43,7 +60,7 @@ KernelChoice plan_backward(const TensorView& dout, const TensorView& q, const Te
                            const TensorView& dq, const TensorView& dk, const TensorView& dv,
                            const AttentionOptions& options) {
   const AttentionProblem p = validate_backward(dout, q, k, v, out, lse, dq, dk, dv, options);
-  return choose_kernel(p, Direction::backward, options.backend);
+  return choose(p, Direction::backward, options);
 }
 
 KernelChoice backward(const TensorView& dout, const TensorView& q, const TensorView& k,
@@ -51,7 +68,7 @@ KernelChoice backward(const TensorView& dout, const TensorView& q, const TensorV
                       const TensorView& dq, const TensorView& dk, const TensorView& dv,
                       const AttentionOptions& options) {
   const AttentionProblem p = validate_backward(dout, q, k, v, out, lse, dq, dk, dv, options);
-  const KernelChoice choice = choose_kernel(p, Direction::backward, options.backend);
+  const KernelChoice choice = choose(p, Direction::backward, options);
   if (p.total_q == 0 && p.total_k == 0) return choice;
   switch (choice.backend) {
     case Backend::reference: reference::backward(p); break;

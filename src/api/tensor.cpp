@@ -123,6 +123,7 @@ std::string KernelChoice::describe() const {
   if (block_k) s += " block_k=" + std::to_string(block_k);
   if (num_threads) s += " threads=" + std::to_string(num_threads);
   if (workspace_bytes) s += " workspace=" + std::to_string(workspace_bytes) + "B";
+  if (device_memory_bytes) s += " device_memory=" + std::to_string(device_memory_bytes) + "B";
   if (!reason.empty()) s += " (" + reason + ")";
   return s;
 }
