@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-sm70.sh — compile the Volta (sm70) forward units to sm_70 SASS and compute_70 PTX, with
+# build-sm70.sh — compile the Volta (sm70) forward and backward units to sm_70 SASS and compute_70 PTX, with
 # ptxas -v, on a machine whose CUDA (13) no longer targets sm_70. Compile-only: runs no GPU.
 #
 # Toolchain. CUDA 13 dropped sm_70, and PyPI has no CUDA 12 nvcc driver: the wheel
@@ -64,10 +64,12 @@ PY
   [ -x "$nvdisasm" ] || nvdisasm=""
 fi
 
+for dir in fwd bwd; do
+kernel=$([ $dir = fwd ] && echo "flash_forward_kernel.*Sm70ForwardEEELb0ELb0EEEv" || echo "flash_backward_kernel.*Sm70BackwardEEELb0ELb0EEEv")
 for d in $head_dims; do
-  unit=src/cuda/generated/flash_fwd_sm70_f16_hdim$d.cu
+  unit=src/cuda/generated/flash_${dir}_sm70_f16_hdim$d.cu
   [ -f "$unit" ] || { echo "no unit $unit (the sm70 path has head dims 64, 96, 128)"; exit 1; }
-  base="$out/flash_fwd_sm70_f16_hdim$d"
+  base="$out/flash_${dir}_sm70_f16_hdim$d"
   echo "== $unit -> sm_70 SASS + compute_70 PTX"
   if [ -n "${NVCC12:-}" ]; then
     nice "$NVCC12" "${flags[@]}" -Xptxas=-v "-DFASTATTN_CUDA_HDIM_$d=1" -arch=sm_70 -cubin "$unit" \
@@ -79,8 +81,8 @@ for d in $head_dims; do
       "$base.compute_75.ptx" > "$base.compute_70.ptx"
     nice "$ptxas" -v -O3 -arch=sm_70 "$base.compute_70.ptx" -o "$base.sm_70.cubin" 2> "$base.ptxas.txt"
   fi
-  echo "   ptxas -v, main kernel (flash_forward_kernel<d$d, no soft-cap, no split>):"
-  grep -A3 "Compiling entry function '_ZN8fastattn4cuda20flash_forward_kernel.*Sm70ForwardEEELb0ELb0EEEv" \
+  echo "   ptxas -v, main kernel (d$d, no soft-cap, no split / tile grid):"
+  grep -A3 "Compiling entry function '_ZN8fastattn4cuda[0-9]*${kernel}" \
     "$base.ptxas.txt" | grep -E "registers|spill" | sed 's/^/   /'
   echo "   spills in any kernel of the unit: $(grep -cE '[1-9][0-9]* bytes spill' "$base.ptxas.txt" || true)"
   if [ -n "$nvdisasm" ]; then
@@ -90,4 +92,5 @@ for d in $head_dims; do
   else
     echo "   (no nvdisasm for sm_70: disassembly skipped)"
   fi
+done
 done
