@@ -4,10 +4,13 @@
 // Roles, in order: scheduler (which key block and which query blocks see it), global->shared
 // copy, main loop over the query blocks of every query head sharing the KV head (recompute
 // S = Q K^T and P from lse; dP = dO V^T; dS = P * (dP - D); dV += P^T dO; dK += dS^T Q;
-// dQ += dS K into fp32), epilogue (dK, dV). The per-arch parts — MMA atom and global->shared
-// copy — come from T::Arch (sm80/backward_arch.cuh: m16n8k16 and cp.async;
-// sm75/backward_arch.cuh: two m16n8k8 and synchronous copies); the shared-memory layout
-// (common/smem_layout.cuh) and the ldmatrix operand loads are common to both.
+// dQ += dS K into fp32), epilogue (dK, dV). The per-arch parts come from T::Arch: MMA atom,
+// global->shared copy, shared-memory layout and the accumulator's fragment coordinates
+// (sm80/backward_arch.cuh: m16n8k16, cp.async, swizzled rows; sm75/backward_arch.cuh: two
+// m16n8k8, synchronous copies; sm70/backward_arch.cuh: m8n8k4 quad pairs with ld.shared operands
+// from padded rows, whose GEMMs and P/dS stores the kernel calls where T::Arch::kQuadPairs).
+// The scheduler, the mask, P/dS math, the dQ reductions and the epilogue read fragments only
+// through T::Arch, so they are one code for all three.
 //
 // dQ: without `deterministic`, every CTA adds its dS K into one fp32 buffer with atomics. With
 // it, CTA x of a (batch, KV head) handles key blocks x, x + gridDim.x, ... in that order and adds

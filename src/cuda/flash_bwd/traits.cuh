@@ -21,7 +21,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kWarpsSdPM
           int kStages_, typename Element_, bool kDqBeforeDk_ = false, class Arch_ = Sm80Backward>
 struct BackwardTraits {
   using Element = Element_;
-  using Arch = Arch_;  // MMA atom and global->shared copy (sm80/backward_arch.cuh, sm75/...)
+  using Arch = Arch_;  // per-arch parts: sm80/, sm75/, sm70/backward_arch.cuh
   // The tile-grid kernel's order of the last two GEMMs (plan.hpp: BackwardBlocks::dq_before_dk).
   static constexpr bool kDqBeforeDk = kDqBeforeDk_;
   static constexpr int kHeadDim = kHeadDim_;
