@@ -28,14 +28,11 @@ harness::CheckOptions forward_only() {
 // With FASTATTN_CUDA_PATH=sm70 / sm75 (ctest gpu_forward_sm70 / gpu_forward_sm75), only what
 // those paths serve: f16, and head_dim <= 128 on sm70 (src/cuda/forward_path.hpp).
 harness::CaseLimits cuda_limits() {
-  const char* forced = std::getenv("FASTATTN_CUDA_PATH");
-  const std::string path = forced != nullptr ? forced : "";
-  const bool lowres = path == "sm70" || path == "sm75";
   harness::CaseLimits limits;
   limits.dtypes = {DType::f16, DType::bf16};
-  if (lowres) limits.dtypes = {DType::f16};
+  if (lowres_path_forced()) limits.dtypes = {DType::f16};  // test_support.hpp
   for (int d : build_info().cuda_head_dims) {
-    if (path != "sm70" || d <= 128) limits.head_dims.push_back(d);
+    if (forced_path_serves(d, false)) limits.head_dims.push_back(d);
   }
   limits.allow_strided = false;  // the kernels need 16-byte aligned rows (strided: unaligned base)
   limits.allow_long = true;

@@ -97,7 +97,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
   if (path != cuda::ForwardPath::sm80) {
     const std::string name = cuda::to_string(path);
     const std::string arch = path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
-    if (p.dtype != DType::f16 || p.head_dim > 128) {
+    if (!cuda::backward_path_supports(path, p.dtype == DType::bf16, p.head_dim)) {
       throw Error(ErrorCode::unsupported, "cuda backward: the " + name + " path (" + arch +
                                               ") expected dtype f16 and head_dim <= 128, got dtype " +
                                               to_string(p.dtype) + " and head_dim " + std::to_string(p.head_dim) +

@@ -95,4 +95,10 @@ inline bool path_supports(ForwardPath path, bool bf16, long long head_dim) {
   return path == ForwardPath::sm75 || head_dim <= 128;
 }
 
+// The same for the backward: sm75 and sm70 both stop at head_dim 128 there
+// (flash_bwd/plan.hpp: backward_blocks_sm75 / _sm70).
+inline bool backward_path_supports(ForwardPath path, bool bf16, long long head_dim) {
+  return path == ForwardPath::sm80 || (!bf16 && head_dim <= 128);
+}
+
 }  // namespace fastattn::cuda

@@ -52,7 +52,7 @@ __device__ __forceinline__ void split_key_range(int& n_begin, int& n_end, int sp
 template <class T>
 __device__ __forceinline__ void arch_gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][4], uint32_t sQ, uint32_t sK,
                                              int warp_row0, int lane) {
-  if constexpr (T::Arch::kLdmatrixGemm) {
+  if constexpr (!T::Arch::kQuadPairs) {
     gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
   } else {
     sm70::gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
@@ -61,7 +61,7 @@ __device__ __forceinline__ void arch_gemm_qk(float (&acc_s)[T::kMTiles][T::kNTil
 template <class T>
 __device__ __forceinline__ void arch_gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][4],
                                              const float (&p)[T::kMTiles][T::kNTilesS][4], uint32_t sV, int lane) {
-  if constexpr (T::Arch::kLdmatrixGemm) {
+  if constexpr (!T::Arch::kQuadPairs) {
     gemm_pv<T>(acc_o, p, sV, lane);
   } else {
     sm70::gemm_pv<T>(acc_o, p, sV, lane);

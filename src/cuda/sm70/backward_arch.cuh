@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "cuda/common/smem_layout.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/forward_path.hpp"
 #include "cuda/sm70/mma.cuh"
 #include "cuda/sm75/backward_arch.cuh"
@@ -27,17 +27,6 @@
 namespace fastattn::cuda {
 
 namespace sm70 {
-
-// c = {lo, hi} += A B with A column-major (.col: A's columns are rows of the shared tile) and
-// B row-major.
-__device__ __forceinline__ void mma_884_cr(float (&lo)[4], float (&hi)[4], uint32_t a0, uint32_t a1, uint32_t b0,
-                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m8n8k4.col.row.f32.f16.f16.f32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9}, {%10,%11}, "
-      "{%0,%1,%2,%3,%4,%5,%6,%7};\n"
-      : "+f"(lo[0]), "+f"(lo[1]), "+f"(lo[2]), "+f"(lo[3]), "+f"(hi[0]), "+f"(hi[1]), "+f"(hi[2]), "+f"(hi[3])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
-}
 
 // Lane l of quad pair q = (l >> 2) & 3 is its thread t = (l & 3) + 4 (l >> 4). The quad pair's
 // 8 rows of a 32-row warp tile are 4q + (m & 3) + 16 (m >> 2), m = 0..7; for .row A, thread t
@@ -120,20 +109,10 @@ __device__ __forceinline__ void gemm_acc(float (&acc)[kTilesM][kTilesN][4], uint
 
 }  // namespace sm70
 
-struct Sm70Backward {
+// The forward's quad-pair fragments and padded rows (common/fragments.cuh); kQuadPairs: the
+// kernel calls sm70::gemm_rows_rows / gemm_acc above and its quad-pair P/dS store.
+struct Sm70Backward : QuadPairFragments {
   static constexpr ForwardPath kPath = ForwardPath::sm70;
-  static constexpr bool kQuadPairs = true;  // the GEMMs and P/dS stores of sm70:: above
-
-  static constexpr int kTileRows = 32;
-  static constexpr int kHalfRows = 2;
-  static constexpr int kFragCols = 4;
-  __device__ __forceinline__ static int lane_row(int lane) {
-    return 4 * ((lane >> 2) & 3) + (lane & 1) + 16 * (lane >> 4);
-  }
-  __device__ __forceinline__ static int lane_col(int lane) { return 2 * ((lane >> 1) & 1); }
-
-  template <int kRowElems>
-  using SmemLayout = PaddedTile<kRowElems>;
 
   template <int kRows, int kHeadDim, int kThreads, class Layout>
   using TileCopy = sm75::SyncTileCopy<kRows, kHeadDim, kThreads, Layout>;

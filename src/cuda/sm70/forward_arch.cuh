@@ -54,29 +54,17 @@
 #include <cstdint>
 
 #include "cuda/common/reg_staged_copy.cuh"
-#include "cuda/common/smem_layout.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/forward_path.hpp"
 #include "cuda/sm70/mma.cuh"
 #include "cuda/sm80/mma.cuh"
 
 namespace fastattn::cuda {
 
-struct Sm70Forward {
+// The quad-pair fragments and padded rows (common/fragments.cuh); kQuadPairs: the kernel calls
+// sm70::gemm_qk / gemm_pv below.
+struct Sm70Forward : QuadPairFragments {
   static constexpr ForwardPath kPath = ForwardPath::sm70;
-  static constexpr bool kLdmatrixGemm = false;  // sm70::gemm_qk / gemm_pv below
-
-  static constexpr int kTileRows = 32;
-  static constexpr int kHalfRows = 2;
-  static constexpr int kFragCols = 4;
-  static constexpr int kRowLaneMask = 2;
-  __device__ __forceinline__ static int lane_row(int lane) {
-    return 4 * ((lane >> 2) & 3) + (lane & 1) + 16 * (lane >> 4);
-  }
-  __device__ __forceinline__ static int lane_col(int lane) { return 2 * ((lane >> 1) & 1); }
-  __device__ __forceinline__ static bool row_leader(int lane) { return (lane & 2) == 0; }
-
-  template <int kHeadDim>
-  using SmemLayout = PaddedTile<kHeadDim>;
 
   template <class T>
   using Pipe = RegStagedPipe<T>;

@@ -37,6 +37,17 @@ __device__ __forceinline__ void mma_884_rr(float (&lo)[4], float (&hi)[4], uint3
       : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
 }
 
+// The same with A column-major (.col: A's columns are rows of the shared tile; the backward's
+// P^T dO and dS^T Q) and B row-major.
+__device__ __forceinline__ void mma_884_cr(float (&lo)[4], float (&hi)[4], uint32_t a0, uint32_t a1, uint32_t b0,
+                                           uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m8n8k4.col.row.f32.f16.f16.f32 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9}, {%10,%11}, "
+      "{%0,%1,%2,%3,%4,%5,%6,%7};\n"
+      : "+f"(lo[0]), "+f"(lo[1]), "+f"(lo[2]), "+f"(lo[3]), "+f"(hi[0]), "+f"(hi[1]), "+f"(hi[2]), "+f"(hi[3])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ void ld_shared_16(uint32_t (&r)[4], uint32_t smem_addr) {
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "cuda/common/reg_staged_copy.cuh"
-#include "cuda/common/smem_layout.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/forward_path.hpp"
 #include "cuda/sm75/mma.cuh"
 
@@ -42,23 +42,8 @@ struct SyncTileCopy {
 
 }  // namespace sm75
 
-struct Sm75Backward {
+struct Sm75Backward : M16n8Fragments {  // sm80's fragments and layout (common/fragments.cuh)
   static constexpr ForwardPath kPath = ForwardPath::sm75;
-  static constexpr bool kQuadPairs = false;  // m16n8 fragments, ldmatrix GEMMs (kernel.cuh)
-
-  // Accumulator fragments (mma.cuh, C layout): a warp's rows come in MMA tiles of kTileRows; a
-  // thread holds per tile the rows lane_row(lane) and + kHalfRows, and per kFragCols columns
-  // the two adjacent columns lane_col(lane), + 1.
-  static constexpr int kTileRows = 16;
-  static constexpr int kHalfRows = 8;
-  static constexpr int kFragCols = 8;
-  __device__ __forceinline__ static int lane_row(int lane) { return lane / 4; }
-  __device__ __forceinline__ static int lane_col(int lane) { return 2 * (lane % 4); }
-
-  // Rows padded to a multiple of 64 elements (d = 96 -> 128) so the 8-chunk XOR swizzle stays
-  // inside the row.
-  template <int kRowElems>
-  using SmemLayout = SwizzledTile<(kRowElems + 63) / 64 * 64>;
 
   template <int kRows, int kHeadDim, int kThreads, class Layout>
   using TileCopy = sm75::SyncTileCopy<kRows, kHeadDim, kThreads, Layout>;

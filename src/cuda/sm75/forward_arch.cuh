@@ -12,26 +12,14 @@
 #include <cstdint>
 
 #include "cuda/common/reg_staged_copy.cuh"
-#include "cuda/common/smem_layout.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/forward_path.hpp"
 #include "cuda/sm75/mma.cuh"
 
 namespace fastattn::cuda {
 
-struct Sm75Forward {
+struct Sm75Forward : M16n8Fragments {  // sm80's fragments and layout (common/fragments.cuh)
   static constexpr ForwardPath kPath = ForwardPath::sm75;
-  static constexpr bool kLdmatrixGemm = true;
-
-  static constexpr int kTileRows = 16;
-  static constexpr int kHalfRows = 8;
-  static constexpr int kFragCols = 8;
-  static constexpr int kRowLaneMask = 3;
-  __device__ __forceinline__ static int lane_row(int lane) { return lane / 4; }
-  __device__ __forceinline__ static int lane_col(int lane) { return 2 * (lane % 4); }
-  __device__ __forceinline__ static bool row_leader(int lane) { return lane % 4 == 0; }
-
-  template <int kHeadDim>
-  using SmemLayout = SwizzledTile<(kHeadDim + 63) / 64 * 64>;
 
   template <class T>
   using Pipe = RegStagedPipe<T>;

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "cuda/common/smem_layout.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/forward_path.hpp"
 #include "cuda/sm80/copy.cuh"
 #include "cuda/sm80/mma.cuh"
@@ -37,27 +37,10 @@ struct CpAsyncPipe {
   __device__ __forceinline__ void land() { sm80::cp_async_wait<0>(); }
 };
 
-struct Sm80Forward {
+// Fragment coordinates and the swizzled row layout (kQuadPairs = false: gemm_qk / gemm_pv of
+// tile_ops.cuh, by ldmatrix): common/fragments.cuh.
+struct Sm80Forward : M16n8Fragments {
   static constexpr ForwardPath kPath = ForwardPath::sm80;
-  static constexpr bool kLdmatrixGemm = true;  // gemm_qk / gemm_pv of tile_ops.cuh
-
-  // Accumulator fragments (mma.cuh, C layout): a warp's rows come in MMA tiles of kTileRows; a
-  // thread holds per tile two rows, lane_row(lane) and + kHalfRows, and per n-tile of kFragCols
-  // columns the two adjacent columns lane_col(lane), + 1. The lanes that share a row differ in
-  // the lane bits of kRowLaneMask (a quad: bits 0 and 1).
-  static constexpr int kTileRows = 16;
-  static constexpr int kHalfRows = 8;
-  static constexpr int kFragCols = 8;
-  static constexpr int kRowLaneMask = 3;
-  __device__ __forceinline__ static int lane_row(int lane) { return lane / 4; }
-  __device__ __forceinline__ static int lane_col(int lane) { return 2 * (lane % 4); }
-  // The one lane per row that writes the row's lse.
-  __device__ __forceinline__ static bool row_leader(int lane) { return lane % 4 == 0; }
-
-  // Rows padded to a multiple of 64 elements (d = 96 -> 128) so the 8-chunk XOR swizzle stays
-  // inside the row.
-  template <int kHeadDim>
-  using SmemLayout = SwizzledTile<(kHeadDim + 63) / 64 * 64>;
 
   template <class T>
   using Pipe = CpAsyncPipe<T>;
