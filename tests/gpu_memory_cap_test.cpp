@@ -83,12 +83,13 @@ TEST_F(CudaMemoryCap, EnvironmentLimitThatFitsPassesTheHarness) {
     expect_pass(harness::check_case(harness::parse_case(case_text()), Backend::cuda));
   }
   {
-    ScopedEnv env(kDeviceMemoryLimitEnv, std::string("1M"));
+    // 64 KiB: below both calls' needs (the forward alone needs ~0.5 MiB at d = 64).
+    ScopedEnv env(kDeviceMemoryLimitEnv, std::string("64K"));
     harness::CaseData data(harness::parse_case(case_text()));
     expect_error([&] { harness::run_backward_on_device(data, data.options(Backend::cuda)); },
-                 ErrorCode::out_of_memory, "over the 1 MiB limit (1048576 bytes) set by FASTATTN_DEVICE_MEMORY_LIMIT=1M");
+                 ErrorCode::out_of_memory, "over the 64 KiB limit (65536 bytes) set by FASTATTN_DEVICE_MEMORY_LIMIT=64K");
     expect_error([&] { harness::run_forward_on_device(data, data.options(Backend::cuda)); },
-                 ErrorCode::out_of_memory, "set by FASTATTN_DEVICE_MEMORY_LIMIT=1M");
+                 ErrorCode::out_of_memory, "set by FASTATTN_DEVICE_MEMORY_LIMIT=64K");
   }
   {
     ScopedEnv env(kDeviceMemoryLimitEnv, std::string("lots"));
