@@ -10,6 +10,8 @@
 # skips flash's), FWD_NCU=1 the forward at b8 h16 s2k d128 causal: stall reasons per issued
 # instruction, and per SASS instruction (warp-state samples) as CSV, all in $OUT/ncu.tar.gz
 # (a device call brings back at most 8 files). GPU_TESTS=path runs that GPU suite first.
+# DTYPE (default bf16): the timed element type; with FASTATTN_CUDA_PATH=sm75 / sm70 (f16 only),
+# DTYPE=f16 SHAPES=lowres CHECK=0 times the Volta / Turing paths (d = 64, 128 at s = 4k).
 set -uo pipefail
 dir=${1:-build/var}
 out=${OUT:-/tmp/fastattn_out}
@@ -29,7 +31,7 @@ if [[ ${CHECK:-1} == 1 ]]; then
     echo "check $b rc=$? $(tail -1 /tmp/check_$b.log)"
   done | tee -a "$out/checks.txt"
 fi
-common=(--device cuda --dtype bf16 --warmup 3 --min-time 0.4 --repeats 20 --no-peaks --markdown --pass ${PASSES:-bwd})
+common=(--device cuda --dtype ${DTYPE:-bf16} --warmup 3 --min-time 0.4 --repeats 20 --no-peaks --markdown --pass ${PASSES:-bwd})
 backward_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 16 --seqlen 8192 --head-dim 128 --causal
@@ -48,6 +50,13 @@ d64_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64
   timeout 60 "$1" bench "${common[@]}" --batch 1 --heads 32 --seqlen 16384 --head-dim 64
   timeout 60 "$1" bench "${common[@]}" --batch 2 --heads 32 --seqlen 8192 --head-dim 64 --causal
+}
+# The low-resource paths' sanity shapes (docs/low-resource-gpus.md), f16.
+lowres_shapes() {
+  timeout 60 "$1" bench "${common[@]}" --batch 4 --heads 16 --seqlen 4096 --head-dim 128
+  timeout 60 "$1" bench "${common[@]}" --batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal
+  timeout 60 "$1" bench "${common[@]}" --batch 4 --heads 32 --seqlen 4096 --head-dim 64
+  timeout 60 "$1" bench "${common[@]}" --batch 4 --heads 32 --seqlen 4096 --head-dim 64 --causal
 }
 forward_shapes() {
   timeout 60 "$1" bench "${common[@]}" --batch 8 --heads 16 --seqlen 2048 --head-dim 128 --causal

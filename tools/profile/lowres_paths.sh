@@ -11,8 +11,8 @@
 #   ncusrc the sm70 path's forward kernel per SASS instruction (source counters, CSV): which
 #          instructions the shared-memory wavefronts and bank conflicts come from (on sm90 the
 #          m8n8k4 MMA is emulated in a subroutine of shuffles, which Volta does not run)
-#   bwd    the sm75 backward: the backward suite forced (ctest gpu_backward_sm75) and its speed
-#          against the sm80 backward
+#   bwd    the backward of each path in PATHS: the backward suite forced, and its speed against
+#          the sm80 backward (d = 128 s = 4k, causal too; d = 64), two rounds, JSON per run
 set -uo pipefail
 bin=${1:-build/carry-lowres}
 out=${OUT:-/tmp/fastattn_out}
@@ -61,20 +61,24 @@ if [[ $stages == *" ncusrc "* ]]; then
 fi
 
 if [[ $stages == *" bwd "* ]]; then
-  FASTATTN_CUDA_PATH=sm75 timeout ${TEST_TIMEOUT:-200} "$bin/fastattn_gpu_tests" --gtest_brief=1 \
-    "--gtest_filter=CudaBackward.*" > "$log/tests_bwd_sm75.log" 2>&1
-  echo "bwd tests sm75 rc=$?: $(grep -E '^\[  (FAILED|PASSED|SKIPPED)' "$log/tests_bwd_sm75.log" | tr '\n' ' ')" \
-    | tee -a "$out/tests.txt"
-  grep -B2 -A12 "Failure" "$log/tests_bwd_sm75.log" | head -60
+  for path in $paths; do
+    [[ ${BWD_TESTS:-1} == 1 ]] || break  # BWD_TESTS=0: the call runs the whole suite itself
+    FASTATTN_CUDA_PATH=$path timeout ${TEST_TIMEOUT:-200} "$bin/fastattn_gpu_tests" --gtest_brief=1 \
+      "--gtest_filter=CudaBackward.*" > "$log/tests_bwd_$path.log" 2>&1
+    echo "bwd tests $path rc=$?: $(grep -E '^\[  (FAILED|PASSED|SKIPPED)' "$log/tests_bwd_$path.log" | tr '\n' ' ')" \
+      | tee -a "$out/tests.txt"
+    grep -B2 -A12 "Failure" "$log/tests_bwd_$path.log" | head -60
+  done
   common=(--device cuda --dtype f16 --warmup 3 --min-time 0.4 --repeats 20 --markdown --pass bwd)
   for round in 1 2; do
-    for path in sm80 sm75; do
+    for path in sm80 $paths; do
       for shape in "--batch 4 --heads 16 --seqlen 4096 --head-dim 128" \
                    "--batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal" \
                    "--batch 4 --heads 32 --seqlen 4096 --head-dim 64"; do
         echo "## round $round path $path $shape"
         # shellcheck disable=SC2086
-        FASTATTN_CUDA_PATH=$path timeout 60 "$bin/fastattn" bench "${common[@]}" $shape
+        FASTATTN_CUDA_PATH=$path timeout 60 "$bin/fastattn" bench "${common[@]}" $shape \
+          --json "$log/bench_bwd_${round}_${path}_$(tr -d ' -' <<<"$shape").json"
       done
     done
   done > "$log/bench_bwd.txt" 2>&1

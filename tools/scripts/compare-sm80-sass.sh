@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# compare-sm80-sass.sh — check that the sm80 forward kernels compile to the same SASS as on
-# another git ref (a refactor of the shared forward code must not change the tuned sm80 path).
+# compare-sm80-sass.sh — check that the sm80 forward (or backward) kernels compile to the same
+# SASS as on another git ref (a refactor of shared kernel code must not change the tuned sm80
+# path).
 #
 # Compiles each unit on the ref (a temporary `git worktree`) and in this tree with the same
 # nvcc line, disassembles with cuobjdump -sass, normalises the mangled names (ForwardTraits
@@ -8,8 +9,8 @@
 #
 # Usage: tools/scripts/compare-sm80-sass.sh [ref] [unit-suffix ...]
 #   ref          default main
-#   unit-suffix  default: f16_hdim64 bf16_hdim128 (src/cuda/generated/flash_fwd_sm80_<suffix>.cu)
-# Environment: ARCH (default 90), NVCC (default nvcc), CUOBJDUMP (default cuobjdump on PATH, else
+#   unit-suffix  default: f16_hdim64 bf16_hdim128 (src/cuda/generated/flash_<dir>_sm80_<suffix>.cu)
+# Environment: DIRECTION (fwd or bwd, default fwd), ARCH (default 90), NVCC (default nvcc), CUOBJDUMP (default cuobjdump on PATH, else
 # the one bundled with triton)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,6 +19,7 @@ shift || true
 units=("$@")
 [ ${#units[@]} -gt 0 ] || units=(f16_hdim64 bf16_hdim128)
 arch=${ARCH:-90}
+dir=${DIRECTION:-fwd}
 nvcc=${NVCC:-nvcc}
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$cuobjdump" ]; then
@@ -35,14 +37,14 @@ for u in "${units[@]}"; do
   for side in ref new; do
     tree=$([ "$side" = ref ] && echo "$work/ref" || pwd)
     (cd "$tree" && nice "$nvcc" -O3 -std=c++17 --expt-relaxed-constexpr -cubin "-DFASTATTN_CUDA_HDIM_$d=1" \
-      -Iinclude -Isrc -arch="sm_$arch" "src/cuda/generated/flash_fwd_sm80_$u.cu" -o "$work/$side.$u.cubin")
+      -Iinclude -Isrc -arch="sm_$arch" "src/cuda/generated/flash_${dir}_sm80_$u.cu" -o "$work/$side.$u.cubin")
     "$cuobjdump" -sass "$work/$side.$u.cubin" | sed -e 's/NS0_11Sm80ForwardE//g' > "$work/$side.$u.sass"
   done
   n=$(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$work/new.$u.sass" || true)
   if diff -q "$work/ref.$u.sass" "$work/new.$u.sass" >/dev/null; then
-    echo "flash_fwd_sm80_$u (sm_$arch): identical SASS ($n instruction lines) to $ref"
+    echo "flash_${dir}_sm80_$u (sm_$arch): identical SASS ($n instruction lines) to $ref"
   else
-    echo "flash_fwd_sm80_$u (sm_$arch): SASS DIFFERS from $ref:"
+    echo "flash_${dir}_sm80_$u (sm_$arch): SASS DIFFERS from $ref:"
     diff "$work/ref.$u.sass" "$work/new.$u.sass" | head -20
     status=1
   fi
