@@ -26,6 +26,7 @@
 #include "cuda/common/fast_exp.cuh"
 #include "cuda/common/fragment_address.cuh"
 #include "cuda/flash_bwd/params.hpp"
+#include "cuda/flash_bwd/query_stage.cuh"
 #include "cuda/flash_bwd/traits.cuh"
 #include "cuda/sm70/backward_arch.cuh"
 #include "cuda/sm75/backward_arch.cuh"
@@ -477,6 +478,18 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
           store_tile<E, typename T::LayoutP>(sdS, acc_ds, sdp_m0, sdp_n0, g, t);
         }
         __syncthreads();  // sP and sdS are complete
+        // Paths without cp.async: the next query block into registers now, while the dV and dK
+        // GEMMs run; into the only stage after the barrier below (query_stage.cuh).
+        [[maybe_unused]] QueryStage<T> next_query;
+        if constexpr (QueryStage<T>::kEnabled) {
+          if (m + 1 < m_end) {
+            const int q0_next = q0 + T::kBlockM;
+            next_query.issue(q_base + static_cast<int64_t>(q0_next) * p.q_token_stride, p.q_token_stride,
+                             do_base + static_cast<int64_t>(q0_next) * p.do_token_stride, p.do_token_stride,
+                             lse_base + static_cast<int64_t>(q0_next) * p.lse_token_stride, p.lse_token_stride,
+                             d_base + q0_next, len_q - q0_next, tid);
+          }
+        }
 
         // ---- dV += P^T dO, dK += dS^T Q (kKVN keys x kKVD columns per warp) ---------------------
         if constexpr (Arch::kQuadPairs) {
@@ -529,7 +542,11 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         }
         if (T::kStages == 1 && m + 1 < m_end) {
           __syncthreads();  // every warp is done with the only stage's Q and dO
-          load_query_block(m + 1, 0);
+          if constexpr (QueryStage<T>::kEnabled) {
+            next_query.land(sQ, sdO, sK + T::kOffLse, sK + T::kOffD, tid);
+          } else {
+            load_query_block(m + 1, 0);
+          }
         }
 
         if constexpr (!kDqFirst) {  // dQ after dK: the same lines as above

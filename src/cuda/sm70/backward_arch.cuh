@@ -113,6 +113,11 @@ __device__ __forceinline__ void gemm_acc(float (&acc)[kTilesM][kTilesN][4], uint
 // kernel calls sm70::gemm_rows_rows / gemm_acc above and its quad-pair P/dS store.
 struct Sm70Backward : QuadPairFragments {
   static constexpr ForwardPath kPath = ForwardPath::sm70;
+  // No register-staged query prefetch (flash_bwd/query_stage.cuh): the 64-row Q/dO tiles need 32
+  // staging registers per thread at every head dim, and with them ptxas 12.9 spilled for sm_70
+  // (d = 64: 56-304 bytes in all four kernels; d = 128: 16 and 92 bytes in the tile-grid
+  // kernels). Its gain cannot be measured here: the H200 emulates m8n8k4, which dwarfs the loads.
+  static constexpr int kStagedQueryRegisters = 0;
 
   template <int kRows, int kHeadDim, int kThreads, class Layout>
   using TileCopy = sm75::SyncTileCopy<kRows, kHeadDim, kThreads, Layout>;

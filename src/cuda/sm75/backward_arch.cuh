@@ -44,6 +44,9 @@ struct SyncTileCopy {
 
 struct Sm75Backward : M16n8Fragments {  // sm80's fragments and layout (common/fragments.cuh)
   static constexpr ForwardPath kPath = ForwardPath::sm75;
+  // The next query block is register-staged during the dV and dK GEMMs (flash_bwd/query_stage.cuh);
+  // the sm75 tiles need 16 registers for it at every head dim.
+  static constexpr int kStagedQueryRegisters = 16;
 
   template <int kRows, int kHeadDim, int kThreads, class Layout>
   using TileCopy = sm75::SyncTileCopy<kRows, kHeadDim, kThreads, Layout>;

@@ -21,6 +21,8 @@ namespace fastattn::cuda {
 // kernel's ldmatrix GEMMs and P/dS stores).
 struct Sm80Backward : M16n8Fragments {
   static constexpr ForwardPath kPath = ForwardPath::sm80;
+  // cp.async prefetches the next query block itself: no register staging (flash_bwd/query_stage.cuh).
+  static constexpr int kStagedQueryRegisters = 0;
 
   template <int kRows, int kHeadDim, int kThreads, class Layout>
   using TileCopy = sm80::TileCopy<kRows, kHeadDim, kThreads, Layout>;
