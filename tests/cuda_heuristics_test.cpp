@@ -335,6 +335,26 @@ TEST(CudaForwardPath, ForcesAnOlderPathOnANewerGpu) {
   EXPECT_EQ(cuda::select_forward_path(75, sm75), ForwardPath::sm75);
 }
 
+// Which CMake architecture lists hold code a device runs (forward_path.hpp: archs_run_on):
+// SASS for the same major version and a lower or equal minor, PTX for any newer device.
+TEST(CudaForwardPath, ArchitectureListRunsOnDevice) {
+  EXPECT_TRUE(cuda::archs_run_on("75", 75));        // T4: sm_75 SASS
+  EXPECT_TRUE(cuda::archs_run_on("75", 90));        // compute_75 PTX, JIT-compiled on an H100/H200
+  EXPECT_FALSE(cuda::archs_run_on("75-real", 90));  // SASS alone: major 7 != 9
+  EXPECT_TRUE(cuda::archs_run_on("75-real", 75));
+  EXPECT_TRUE(cuda::archs_run_on("80-real", 86));   // sm_80 SASS runs on sm_86
+  EXPECT_FALSE(cuda::archs_run_on("86-real", 80));
+  EXPECT_FALSE(cuda::archs_run_on("90", 75));       // the default H200 build on a T4
+  EXPECT_FALSE(cuda::archs_run_on("80;90", 70));
+  EXPECT_TRUE(cuda::archs_run_on("80;90", 89));     // compute_80 PTX
+  EXPECT_FALSE(cuda::archs_run_on("75-virtual", 70));
+  EXPECT_TRUE(cuda::archs_run_on("75-virtual", 80));
+  EXPECT_TRUE(cuda::archs_run_on("90a", 90));       // arch-specific: that cc only
+  EXPECT_FALSE(cuda::archs_run_on("90a", 100));
+  EXPECT_FALSE(cuda::archs_run_on("", 90));
+  EXPECT_TRUE(cuda::archs_run_on("70;75;80;90", 72));
+}
+
 TEST(CudaForwardPath, WhatEachPathServes) {
   for (long long d : {64, 96, 128, 256}) {
     EXPECT_TRUE(cuda::path_supports(ForwardPath::sm80, true, d));

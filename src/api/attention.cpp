@@ -99,8 +99,15 @@ BuildInfo build_info() {
                                 std::to_string(d.multiprocessors) + " SMs)");
     std::string path;
     try {
-      path = cuda::to_string(cuda::forward_path(d.ordinal));
+      const cuda::ForwardPath p = cuda::forward_path(d.ordinal);
+      path = cuda::to_string(p);
       if (!cuda::forward_path_request().automatic) path += " (forced by FASTATTN_CUDA_PATH)";
+      if (!cuda::path_compiled(p)) {
+        path += "; not in this build";
+      } else if (!cuda::archs_run_on(cuda::path_archs(p), d.compute_capability)) {
+        path += std::string("; this build's ") + cuda::to_string(p) + " code (CUDA architectures " + cuda::path_archs(p) +
+                ") does not run on it";
+      }
     } catch (const Error& e) {
       path = std::string("none: ") + e.what();
     }

@@ -80,6 +80,28 @@ cpu::Isa cpu_isa_for(DType dtype) {
 }
 
 #if FASTATTN_HAVE_CUDA
+// The chosen path (forward or backward) must be in this build, compiled for an architecture
+// the device runs: otherwise the launch would fail with "no kernel image is available".
+void require_path_code(const std::string& what, cuda::ForwardPath path, int device) {
+  const std::string name = cuda::to_string(path);
+  if (!cuda::path_compiled(path)) {
+    throw Error(ErrorCode::unsupported,
+                what + ": this build has no " + name + " (" + cuda::path_gpus(path) + ") kernels; " +
+                    (path == cuda::ForwardPath::sm80
+                         ? std::string("add an architecture >= 80 to the CMake option FASTATTN_CUDA_ARCHS")
+                         : "add " + name + " to the CMake option FASTATTN_CUDA_LOWRES_PATHS, or " +
+                               std::to_string(cuda::min_compute_capability(path)) + " to FASTATTN_CUDA_ARCHS"));
+  }
+  const int cc = cuda::compute_capability(device);
+  const std::string archs = cuda::path_archs(path);
+  if (!cuda::archs_run_on(archs, cc)) {
+    throw Error(ErrorCode::unsupported, what + ": this build's " + name + " kernels are compiled for CUDA architectures " +
+                                            archs + ", none of which runs on this GPU (compute capability " +
+                                            std::to_string(cc / 10) + "." + std::to_string(cc % 10) + "); add " +
+                                            std::to_string(cc) + " to the CMake option FASTATTN_CUDA_ARCHS");
+  }
+}
+
 // Backward: one kernel design per head dim (flash_bwd/plan.hpp); deterministic mode splits the
 // key blocks of each (batch, KV head) over enough CTAs to fill the GPU once.
 KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
@@ -103,12 +125,8 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                                               to_string(p.dtype) + " and head_dim " + std::to_string(p.head_dim) +
                                               (p.dtype == DType::bf16 ? " (bf16 MMAs need sm80)" : ""));
     }
-    if (!cuda::path_compiled(path)) {
-      throw Error(ErrorCode::unsupported, "cuda backward: this build has no " + name + " (" + arch +
-                                              ") backward kernels; add " + name +
-                                              " to the CMake option FASTATTN_CUDA_LOWRES_PATHS");
-    }
   }
+  require_path_code("cuda backward", path, p.device.index);
   const cuda::BackwardPlan plan = cuda::backward_plan(p);
   KernelChoice c;
   c.backend = Backend::cuda;
@@ -126,8 +144,8 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
   if (plan.path != cuda::ForwardPath::sm80) {
     c.reason += std::string(plan.path == cuda::ForwardPath::sm75
-                                ? "; sm75 path (Turing): mma.sync m16n8k8, synchronous global->shared copies, tiles "
-                                  "for 64 KB of shared memory"
+                                ? "; sm75 path (Turing): mma.sync m16n8k8, K/V copied synchronously and query blocks "
+                                  "register-staged, tiles for 64 KB of shared memory"
                                 : "; sm70 path (Volta): mma.sync m8n8k4 from padded shared rows (.col A for P^T and "
                                   "dS^T), synchronous global->shared copies, tiles for 96 KB of shared memory") +
                 (cuda::forward_path_request().automatic ? "" : ", path forced by FASTATTN_CUDA_PATH");
@@ -169,12 +187,8 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
                       to_string(p.dtype) + " and head_dim " + std::to_string(p.head_dim) +
                       (p.dtype == DType::bf16 ? " (bf16 MMAs need sm80)" : ""));
     }
-    if (!cuda::path_compiled(plan.path)) {
-      throw Error(ErrorCode::unsupported, "cuda forward: this build has no " + path + " (" + arch +
-                                              ") forward kernels; add " + path +
-                                              " to the CMake option FASTATTN_CUDA_LOWRES_PATHS");
-    }
   }
+  require_path_code("cuda forward", plan.path, p.device.index);
   KernelChoice c;
   c.backend = Backend::cuda;
   c.isa = cuda::to_string(plan.path);

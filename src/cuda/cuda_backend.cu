@@ -98,17 +98,19 @@ DeviceShape device_shape(int device) {
 
 template <typename Element>
 void forward_for_dtype(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
+  (void)f;  // unused without sm80 units (FASTATTN_CUDA_ARCHS below 80)
+  (void)stream;
   switch (head_dim) {
-#if FASTATTN_CUDA_HDIM_64
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
     case 64: return run_forward<ForwardPath::sm80, Element, 64>(f, stream);
 #endif
-#if FASTATTN_CUDA_HDIM_96
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
     case 96: return run_forward<ForwardPath::sm80, Element, 96>(f, stream);
 #endif
-#if FASTATTN_CUDA_HDIM_128
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
     case 128: return run_forward<ForwardPath::sm80, Element, 128>(f, stream);
 #endif
-#if FASTATTN_CUDA_HDIM_256
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
     case 256: return run_forward<ForwardPath::sm80, Element, 256>(f, stream);
 #endif
     default: break;
@@ -205,7 +207,15 @@ bool path_compiled(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return FASTATTN_CUDA_PATH_SM75 != 0;
     case ForwardPath::sm70: return FASTATTN_CUDA_PATH_SM70 != 0;
-    default: return true;
+    default: return FASTATTN_CUDA_PATH_SM80 != 0;
+  }
+}
+
+std::string path_archs(ForwardPath path) {
+  switch (path) {
+    case ForwardPath::sm75: return FASTATTN_CUDA_ARCHS_SM75;
+    case ForwardPath::sm70: return FASTATTN_CUDA_ARCHS_SM70;
+    default: return FASTATTN_CUDA_ARCHS_SM80;
   }
 }
 

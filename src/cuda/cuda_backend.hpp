@@ -32,9 +32,12 @@ bool has_forward_kernel(DType dtype, std::int64_t head_dim);
 
 // The forward path for a device (forward_path.hpp: its compute capability, or
 // FASTATTN_CUDA_PATH); throws invalid_argument for a bad variable, unsupported for a path the
-// device cannot run. Whether this build compiled a path's units (FASTATTN_CUDA_LOWRES_PATHS).
+// device cannot run. Whether this build compiled a path's units (sm80: an architecture >= 80 in
+// FASTATTN_CUDA_ARCHS; sm75 / sm70: FASTATTN_CUDA_LOWRES_PATHS or their architecture), and the
+// CMake architectures they were compiled for ("75;90"; forward_path.hpp: archs_run_on).
 ForwardPath forward_path(int device);
 bool path_compiled(ForwardPath path);
+std::string path_archs(ForwardPath path);
 
 // The forward's launch plan (flash_fwd/heuristics.hpp: kernel, split-KV count, scratch bytes)
 // for this problem on its device; the dispatcher reports it and forward() runs it.

@@ -76,17 +76,19 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
 
 template <typename Element>
 void backward_for_dtype(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
+  (void)b;  // unused without sm80 units (FASTATTN_CUDA_ARCHS below 80)
+  (void)stream;
   switch (head_dim) {
-#if FASTATTN_CUDA_HDIM_64
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
     case 64: return run_backward<ForwardPath::sm80, Element, 64>(b, stream);
 #endif
-#if FASTATTN_CUDA_HDIM_96
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
     case 96: return run_backward<ForwardPath::sm80, Element, 96>(b, stream);
 #endif
-#if FASTATTN_CUDA_HDIM_128
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
     case 128: return run_backward<ForwardPath::sm80, Element, 128>(b, stream);
 #endif
-#if FASTATTN_CUDA_HDIM_256
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
     case 256: return run_backward<ForwardPath::sm80, Element, 256>(b, stream);
 #endif
     default: break;

@@ -7,8 +7,8 @@
 //   sm70  mma.sync m8n8k4 (quad pairs), ld.shared on padded rows, register-staged prefetch,
 //         <= 96 KB shared memory (Volta)
 // The path follows the device's compute capability; FASTATTN_CUDA_PATH=sm70|sm75|sm80|auto
-// forces one on a newer GPU (tests run the Volta and Turing paths on an H200 this way). Only the
-// forward has sm70/sm75 paths so far; the backward is sm80 only.
+// forces one on a newer GPU (tests run the Volta and Turing paths on an H200 this way). The
+// backward follows the same path (flash_bwd/kernel.cuh has the same three sets of parts).
 #pragma once
 
 #include <cstdlib>
@@ -27,6 +27,15 @@ inline const char* to_string(ForwardPath path) {
     case ForwardPath::sm75: return "sm75";
     case ForwardPath::sm70: return "sm70";
     default: return "sm80";
+  }
+}
+
+// The GPUs a path is for, in words.
+inline const char* path_gpus(ForwardPath path) {
+  switch (path) {
+    case ForwardPath::sm75: return "Turing";
+    case ForwardPath::sm70: return "Volta";
+    default: return "Ampere and newer";
   }
 }
 
@@ -83,6 +92,37 @@ inline ForwardPath select_forward_path(int cc, const ForwardPathRequest& request
                                             std::to_string(cc % 10));
   }
   return request.path;
+}
+
+// Whether code compiled for the CMake CUDA architectures `archs` (e.g. "75;90"; an entry N
+// embeds sm_N SASS and compute_N PTX, N-real the SASS alone, N-virtual the PTX alone; N may
+// carry a suffix letter, 90a) runs on a device of compute capability cc (major * 10 + minor):
+// SASS runs on the same major version with an equal or higher minor, PTX is JIT-compiled for
+// any cc >= N (CUDA C++ Programming Guide, "Binary Compatibility" / "PTX Compatibility"). An
+// "a" (arch-specific) target runs only on exactly that cc.
+inline bool archs_run_on(const std::string& archs, int cc) {
+  std::size_t start = 0;
+  while (start <= archs.size()) {
+    std::size_t end = archs.find(';', start);
+    if (end == std::string::npos) end = archs.size();
+    const std::string entry = archs.substr(start, end - start);
+    start = end + 1;
+    std::size_t digits = 0;
+    while (digits < entry.size() && entry[digits] >= '0' && entry[digits] <= '9') ++digits;
+    if (digits == 0) continue;
+    const int n = std::atoi(entry.substr(0, digits).c_str());
+    const std::string rest = entry.substr(digits);
+    const bool arch_specific = !rest.empty() && rest[0] == 'a';
+    const bool real_only = rest.find("-real") != std::string::npos;
+    const bool virtual_only = rest.find("-virtual") != std::string::npos;
+    if (arch_specific) {
+      if (cc == n) return true;
+      continue;
+    }
+    if (!virtual_only && cc / 10 == n / 10 && cc >= n) return true;  // SASS
+    if (!real_only && cc >= n) return true;                           // PTX, JIT-compiled
+  }
+  return false;
 }
 
 // Whether `path` has a forward kernel for (f16 = !bf16, head_dim) at all (independent of what

@@ -1,4 +1,5 @@
 // info.cpp — `fastattn info`: version, build, CPU, GPUs and measured peaks.
+#include <algorithm>
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -54,12 +55,18 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
     row("cuda archs", join(build.cuda_archs_compiled));
     std::vector<std::string> dims;
     for (int d : build.cuda_head_dims) dims.push_back(std::to_string(d));
-    row("cuda kernels", "forward (split-KV, decode) and backward, f16/bf16, head_dim " + join(dims));
+    // The sm80 units bring bf16 and the decode kernel; a build of the Volta / Turing paths alone
+    // (FASTATTN_CUDA_ARCHS=75 or 70) has f16 only.
+    const auto& compiled = build.cuda_paths_compiled;
+    const bool sm80 = std::find(compiled.begin(), compiled.end(), "sm80") != compiled.end();
+    row("cuda kernels", (sm80 ? "forward (split-KV, decode) and backward, f16/bf16, head_dim "
+                              : "forward (split-KV) and backward, f16, head_dim ") +
+                            join(dims));
     // docs/low-resource-gpus.md: sm75 forward + backward (f16), sm70 forward (f16, d <= 128).
     std::vector<std::string> paths;
     for (const std::string& p : build.cuda_paths_compiled) {
       paths.push_back(p == "sm75"   ? "sm75 (Turing: forward, backward; f16)"
-                      : p == "sm70" ? "sm70 (Volta: forward; f16, head_dim <= 128)"
+                      : p == "sm70" ? "sm70 (Volta: forward, backward; f16, head_dim <= 128)"
                                     : p);
     }
     row("cuda paths", join(paths));
