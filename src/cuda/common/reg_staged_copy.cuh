@@ -22,6 +22,10 @@ __device__ __forceinline__ void st_shared_16(uint32_t smem_addr, const uint4& v)
                : "memory");
 }
 
+__device__ __forceinline__ void st_shared_f32(uint32_t smem_addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr), "f"(v) : "memory");
+}
+
 // Thread tid copies chunks tid, tid + kThreads, ... of the tile's (row, chunk) grid, row-major:
 // 8 consecutive threads write 8 consecutive 16-byte chunks of a row (conflict-free stores in
 // both layouts: swizzling permutes chunks within a row's 128-byte groups, padding shifts rows).

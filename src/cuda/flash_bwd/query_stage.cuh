@@ -1,7 +1,7 @@
 // query_stage.cuh — the backward kernel's register-staged prefetch of the next query block, for
 // the paths without cp.async (sm75, sm70), which keep one Q/dO stage in shared memory. Used where
 // kRegisters fits the policy's Arch::kStagedQueryRegisters (sm80: 0, cp.async does it; sm75: 16,
-// what its tiles need; sm70: 0, its 64-row tiles would need 32 and spilled).
+// what its 8-warp d = 64 / 128 tiles need; sm70: 0, its 64-row tiles would need 32 and spilled).
 //
 // issue() loads the next block's Q and dO (16-byte chunks, ld.global.nc), lse and D into
 // registers right after the barrier that completes sP and sdS: the S and dP accumulators are
@@ -11,7 +11,8 @@
 // barrier waited for global memory with every warp of the CTA (one CTA per SM).
 //
 // Cost: (Q + dO) tile bytes / threads of registers: kBlockM x head_dim x 4 / kThreads bytes
-// (plan.hpp's sm75 / sm70 tiles: 64 bytes, 16 registers, at 256 threads), plus lse and D.
+// (plan.hpp's sm75 tiles at d = 64 and 128: 64 bytes, 16 registers; at d = 96, 4 warps: 24, not
+// staged), plus lse and D.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -72,8 +73,8 @@ struct QueryStage {
       }
     }
     if (tid < T::kBlockM) {
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(s_lse + tid * 4), "f"(lse) : "memory");
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(s_d + tid * 4), "f"(d) : "memory");
+      st_shared_f32(s_lse + tid * 4, lse);
+      st_shared_f32(s_d + tid * 4, d);
     }
   }
 };

@@ -44,8 +44,9 @@ struct SyncTileCopy {
 
 struct Sm75Backward : M16n8Fragments {  // sm80's fragments and layout (common/fragments.cuh)
   static constexpr ForwardPath kPath = ForwardPath::sm75;
-  // The next query block is register-staged during the dV and dK GEMMs (flash_bwd/query_stage.cuh);
-  // the sm75 tiles need 16 registers for it at every head dim.
+  // The next query block is register-staged during the dV and dK GEMMs (flash_bwd/query_stage.cuh)
+  // where that takes at most 16 registers: the 8-warp d = 64 and d = 128 tiles. The 4-warp d = 96
+  // tiles would need 24 (ptxas already spills 44 bytes there) and copy synchronously.
   static constexpr int kStagedQueryRegisters = 16;
 
   template <int kRows, int kHeadDim, int kThreads, class Layout>
@@ -53,7 +54,7 @@ struct Sm75Backward : M16n8Fragments {  // sm80's fragments and layout (common/f
 
   __device__ __forceinline__ static void copy_4(uint32_t smem_addr, const void* gmem, bool valid) {
     const float v = valid ? __ldg(static_cast<const float*>(gmem)) : 0.0f;
-    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr), "f"(v) : "memory");
+    st_shared_f32(smem_addr, v);
   }
   __device__ __forceinline__ static void commit() {}
   __device__ __forceinline__ static void wait_all() {}
