@@ -104,7 +104,7 @@ BuildInfo build_info() {
       if (!cuda::forward_path_request().automatic) path += " (forced by FASTATTN_CUDA_PATH)";
       if (!cuda::path_compiled(p)) {
         path += "; not in this build";
-      } else if (!cuda::archs_run_on(cuda::path_archs(p), d.compute_capability)) {
+      } else if (!cuda::path_runs_on(p, d.ordinal)) {
         path += std::string("; this build's ") + cuda::to_string(p) + " code (CUDA architectures " + cuda::path_archs(p) +
                 ") does not run on it";
       }

@@ -82,8 +82,9 @@ cpu::Isa cpu_isa_for(DType dtype) {
 #if FASTATTN_HAVE_CUDA
 // The chosen path (forward or backward) must be in this build, compiled for an architecture
 // the device runs: otherwise the launch would fail with "no kernel image is available".
-void require_path_code(const std::string& what, cuda::ForwardPath path, int device) {
-  const std::string name = cuda::to_string(path);
+void require_path_code(const char* what_text, cuda::ForwardPath path, int device) {
+  if (cuda::path_compiled(path) && cuda::path_runs_on(path, device)) return;
+  const std::string what = what_text, name = cuda::to_string(path);
   if (!cuda::path_compiled(path)) {
     throw Error(ErrorCode::unsupported,
                 what + ": this build has no " + name + " (" + cuda::path_gpus(path) + ") kernels; " +
@@ -93,13 +94,10 @@ void require_path_code(const std::string& what, cuda::ForwardPath path, int devi
                                std::to_string(cuda::min_compute_capability(path)) + " to FASTATTN_CUDA_ARCHS"));
   }
   const int cc = cuda::compute_capability(device);
-  const std::string archs = cuda::path_archs(path);
-  if (!cuda::archs_run_on(archs, cc)) {
-    throw Error(ErrorCode::unsupported, what + ": this build's " + name + " kernels are compiled for CUDA architectures " +
-                                            archs + ", none of which runs on this GPU (compute capability " +
-                                            std::to_string(cc / 10) + "." + std::to_string(cc % 10) + "); add " +
-                                            std::to_string(cc) + " to the CMake option FASTATTN_CUDA_ARCHS");
-  }
+  throw Error(ErrorCode::unsupported, what + ": this build's " + name + " kernels are compiled for CUDA architectures " +
+                                          cuda::path_archs(path) + ", none of which runs on this GPU (compute capability " +
+                                          std::to_string(cc / 10) + "." + std::to_string(cc % 10) + "); add " +
+                                          std::to_string(cc) + " to the CMake option FASTATTN_CUDA_ARCHS");
 }
 
 // Backward: one kernel design per head dim (flash_bwd/plan.hpp); deterministic mode splits the

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -217,6 +218,21 @@ std::string path_archs(ForwardPath path) {
     case ForwardPath::sm70: return FASTATTN_CUDA_ARCHS_SM70;
     default: return FASTATTN_CUDA_ARCHS_SM80;
   }
+}
+
+bool path_runs_on(ForwardPath path, int device) {
+  // Decided once per (path, device) and cached: the dispatcher asks on every call.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<signed char> cache[3][kMaxDevices] = {};  // 0 unknown, 1 runs, -1 does not
+  const int index = static_cast<int>(path);
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    const signed char known = cache[index][device].load(std::memory_order_relaxed);
+    if (known != 0) return known > 0;
+  }
+  const bool runs = archs_run_on(path_archs(path), compute_capability(device));
+  if (cached) cache[index][device].store(runs ? 1 : -1, std::memory_order_relaxed);
+  return runs;
 }
 
 ForwardPath forward_path(int device) {

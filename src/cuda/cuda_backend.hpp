@@ -38,6 +38,8 @@ bool has_forward_kernel(DType dtype, std::int64_t head_dim);
 ForwardPath forward_path(int device);
 bool path_compiled(ForwardPath path);
 std::string path_archs(ForwardPath path);
+// archs_run_on(path_archs(path), the device's compute capability), cached per (path, device).
+bool path_runs_on(ForwardPath path, int device);
 
 // The forward's launch plan (flash_fwd/heuristics.hpp: kernel, split-KV count, scratch bytes)
 // for this problem on its device; the dispatcher reports it and forward() runs it.

@@ -24,6 +24,26 @@ trap 'tar czf "$out/lowres.tar.gz" -C "$log" .' EXIT
 stages=" ${STAGES:-tests bench ncu} "
 paths=${PATHS:-sm75 sm70}
 
+# bench_paths PASS NAME: PASS (fwd / bwd) at d = 128 s = 4k (causal too) and d = 64, f16, the
+# sm80 path and then each of $paths, two rounds; $log/NAME.txt, JSON $log/NAME_<round>_<path>_<shape>.json.
+bench_paths() {
+  local pass=$1 name=$2
+  local common=(--device cuda --dtype f16 --warmup 3 --min-time 0.4 --repeats 20 --markdown --pass "$pass")
+  for round in 1 2; do
+    for path in sm80 $paths; do
+      for shape in "--batch 4 --heads 16 --seqlen 4096 --head-dim 128" \
+                   "--batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal" \
+                   "--batch 4 --heads 32 --seqlen 4096 --head-dim 64"; do
+        echo "## round $round path $path $shape"
+        # shellcheck disable=SC2086
+        FASTATTN_CUDA_PATH=$path timeout 60 "$bin/fastattn" bench "${common[@]}" $shape \
+          --json "$log/${name}_${round}_${path}_$(tr -d ' -' <<<"$shape").json"
+      done
+    done
+  done > "$log/$name.txt" 2>&1
+  grep -E "^## |cuda\." "$log/$name.txt" | tee "$out/$name.txt" | head -60
+}
+
 if [[ $stages == *" tests "* ]]; then
   for path in $paths; do
     FASTATTN_CUDA_PATH=$path timeout ${TEST_TIMEOUT:-150} "$bin/fastattn_gpu_tests" --gtest_brief=1 \
@@ -34,20 +54,7 @@ if [[ $stages == *" tests "* ]]; then
 fi
 
 if [[ $stages == *" bench "* ]]; then
-  common=(--device cuda --dtype f16 --warmup 3 --min-time 0.4 --repeats 20 --markdown --pass fwd)
-  for round in 1 2; do
-    for path in sm80 $paths; do
-      for shape in "--batch 4 --heads 16 --seqlen 4096 --head-dim 128" \
-                   "--batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal" \
-                   "--batch 4 --heads 32 --seqlen 4096 --head-dim 64"; do
-        echo "## round $round path $path $shape"
-        # shellcheck disable=SC2086
-        FASTATTN_CUDA_PATH=$path timeout 60 "$bin/fastattn" bench "${common[@]}" $shape \
-          --json "$log/bench_${round}_${path}_$(tr -d ' -' <<<"$shape").json"
-      done
-    done
-  done > "$log/bench.txt" 2>&1
-  grep -E "^## |cuda\." "$log/bench.txt" | tee "$out/bench.txt" | head -60
+  bench_paths fwd bench
 fi
 
 if [[ $stages == *" ncusrc "* ]]; then
@@ -69,20 +76,7 @@ if [[ $stages == *" bwd "* ]]; then
       | tee -a "$out/tests.txt"
     grep -B2 -A12 "Failure" "$log/tests_bwd_$path.log" | head -60
   done
-  common=(--device cuda --dtype f16 --warmup 3 --min-time 0.4 --repeats 20 --markdown --pass bwd)
-  for round in 1 2; do
-    for path in sm80 $paths; do
-      for shape in "--batch 4 --heads 16 --seqlen 4096 --head-dim 128" \
-                   "--batch 4 --heads 16 --seqlen 4096 --head-dim 128 --causal" \
-                   "--batch 4 --heads 32 --seqlen 4096 --head-dim 64"; do
-        echo "## round $round path $path $shape"
-        # shellcheck disable=SC2086
-        FASTATTN_CUDA_PATH=$path timeout 60 "$bin/fastattn" bench "${common[@]}" $shape \
-          --json "$log/bench_bwd_${round}_${path}_$(tr -d ' -' <<<"$shape").json"
-      done
-    done
-  done > "$log/bench_bwd.txt" 2>&1
-  grep -E "^## |cuda\." "$log/bench_bwd.txt" | tee "$out/bench_bwd.txt" | head -40
+  bench_paths bwd bench_bwd
 fi
 
 if [[ $stages == *" ncu "* ]]; then

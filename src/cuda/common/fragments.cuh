@@ -11,6 +11,18 @@
 
 namespace fastattn::cuda {
 
+// acc = 0: a warp's (kTilesM row tiles x kTilesN fragments) f32 accumulator, 4 per fragment in
+// every layout below.
+template <int kTilesM, int kTilesN>
+__device__ __forceinline__ void clear_accumulator(float (&acc)[kTilesM][kTilesN][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kTilesM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+}
+
 // The m16n8 C layout of mma.m16n8k16 / m16n8k8 (sm80/mma.cuh, sm75/mma.cuh): g = lane / 4,
 // t = lane % 4 holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 x 8 tile. Operands come
 // by ldmatrix from swizzled rows, padded to a multiple of 64 elements (d = 96 -> 128) so the

@@ -25,6 +25,7 @@
 #include "common/mask.hpp"
 #include "cuda/common/fast_exp.cuh"
 #include "cuda/common/fragment_address.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd/query_stage.cuh"
 #include "cuda/flash_bwd/tile_ops.cuh"
@@ -173,12 +174,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
     Arch::commit();
 
     float acc_dk[T::kKVTilesM][T::kKVTilesN][4], acc_dv[T::kKVTilesM][T::kKVTilesN][4];
-#pragma unroll
-    for (int mt = 0; mt < T::kKVTilesM; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < T::kKVTilesN; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dk[mt][nt][e] = acc_dv[mt][nt][e] = 0.0f;
+    clear_accumulator(acc_dk);
+    clear_accumulator(acc_dv);
 
     for (int head = kv_head * p.group_size; head < (kv_head + 1) * p.group_size; ++head) {
       const E* q_base = static_cast<const E*>(p.q) +
@@ -301,12 +298,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
         constexpr bool kDqFirst = kTileGrid && T::kDqBeforeDk;
         if constexpr (kDqFirst) {
           float acc_dq[T::kDQTilesM][T::kDQTilesN][4];
-#pragma unroll
-          for (int mt = 0; mt < T::kDQTilesM; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < T::kDQTilesN; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+          clear_accumulator(acc_dq);
           if constexpr (Arch::kQuadPairs) {
             sm70::gemm_acc<T::kDQTilesM, T::kDQTilesN, T::kBlockN, false, typename T::LayoutP, typename T::Layout>(
                 acc_dq, sdS, dq_m0, sK, dq_d0, lane);
@@ -345,12 +337,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) flash_backward_kernel(const Ba
 
         if constexpr (!kDqFirst) {  // dQ after dK: the same lines as above
           float acc_dq[T::kDQTilesM][T::kDQTilesN][4];
-#pragma unroll
-          for (int mt = 0; mt < T::kDQTilesM; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < T::kDQTilesN; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc_dq[mt][nt][e] = 0.0f;
+          clear_accumulator(acc_dq);
           if constexpr (Arch::kQuadPairs) {
             sm70::gemm_acc<T::kDQTilesM, T::kDQTilesN, T::kBlockN, false, typename T::LayoutP, typename T::Layout>(
                 acc_dq, sdS, dq_m0, sK, dq_d0, lane);

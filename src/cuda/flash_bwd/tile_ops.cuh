@@ -12,6 +12,7 @@
 #include "common/mask.hpp"
 #include "cuda/common/fast_exp.cuh"
 #include "cuda/common/fragment_address.cuh"
+#include "cuda/common/fragments.cuh"
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/sm80/mma.cuh"
 
@@ -46,12 +47,7 @@ template <class Arch, class E, int kTilesM, int kTilesN, int kKSteps, int kRowEl
 __device__ __forceinline__ void gemm_nt(float (&acc)[kTilesM][kTilesN][4],
                                         const FragmentAddress<kRowElemsA, LanePattern::kA>& a, int a_row0,
                                         const FragmentAddress<kRowElemsB, LanePattern::kB>& b, int b_row0) {
-#pragma unroll
-  for (int mt = 0; mt < kTilesM; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kTilesN; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  clear_accumulator(acc);
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t fa[kTilesM][4];

@@ -43,12 +43,7 @@ __device__ __forceinline__ void gemm_rows_rows(float (&acc)[kTilesM][kTilesN][4]
   constexpr uint32_t kRowA = LayoutA::kChunks * 16, kRowB = LayoutB::kChunks * 16;
   const uint32_t a_base = sA + static_cast<uint32_t>(a_row0 + lane) * kRowA;
   const uint32_t b_base = sB + static_cast<uint32_t>(b_row0 + quad_pair_thread(lane)) * kRowB;
-#pragma unroll
-  for (int mt = 0; mt < kTilesM; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kTilesN; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  clear_accumulator(acc);
 #pragma unroll
   for (int kc = 0; kc < kK / 8; ++kc) {  // 16-byte chunks: two k4 steps each
     uint32_t a[kTilesM][4];
