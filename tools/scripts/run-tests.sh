@@ -28,5 +28,9 @@ ASAN_OPTIONS=detect_leaks=1 ctest --preset asan -j "$jobs"
 
 if [ -f tests/python/run.sh ]; then
   echo "== Python package"
+  # The same small CUDA set as the ci preset (sm_80; head dims 64, 128), so a 2-core machine
+  # builds it in minutes; the package's own default is every head dim (pyproject.toml).
+  # FASTATTN_PIP_ARGS set by the caller replaces it.
+  export FASTATTN_PIP_ARGS="${FASTATTN_PIP_ARGS--Ccmake.define.FASTATTN_CUDA_ARCHS=80 -Ccmake.define.FASTATTN_CUDA_HEAD_DIMS=64;128}"
   bash tests/python/run.sh
 fi
