@@ -69,7 +69,9 @@ else head_dims=${FASTATTN_MAIN_HEAD_DIMS:-64;96;128;256}; fi
 if [ "$with_cuda" = 1 ]; then machine=$(slug <<<"$gpu_name")
 else machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | slug)-$(nproc)t"; fi
 [ -n "$machine" ] || machine=$(hostname | slug)
-out=${FASTATTN_MAIN_OUT:-$root/build/main-results/$machine-$(date -u +%Y-%m-%d-%H%M%S)$([ "$quick" = 1 ] && echo -quick)}
+suffix=""
+[ "$quick" = 1 ] && suffix=-quick
+out=${FASTATTN_MAIN_OUT:-$root/build/main-results/$machine-$(date -u +%Y-%m-%d-%H%M%S)$suffix}
 mkdir -p "$out/logs"
 out=$(cd "$out" && pwd)
 failures=()
