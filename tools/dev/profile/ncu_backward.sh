@@ -2,7 +2,7 @@
 # ncu_backward.sh — one device call: Nsight Compute profiles of fastattn's CUDA backward and
 # forward and of PyTorch SDPA flash's backward on b2 h16 s8192 d128 bf16 (non-causal), with a
 # timed full-set library build (all head dims, sm80 + sm90) on the machine's cores alongside.
-#   bash tools/profile/ncu_backward.sh build/carry-lead
+#   bash tools/dev/profile/ncu_backward.sh build/carry-lead
 # Environment: FULLSET=0 skips the full-set build, FWD=0 the forward profile.
 set -uo pipefail
 bin=${1:-build/carry-lead}
@@ -31,7 +31,7 @@ echo "ours bwd rc=$?"
   "${sections[@]}" "$bin/fastattn" bench "${shape[@]}" --pass fwd > "$out/ours_fwd.txt" 2>&1
 echo "ours fwd rc=$?"
 timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-  "${sections[@]}" python3 tools/profile/sdpa_flash_once.py --pass bwd > "$out/flash_bwd.txt" 2>&1
+  "${sections[@]}" python3 tools/dev/profile/sdpa_flash_once.py --pass bwd > "$out/flash_bwd.txt" 2>&1
 echo "flash bwd rc=$?"
 [[ -n "$build_pid" ]] && wait "$build_pid"
 [[ -f "$out/fullset_build.txt" ]] && cat "$out/fullset_build.txt"

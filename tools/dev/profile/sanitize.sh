@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sanitize.sh — one device call: compute-sanitizer memcheck and racecheck over a small set of
 # every CUDA kernel (forward, split-KV + combine, decode, backward). Logs under $OUT.
-#   bash tools/profile/sanitize.sh build/carry-lead
+#   bash tools/dev/profile/sanitize.sh build/carry-lead
 # FILTER (a gtest filter) narrows the set; the exit status is non-zero when a tool reports.
 set -uo pipefail
 bin=${1:-build/carry-lead}

@@ -7,7 +7,7 @@
 # nvcc line, disassembles with cuobjdump -sass, normalises the mangled names (ForwardTraits
 # gained the policy argument Sm80Forward) and diffs. Exit status 1 on any difference.
 #
-# Usage: tools/scripts/compare-sm80-sass.sh [ref] [unit-suffix ...]
+# Usage: tools/dev/compare-sm80-sass.sh [ref] [unit-suffix ...]
 #   ref          default main
 #   unit-suffix  default: f16_hdim64 bf16_hdim128 (src/cuda/generated/flash_<dir>_sm80_<suffix>.cu)
 # Environment: DIRECTION (fwd or bwd, default fwd), ARCH (default 90), NVCC (default nvcc), CUOBJDUMP (default cuobjdump on PATH, else

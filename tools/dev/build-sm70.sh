@@ -18,7 +18,7 @@
 # A real CUDA 12.x toolkit (NVCC12=/usr/local/cuda-12.x/bin/nvcc) replaces steps 1-3 with one
 # `nvcc -gencode arch=compute_70,code=[sm_70,compute_70]`.
 #
-# Usage: tools/scripts/build-sm70.sh [out_dir]         (default build/sm70)
+# Usage: tools/dev/build-sm70.sh [out_dir]         (default build/sm70)
 # Environment:
 #   TOOLKIT_DIR   where the wheels go (default build/cuda12-wheels; reused when present)
 #   HEAD_DIMS     head dims to compile (default "64 128"; the sm70 path has 64, 96, 128)

@@ -3,13 +3,13 @@
 # each) and the candidate's GPU suite; only when the candidate is more than 0.5% faster on every
 # A/B shape, compute-sanitizer racecheck and memcheck over its backward and, if both are clean,
 # the benchmark job on the candidate (stages info bench sdpa compare, so it fits the same call).
-#   bash tools/profile/ab_then_bench.sh build/carry build/carry-tma
+#   bash tools/dev/profile/ab_then_bench.sh build/carry build/carry-tma
 set -uo pipefail
 base=${1:?baseline carry dir}; cand=${2:?candidate carry dir}
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out" /tmp/abv
 cp "$base/fastattn" /tmp/abv/fastattn_a_base; cp "$cand/fastattn" /tmp/abv/fastattn_b_cand
-OUT=/tmp/about GPU_TESTS="$cand/fastattn_gpu_tests" bash tools/profile/ab_variants.sh /tmp/abv > /dev/null 2>&1
+OUT=/tmp/about GPU_TESTS="$cand/fastattn_gpu_tests" bash tools/dev/profile/ab_variants.sh /tmp/abv > /dev/null 2>&1
 cat /tmp/about/checks.txt; cp /tmp/about/ab.txt "$out/ab.txt"
 verdict=$(python3 - /tmp/about/ab.txt <<'PY'
 import sys
@@ -33,6 +33,6 @@ PY
 echo "verdict: $verdict"
 [[ $verdict == candidate ]] || exit 0
 FILTER='CudaBackward.ChosenCasesMatchFloat64:CudaBackward.DeterministicIsBitwiseRepeatable' OUT=/tmp/san \
-  bash tools/profile/sanitize.sh "$cand" || { echo "sanitizer failed: no benchmark"; exit 1; }
-STAGES="info bench sdpa compare" BUDGET_S=${BUDGET_S:-330} bash bench/cuda/run_device.sh "$cand" 2>&1 |
+  bash tools/dev/profile/sanitize.sh "$cand" || { echo "sanitizer failed: no benchmark"; exit 1; }
+STAGES="info bench sdpa compare" BUDGET_S=${BUDGET_S:-330} bash tools/dev/run_device.sh "$cand" 2>&1 |
   grep -E "^(PASS|FAIL|INFO) |rc=|PASSED|FAILED"

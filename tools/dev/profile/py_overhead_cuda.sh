@@ -10,4 +10,4 @@ CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-d
   --config-settings=cmake.define.FASTATTN_CUDA_ARCHS=90 \
   --config-settings=cmake.define.FASTATTN_CUDA_HEAD_DIMS=128 . > "$out/pip.log" 2>&1
 echo "pip rc=$? in $((SECONDS - start)) s"
-cd /tmp && python3 "$OLDPWD/tools/profile/py_overhead_cuda.py" "$out/py_overhead_cuda.json"
+cd /tmp && python3 "$OLDPWD/tools/dev/profile/py_overhead_cuda.py" "$out/py_overhead_cuda.json"

@@ -3,7 +3,7 @@
 # then the bf16 forward with the default kernel choice, with the vdpbf16ps pair kernel forced
 # (FASTATTN_CPU_BF16_DOT=native) and with the f32 kernel (=off), each beside PyTorch's CPU flash
 # attention in the same run (bench/server_cpu.sh), at 16 and 2 threads. Logs under $OUT.
-#   bash tools/profile/cpu_bf16_dot.sh build/carry
+#   bash tools/dev/profile/cpu_bf16_dot.sh build/carry
 set -uo pipefail
 bin=${1:-build/carry}
 out=${OUT:-/tmp/fastattn_out}

@@ -1,7 +1,7 @@
 """Runs PyTorch SDPA's flash backend a few times on one shape, for Nsight Compute to profile
-(tools/profile/ncu_*.sh, ab_variants.sh). bf16, q/k/v random, (batch, heads, seqlen, head_dim).
+(tools/dev/profile/ncu_*.sh, ab_variants.sh). bf16, q/k/v random, (batch, heads, seqlen, head_dim).
 
-    python3 tools/profile/sdpa_flash_once.py --pass bwd --batch 2 --heads 16 --seqlen 8192 --head-dim 128
+    python3 tools/dev/profile/sdpa_flash_once.py --pass bwd --batch 2 --heads 16 --seqlen 8192 --head-dim 128
 """
 import argparse
 

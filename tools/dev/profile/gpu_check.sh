@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh — one device call: the GPU test suite, then compute-sanitizer memcheck and
 # racecheck on the backward's chosen cases. Logs under $OUT.
-#   bash tools/profile/gpu_check.sh build/carry-lead
+#   bash tools/dev/profile/gpu_check.sh build/carry-lead
 set -uo pipefail
 bin=${1:-build/carry-lead}
 out=${OUT:-/tmp/fastattn_out}

@@ -3,7 +3,7 @@
 # fastattn's CUDA timings beside PyTorch SDPA's backends in the same job, the bars judged, the
 # Python package built for CUDA and tested, its benchmark plotted, the CPU suite on the host.
 #
-#   bash bench/cuda/run_device.sh build/carry          # binaries built by tools/scripts/build-carry.sh
+#   bash tools/dev/run_device.sh build/carry          # binaries built by tools/dev/build-carry.sh
 #
 # Environment (all optional):
 #   OUT        where results go (default /tmp/fastattn_out); the device call brings back <= 8

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lowres_paths.sh — one device call: the Volta (sm70) and Turing (sm75) paths forced on a newer
 # GPU (FASTATTN_CUDA_PATH, src/cuda/forward_path.hpp). Logs and JSON under $OUT.
-#   bash tools/profile/lowres_paths.sh build/carry-lowres
+#   bash tools/dev/profile/lowres_paths.sh build/carry-lowres
 # Stages (STAGES, default "tests bench ncu"):
 #   tests  the GPU suite's forward tests with each path forced (the ctest entries gpu_forward_sm7x)
 #   bench  forward d = 128, s = 4k, f16 (the sanity bar) and d = 64, sm80 / sm75 / sm70

@@ -2,7 +2,7 @@
 # ab_variants.sh — one device call: every CLI build `fastattn_*` in DIR (variants of one kernel
 # change) is checked against the float64 oracle, then all are timed in turn on the same shapes,
 # two rounds (v0, v1, ..., v0, v1, ...), so each variant is compared with the others in one job.
-#   bash tools/profile/ab_variants.sh build/var
+#   bash tools/dev/profile/ab_variants.sh build/var
 # Environment: PASSES (default "bwd"), SHAPES (one or more sets; default "backward": the shapes where the backward
 # trails SDPA flash; "forward": forward s 2k-4k causal, FORWARD_NONCAUSAL=1 adds three
 # non-causal shapes; "mixed": s 2k-8k and a decode shape; "d64": d = 64 s 4k-16k), CHECK=0 skips the checks, NCU=1 also
@@ -84,7 +84,7 @@ if [[ ${NCU:-0} == 1 ]]; then
   timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum "$dir/$first" bench "${shape[@]}" \
     > "$nout/ncu_ours_all_kernels.txt" 2>&1
   [[ ${NCU_FLASH:-1} == 1 ]] && timeout 100 ncu --clock-control none --metrics gpu__time_duration.sum \
-    python3 tools/profile/sdpa_flash_once.py --pass bwd --calls 1 "${nshape[@]}" > "$nout/ncu_flash_all_kernels.txt" 2>&1
+    python3 tools/dev/profile/sdpa_flash_once.py --pass bwd --calls 1 "${nshape[@]}" > "$nout/ncu_flash_all_kernels.txt" 2>&1
   timeout 150 ncu --clock-control none -k regex:flash_backward_kernel --launch-skip 1 --launch-count 1 \
     "${stalls[@]}" "$dir/$first" bench "${shape[@]}" > "$nout/ncu_ours_bwd.txt" 2>&1
   echo "ncu ours rc=$?"
@@ -93,11 +93,11 @@ if [[ ${NCU:-0} == 1 ]]; then
   ncu --import /tmp/ours_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_sass.csv.gz"
   if [[ ${NCU_FLASH:-1} == 1 ]]; then
     timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-      "${stalls[@]}" python3 tools/profile/sdpa_flash_once.py --pass bwd "${nshape[@]}" > "$nout/ncu_flash_bwd.txt" 2>&1
+      "${stalls[@]}" python3 tools/dev/profile/sdpa_flash_once.py --pass bwd "${nshape[@]}" > "$nout/ncu_flash_bwd.txt" 2>&1
     echo "ncu flash rc=$?"
   fi
   [[ ${NCU_FLASH:-1} == 1 ]] && timeout 200 ncu --clock-control none -k regex:flash_bwd_dq_dk_dv --launch-skip 1 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 tools/profile/sdpa_flash_once.py --pass bwd "${nshape[@]}" > /dev/null 2>&1
+    --section SourceCounters --section WarpStateStats -o /tmp/flash_src -f python3 tools/dev/profile/sdpa_flash_once.py --pass bwd "${nshape[@]}" > /dev/null 2>&1
   [[ ${NCU_FLASH:-1} == 1 ]] && ncu --import /tmp/flash_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_sass.csv.gz"
 fi
 if [[ ${FWD_NCU:-0} == 1 ]]; then
@@ -112,10 +112,10 @@ if [[ ${FWD_NCU:-0} == 1 ]]; then
     --section SourceCounters --section WarpStateStats -o /tmp/ours_fwd_src -f "$dir/$first" bench "${fshape[@]}" > /dev/null 2>&1
   ncu --import /tmp/ours_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/ours_fwd_sass.csv.gz"
   timeout 150 ncu --clock-control none -k regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 \
-    "${stalls[@]}" --section LaunchStats --section Occupancy python3 tools/profile/sdpa_flash_once.py --pass fwd --batch 8 --seqlen 2048 --causal > "$nout/ncu_flash_fwd.txt" 2>&1
+    "${stalls[@]}" --section LaunchStats --section Occupancy python3 tools/dev/profile/sdpa_flash_once.py --pass fwd --batch 8 --seqlen 2048 --causal > "$nout/ncu_flash_fwd.txt" 2>&1
   echo "ncu flash fwd rc=$?"
   timeout 150 ncu --clock-control none -k regex:flash_fwd_kernel --launch-skip 1 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats -o /tmp/flash_fwd_src -f python3 tools/profile/sdpa_flash_once.py --pass fwd --batch 8 --seqlen 2048 --causal > /dev/null 2>&1
+    --section SourceCounters --section WarpStateStats -o /tmp/flash_fwd_src -f python3 tools/dev/profile/sdpa_flash_once.py --pass fwd --batch 8 --seqlen 2048 --causal > /dev/null 2>&1
   ncu --import /tmp/flash_fwd_src.ncu-rep --page source --csv --print-source sass 2>&1 | gzip > "$nout/flash_fwd_sass.csv.gz"
 fi
 if [[ -n $(ls -A "$nout") ]]; then tar czf "$out/ncu.tar.gz" -C "$nout" .; fi

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # build-carry.sh — build, on this machine, the binaries the GPU job runs (sm_90, head dims 64
-# and 128) and copy them to build/carry, the folder bench/cuda/run_device.sh takes as $1 and a
+# and 128) and copy them to build/carry, the folder tools/dev/run_device.sh takes as $1 and a
 # device call carries:
 #
-#   bash tools/scripts/build-carry.sh [JOBS]        # then: run carry=["build/carry"],
-#                                                   #   command "bash bench/cuda/run_device.sh build/carry"
+#   bash tools/dev/build-carry.sh [JOBS]        # then: run carry=["build/carry"],
+#                                                   #   command "bash tools/dev/run_device.sh build/carry"
 #
 # Environment: BUILD_DIR (default build/carry-build), CARRY_DIR (default build/carry), JOBS.
 # The build runs under `nice -n 19` (other work on this machine measures the CPU). Afterwards
