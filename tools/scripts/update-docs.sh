@@ -26,7 +26,12 @@ for arg in "$@"; do
       if ! python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(1 if r.get("quick") else 0)' "$arg"; then
         echo "update-docs.sh: $arg is a quick run; not a record" >&2; exit 2
       fi
-      [ "$(cd "$(dirname "$arg")" && pwd)" = "$root/bench/results" ] || cp -v "$arg" bench/results/ ;;
+      # Kept under a name that says machine and kind (server_cpu.json alone would be overwritten).
+      name=$(python3 -c 'import json, os, sys
+r = json.load(open(sys.argv[1])); b = os.path.basename(sys.argv[1]); m = r.get("machine", "unknown")
+d = r.get("context", {}).get("timestamp_utc", "")[:10]
+print(b if b.startswith(m) else f"{m}-{r.get(\"kind\", \"result\")}-{d}.json")' "$arg")
+      [ "$(cd "$(dirname "$arg")" && pwd)" = "$root/bench/results" ] || cp -v "$arg" "bench/results/$name" ;;
   esac
 done
 
