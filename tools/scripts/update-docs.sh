@@ -29,8 +29,8 @@ for arg in "$@"; do
       # Kept under a name that says machine and kind (server_cpu.json alone would be overwritten).
       name=$(python3 -c 'import json, os, sys
 r = json.load(open(sys.argv[1])); b = os.path.basename(sys.argv[1]); m = r.get("machine", "unknown")
-d = r.get("context", {}).get("timestamp_utc", "")[:10]
-print(b if b.startswith(m) else f"{m}-{r.get(\"kind\", \"result\")}-{d}.json")' "$arg")
+d = r.get("context", {}).get("timestamp_utc", "")[:10]; k = r.get("kind", "result")
+print(b if b.startswith(m) else f"{m}-{k}-{d}.json")' "$arg")
       [ "$(cd "$(dirname "$arg")" && pwd)" = "$root/bench/results" ] || cp -v "$arg" "bench/results/$name" ;;
   esac
 done
