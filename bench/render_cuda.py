@@ -24,7 +24,7 @@ def _header(result):
              f"fastattn {dev.get('fastattn_version', '?')} built for "
              f"{', '.join(dev.get('cuda_archs_compiled', [])) or '?'}; PyTorch {sdpa.get('torch', '?')} "
              f"(CUDA {sdpa.get('cuda', '?')}, cuDNN {sdpa.get('cudnn', '?')})",
-             f"- Modes: {', '.join(ctx.get('modes', []))}; commands: `bench/cuda/run_device.sh` "
+             f"- Modes: {', '.join(ctx.get('modes', []))}; commands: `tools/dev/run_device.sh` "
              "(cuda_bench and sdpa_anchor.py in the same job)",
              f"- Measured in the same job: bf16 GEMM 8192^3 {fmt(ctx.get('gemm_peak_tflops'), 0)} TFLOP/s; "
              f"device-to-device copy {fmt(ctx.get('copy_bandwidth_gbs'), 0)} GB/s (read + write)",

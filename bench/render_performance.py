@@ -2,12 +2,18 @@
 """Render benchmark JSON (bench_cpu, server_cpu.py or bench/cuda/compare.py) into docs/performance.md.
 
     bench/render_performance.py RESULT.json [RESULT.json ...] [--doc docs/performance.md]
+        [--readme README.md]
+
+The maintainer command tools/scripts/update-docs.sh calls it with the newest result of each
+kind and machine in bench/results/, for both documents at once.
 
 Each result becomes one block between `<!-- result:<id>:begin -->` and `<!-- result:<id>:end -->`
 inside the `<!-- results:begin -->` ... `<!-- results:end -->` region of the document, where
 <id> is the result's kind and machine. A newer run of the same kind on the same machine replaces
 its block; other blocks are kept. Quick runs are refused (their numbers are not measurements of
-the bars). Python 3 standard library only.
+the bars). With --readme, the README's performance table (between `<!-- readme-performance:begin -->`
+and `<!-- readme-performance:end -->`) is regenerated from the same results, so the two documents
+cannot disagree. Python 3 standard library only.
 """
 import argparse
 import json
@@ -19,6 +25,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS_BEGIN = "<!-- results:begin -->"
 RESULTS_END = "<!-- results:end -->"
+README_BEGIN = "<!-- readme-performance:begin -->"
+README_END = "<!-- readme-performance:end -->"
 
 
 def fmt(value, digits=1, unit=""):
@@ -172,13 +180,98 @@ def update(doc_text, result):
     return f"{head}{RESULTS_BEGIN}{middle.rstrip()}\n\n{block}\n\n{RESULTS_END}{tail}"
 
 
+# ---- the README's table: a few headline rows of each result, anchors from the same run ------
+def _cpu_run(result, impl, label, causal, pass_):
+    for r in result.get("runs", []):
+        s = r["shape"]
+        if (r.get("impl", "fastattn") == impl and s["label"] == label and bool(s.get("causal")) == causal
+                and r["pass"] == pass_):
+            return r
+    return None
+
+
+def readme_rows_bench_cpu(result):
+    where = f"{result.get('context', {}).get('cpu', {}).get('model', result['machine'])}, {result.get('threads', '?')}"
+    label = "b1 h8 s2048 d128 f32"
+    rows = []
+    for pass_, name in (("fwd", "forward b1 h8 s2048 d128"), ("bwd", "backward, same shape")):
+        r, base = _cpu_run(result, "fastattn", label, False, pass_), _cpu_run(result, "standard", label, False, pass_)
+        if not r:
+            continue
+        peak = r.get("peak", {}).get("gflops")
+        pct = f" ({fmt(r.get('percent_of_peak'), 0)} % of the {fmt(peak)} FMA peak)" if peak else ""
+        rows.append([name, where, f"{fmt(r['gflops'])} GFLOP/s{pct}",
+                     f"standard attention (OpenBLAS): {fmt(base['gflops'])} GFLOP/s" if base else ""])
+    full, causal = _cpu_run(result, "fastattn", label, False, "fwd"), _cpu_run(result, "fastattn", label, True, "fwd")
+    if full and causal:
+        rows.append(["forward, same shape, causal", where,
+                     f"{fmt(full['median_s'] / causal['median_s'], 2)}x faster than non-causal", ""])
+    return rows
+
+
+def readme_rows_server_cpu(result):
+    where = f"{result.get('context', {}).get('cpu_model', result['machine'])}, {result.get('threads', '?')}"
+    rows = []
+    for dtype, pass_, name in (("f32", "fwd", "forward b1 h8 s2048 d128"), ("f32", "fwd+bwd", "fwd+bwd, same shape"),
+                               ("bf16", "fwd", "forward bf16, same shape")):
+        c = next((c for c in result.get("comparisons", []) if c["shape"] == "b1 h8 s2048 d128"
+                  and c["dtype"] == dtype and c["mask"] == "none" and c["pass"] == pass_), None)
+        if c:
+            rows.append([name, where, f"{fmt(c.get('fastattn_gflops'), 0)} GFLOP/s",
+                         f"PyTorch CPU flash: {fmt(c.get('torch_gflops'), 0)} GFLOP/s"])
+    return rows
+
+
+def readme_rows_cuda_bench(result):
+    where = result.get("context", {}).get("gpu") or result["machine"]
+    rows = []
+    for pass_, name in (("fwd", "CUDA forward bf16 b2 h16 s8192 d128"), ("fwdbwd", "CUDA fwd+bwd, same shape")):
+        c = next((c for c in result.get("comparisons", []) if c["tag"] == "paper" and c["pass"] == pass_
+                  and c["b"] == 2 and c["sq"] == 8192 and c["d"] == 128 and not c["causal"]), None)
+        if not c or c.get("error"):
+            continue
+        anchors = ", ".join(f"{n} {fmt(c['anchors'][a]['tflops'], 0)}" for a, n in
+                            (("flash", "PyTorch SDPA flash"), ("cudnn", "cuDNN"))
+                            if "tflops" in c["anchors"].get(a, {}))
+        rows.append([name, where, f"{fmt(c['fastattn_tflops'], 0)} TFLOP/s",
+                     f"{anchors} TFLOP/s" if anchors else ""])
+    return rows
+
+
+README_ROWS = {"bench_cpu": readme_rows_bench_cpu, "server_cpu": readme_rows_server_cpu,
+               "cuda_bench": readme_rows_cuda_bench}
+
+
+def readme_table(results):
+    rows, dates = [], []
+    order = {"bench_cpu": 0, "server_cpu": 1, "cuda_bench": 2}
+    for result in sorted(results, key=lambda r: (order.get(r.get("kind"), 9), r.get("machine", ""))):
+        if result.get("kind") in README_ROWS:
+            rows += README_ROWS[result["kind"]](result)
+            dates.append(f"{result['kind']} {result['machine']} {result.get('context', {}).get('timestamp_utc', '?')[:10]}")
+    intro = ("Generated by `tools/scripts/update-docs.sh` from the same JSON as docs/performance.md "
+             f"({'; '.join(dates)}); each anchor ran in the same job as fastattn.")
+    return intro + "\n\n" + table(["shape (f32 unless noted)", "machine, threads", "fastattn", "anchor, same run"],
+                                    rows, right=(2,))
+
+
+def update_readme(text, results):
+    if README_BEGIN not in text or README_END not in text:
+        raise SystemExit(f"render_performance: the README lacks {README_BEGIN} / {README_END}")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{readme_table(results)}\n{README_END}{tail}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=pathlib.Path)
     parser.add_argument("--doc", type=pathlib.Path, default=ROOT / "docs" / "performance.md")
     parser.add_argument("--print", action="store_true", help="print the blocks, do not write the doc")
+    parser.add_argument("--readme", type=pathlib.Path, help="also regenerate this README's performance table")
     args = parser.parse_args()
     text = args.doc.read_text() if not args.print else ""
+    rendered = []
     for path in args.results:
         result = json.loads(path.read_text())
         if result.get("quick"):
@@ -186,6 +279,7 @@ def main():
             continue
         if "machine" not in result:
             raise SystemExit(f"render_performance: {path} has no 'machine'")
+        rendered.append(result)
         if args.print:
             print(render(result))
         else:
@@ -193,6 +287,12 @@ def main():
     if not args.print:
         args.doc.write_text(text)
         print(f"updated {args.doc}")
+    if args.readme:
+        if args.print:
+            print(readme_table(rendered))
+        else:
+            args.readme.write_text(update_readme(args.readme.read_text(), rendered))
+            print(f"updated {args.readme}")
 
 
 if __name__ == "__main__":
