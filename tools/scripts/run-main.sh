@@ -52,7 +52,8 @@ cuda_mode=${FASTATTN_MAIN_CUDA:-auto}
 gpu_name="" archs=""
 if [ "$cuda_mode" != off ] && command -v nvidia-smi >/dev/null 2>&1; then
   if caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null) && [ -n "$caps" ]; then
-    archs=$(tr -d ' .' <<<"$caps" | sort -u | paste -sd';')
+    # As CMake's default (cmake/detect_cuda_archs.cmake): an 8.x GPU runs sm_80 SASS natively.
+    archs=$(tr -d ' .' <<<"$caps" | sed 's/^8[1-9]$/80/' | sort -u | paste -sd';')
     gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   fi
 fi
