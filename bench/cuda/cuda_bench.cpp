@@ -11,6 +11,11 @@
 //   seqpar       batch 1, 16 heads, seqlen 32k, d 64 and 128 (sequence parallelism)
 //   splitkv      decode: batch 1, 32 heads (32 KV heads), seqlen_q 1, 4, 16, seqlen_k 64k, d 128,
 //                forward; GB/s of K+V bytes against the HBM bandwidth measured in this run
+//   decode       one query token over a contiguous KV cache (issue 17's bar shapes): query/KV
+//                heads 32/8, 32/32 and 64/8, batch 1, 16, 64, seqlen_k 4k, 32k, 128k, d 128,
+//                causal (a no-op for one bottom-right-aligned row), forward; GB/s of K+V bytes
+//                against the HBM bandwidth measured in this run. Shapes whose K+V exceed 40 GB
+//                are left out (b64 kv128k MHA: 137 GB)
 //   long         batch 1, 16 heads, d 128, causal, seqlen 32k, 64k, 128k, forward and
 //                forward+backward, with the device memory each needed (linear in length)
 //   determinism  deterministic backward twice, dq/dk/dv compared bitwise; its cost
@@ -25,6 +30,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_rows.hpp"
@@ -78,6 +84,16 @@ std::vector<Point> points_for(const std::string& mode) {
       points.push_back({shape(1, sq, 65536, 32, 32, 128, false), "splitkv"});
     return points;
   }
+  if (mode == "decode") {
+    constexpr double kMaxKvBytes = 40e9;
+    std::vector<Point> points;
+    for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
+      for (const std::int64_t b : {1, 16, 64})
+        for (const std::int64_t sk : {4096, 32768, 131072})
+          if (2.0 * 2 * b * sk * hkv * 128 <= kMaxKvBytes)
+            points.push_back({shape(b, 1, sk, h, hkv, 128, true), "decode"});
+    return points;
+  }
   if (mode == "long") {
     std::vector<Point> points;
     for (const std::int64_t s : {32768, 65536, 131072})
@@ -108,7 +124,7 @@ Args parse_args(int argc, char** argv) {
   a.timing.min_repeats = 20;
   a.timing.max_seconds = 6.0;  // only the 64k/128k rows hit this: >= 5 timed calls there
   a.passes = {perf::Pass::forward, perf::Pass::backward, perf::Pass::forward_backward};
-  if (a.mode == "splitkv") a.passes = {perf::Pass::forward};
+  if (a.mode == "splitkv" || a.mode == "decode") a.passes = {perf::Pass::forward};
   if (a.mode == "long") {
     a.passes = {perf::Pass::forward, perf::Pass::forward_backward};
     a.timing.warmup = 1;  // a 128k call is long enough to warm everything up
@@ -217,7 +233,7 @@ bool run_point(const Args& a, const Point& p, double hbm_gbs) {
       row["scratch_bytes"] = r.pool_used_high;
       row["pool_reserved_bytes"] = r.pool_reserved_high;
       row["free_drop_bytes"] = r.free_drop;
-      if (a.mode == "splitkv") add_bandwidth_fields(row, p.shape, ms, hbm_gbs);
+      if (a.mode == "splitkv" || a.mode == "decode") add_bandwidth_fields(row, p.shape, ms, hbm_gbs);
     } catch (const Error& e) {
       emit(error_row(row, e));
       if (e.code() == ErrorCode::device_error) return false;
@@ -253,15 +269,16 @@ int run(int argc, char** argv) {
   const std::vector<Point> points = points_for(a.mode);
   if (points.empty())
     throw Error(ErrorCode::invalid_argument,
-                "cuda_bench: expected a mode (paper, short, seqpar, splitkv, long, determinism), "
+                "cuda_bench: expected a mode (paper, short, seqpar, splitkv, decode, long, determinism), "
                 "got '" + a.mode + "'");
-  double hbm_gbs = a.mode == "splitkv" ? measure_hbm(0) : 0;
+  const bool bandwidth_mode = a.mode == "splitkv" || a.mode == "decode";
+  double hbm_gbs = bandwidth_mode ? measure_hbm(0) : 0;
   for (const Point& p : points)
     if (!run_point(a, p, hbm_gbs)) return 3;
-  if (a.mode == "splitkv") {
+  if (bandwidth_mode) {
     const double after = measure_hbm(hbm_gbs);
     // The fraction is recomputed against the better measurement in compare.py.
-    emit({{"source", "fastattn"}, {"kind", "hbm_best"}, {"mode", "splitkv"}, {"gbs", after}});
+    emit({{"source", "fastattn"}, {"kind", "hbm_best"}, {"mode", a.mode}, {"gbs", after}});
   }
   return 0;
 }

@@ -39,6 +39,11 @@ MODES = {
     "short": (paper((2048, 8192)), ("fwd", "fwdbwd")),
     "seqpar": ([("seqpar", 1, 32768, 32768, 16, 16, d, False) for d in (64, 128)], ("fwd", "fwdbwd")),
     "splitkv": ([("splitkv", 1, sq, 65536, 32, 32, 128, False) for sq in (1, 4, 16)], ("fwd",)),
+    # One query token over a contiguous cache, GQA 32/8, MHA 32/32, GQA 64/8 (issue 17's bar
+    # shapes; K+V over 40 GB left out, as in cuda_bench.cpp).
+    "decode": ([("decode", b, 1, sk, h, hkv, 128, True)
+                for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
+                for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9], ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
 }
@@ -126,7 +131,11 @@ def run_point(mode, point, pass_, backends, args):
                 continue
 
         def forward():
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            # SDPA's causal mask is top-left aligned: for one query row it would hide all keys
+            # but the first; bottom-right (fastattn's default, flash-attn's) sees them all, so a
+            # one-row causal call is timed unmasked.
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal and sq == sk,
+                                                  enable_gqa=hkv != h)
 
         def forward_backward():
             torch.autograd.grad(forward(), (q, k, v), dout)
@@ -139,7 +148,7 @@ def run_point(mode, point, pass_, backends, args):
                     max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)))
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
             row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
-            if tag == "splitkv":
+            if tag in ("splitkv", "decode"):
                 kv_bytes = 2.0 * b * sk * hkv * d * 2
                 row.update(kv_bytes=kv_bytes, kv_gbs=kv_bytes / (ms / 1e3) / 1e9)
         except Exception as e:  # a backend that refuses a shape (or runs out of memory) is a row
