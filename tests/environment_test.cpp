@@ -1,6 +1,8 @@
 // environment_test.cpp — issue 14's host-side hardening (ctest label `cpu`):
 //   * the FASTATTN_* variables are read once per process (common/environment.hpp) and again
-//     only at reload_environment(); a bad value is an error of the first call that uses it.
+//     only at reload_environment(); a bad value is an error of the first call that uses it;
+//   * the check on a caller's CUDA Workspace (cuda/common/workspace_check.hpp), which the
+//     forward and the backward share.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "common/environment.hpp"
+#include "cuda/common/workspace_check.hpp"
 #include "test_support.hpp"
 
 namespace fastattn::testing {
@@ -101,6 +104,27 @@ TEST(Environment, ReloadIsThreadSafe) {
   stop.store(true);
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+// ---- the caller's Workspace of a CUDA call -------------------------------------------------
+
+TEST(WorkspaceCheck, AcceptsAnAlignedWorkspaceLargeEnough) {
+  alignas(256) static unsigned char memory[1024];
+  EXPECT_NO_THROW(cuda::check_workspace(Workspace{memory, 1024}, 1024));
+  EXPECT_NO_THROW(cuda::check_workspace(Workspace{memory, 1024}, 512));
+}
+
+TEST(WorkspaceCheck, NamesTheWorkspaceExpectedAndActual) {
+  alignas(256) static unsigned char memory[2048];
+  expect_error([&] { cuda::check_workspace(Workspace{memory + 8, 1024}, 1024); }, ErrorCode::invalid_argument,
+               "options.workspace: expected data aligned to 256 bytes for the CUDA kernels, got an address "
+               "256 * k + 8");
+  expect_error([&] { cuda::check_workspace(Workspace{memory + 128, 1024}, 1024); }, ErrorCode::invalid_argument,
+               "got an address 256 * k + 128");
+  expect_error([&] { cuda::check_workspace(Workspace{memory, 512}, 1024); }, ErrorCode::invalid_argument,
+               "options.workspace: expected at least 1024 bytes, got 512");
+  expect_error([&] { cuda::check_workspace(Workspace{nullptr, 4096}, 1024); }, ErrorCode::invalid_argument,
+               "options.workspace: expected at least 1024 bytes, got 0 (null data)");
 }
 
 }  // namespace

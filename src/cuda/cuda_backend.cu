@@ -310,16 +310,8 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   }
   f.short_query = plan.short_query;
   f.num_splits = plan.num_splits;
-  DeviceScratch scratch(p, plan.workspace_bytes);
+  DeviceScratch scratch(p, plan.workspace_bytes);  // checks a caller's Workspace (workspace_check.hpp)
   if (plan.num_splits > 1) {
-    // float4 reads of the partials (combine.cuh) need 16-byte aligned rows; sub-buffers are
-    // 256-byte aligned from the base.
-    const auto misalignment = reinterpret_cast<std::uintptr_t>(scratch.data()) % 256;
-    if (misalignment != 0) {
-      throw Error(ErrorCode::invalid_argument, "options.workspace: expected 256-byte aligned data for the CUDA "
-                                               "split-KV forward, got an address 256 * k + " +
-                                                   std::to_string(misalignment));
-    }
     f.oaccum = scratch.at<float>(0);
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }

@@ -171,7 +171,7 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
     }
   } restore{current, current != p.device.index};
   const BackwardPlan plan = backward_plan(p);
-  DeviceScratch scratch(p, plan.workspace_bytes);
+  DeviceScratch scratch(p, plan.workspace_bytes);  // checks a caller's Workspace (workspace_check.hpp)
   BackwardParams b = make_backward_params(p, plan);
   b.d_sum = scratch.at<float>(0);
   b.dq_accum = scratch.at<float>(plan.d_sum_bytes);
