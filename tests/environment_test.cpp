@@ -2,7 +2,9 @@
 //   * the FASTATTN_* variables are read once per process (common/environment.hpp) and again
 //     only at reload_environment(); a bad value is an error of the first call that uses it;
 //   * the check on a caller's CUDA Workspace (cuda/common/workspace_check.hpp), which the
-//     forward and the backward share.
+//     forward and the backward share;
+//   * the device guard both CUDA directions hold (cuda/common/device_guard.hpp), on a fake device
+//     API, so the restore logic is tested without a GPU (or with only one).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "common/environment.hpp"
+#include "cuda/common/device_guard.hpp"
 #include "cuda/common/workspace_check.hpp"
 #include "test_support.hpp"
 
@@ -125,6 +128,74 @@ TEST(WorkspaceCheck, NamesTheWorkspaceExpectedAndActual) {
                "options.workspace: expected at least 1024 bytes, got 512");
   expect_error([&] { cuda::check_workspace(Workspace{nullptr, 4096}, 1024); }, ErrorCode::invalid_argument,
                "options.workspace: expected at least 1024 bytes, got 0 (null data)");
+}
+
+// ---- the device guard, on a fake device API -----------------------------------------------
+
+struct FakeDevices {
+  static inline int current_device = 0;
+  static inline int switches = 0;
+  static inline int restores = 0;
+  static inline bool fail_switch = false;
+  static void reset(int device) {
+    current_device = device;
+    switches = restores = 0;
+    fail_switch = false;
+  }
+  static int current() { return current_device; }
+  static void make_current(int device) {
+    if (fail_switch) throw Error(ErrorCode::device_error, "cudaSetDevice failed");
+    ++switches;
+    current_device = device;
+  }
+  static void restore(int device) noexcept {
+    ++restores;
+    current_device = device;
+  }
+};
+using FakeGuard = cuda::BasicDeviceGuard<FakeDevices>;
+
+TEST(DeviceGuard, LeavesTheDeviceAloneWhenItIsCurrent) {
+  FakeDevices::reset(1);
+  {
+    const FakeGuard guard(1);
+    EXPECT_FALSE(guard.switched());
+    EXPECT_EQ(FakeDevices::current_device, 1);
+  }
+  EXPECT_EQ(FakeDevices::switches, 0);
+  EXPECT_EQ(FakeDevices::restores, 0);
+}
+
+TEST(DeviceGuard, SwitchesAndRestores) {
+  FakeDevices::reset(1);
+  {
+    const FakeGuard guard(0);
+    EXPECT_TRUE(guard.switched());
+    EXPECT_EQ(guard.previous(), 1);
+    EXPECT_EQ(FakeDevices::current_device, 0);
+  }
+  EXPECT_EQ(FakeDevices::current_device, 1);
+  EXPECT_EQ(FakeDevices::restores, 1);
+}
+
+TEST(DeviceGuard, RestoresWhenTheScopeThrows) {
+  FakeDevices::reset(2);
+  EXPECT_THROW(
+      {
+        const FakeGuard guard(0);
+        throw Error(ErrorCode::invalid_argument, "a check after the switch");
+      },
+      Error);
+  EXPECT_EQ(FakeDevices::current_device, 2);
+  EXPECT_EQ(FakeDevices::restores, 1);
+}
+
+TEST(DeviceGuard, RestoresNothingWhenTheSwitchFails) {
+  FakeDevices::reset(2);
+  FakeDevices::fail_switch = true;
+  EXPECT_THROW(FakeGuard guard(0), Error);
+  EXPECT_EQ(FakeDevices::current_device, 2);
+  EXPECT_EQ(FakeDevices::restores, 0);
 }
 
 }  // namespace

@@ -2,9 +2,10 @@
 //   * scratch comes from fastattn's own memory pool: the device's default pool, which other
 //     libraries share, keeps its release threshold;
 //   * a caller's Workspace that is not 256-byte aligned is refused by the backward as by the
-//     forward, before anything is written.
-// Every test skips without a CUDA build and device (GpuTest). The workspace check's messages are
-// tested on any machine (environment_test.cpp).
+//     forward, before anything is written;
+//   * the forward and the backward give the caller's current device back, also when they throw.
+// Every test skips without a CUDA build and device (GpuTest). The device guard's logic and the
+// workspace check's messages are tested on any machine (environment_test.cpp).
 #include <gtest/gtest.h>
 
 // These tests call the CUDA runtime themselves: tests/CMakeLists.txt defines FASTATTN_TESTS_CUDA=1
@@ -161,6 +162,43 @@ TEST_F(CudaHardening, ForwardRefusesAMisalignedWorkspaceBeforeWriting) {
   expect_error([&] { p.run_forward(o); }, ErrorCode::invalid_argument, "got an address 256 * k + 64");
   ASSERT_CUDA(cudaDeviceSynchronize());
   EXPECT_TRUE(DeviceProblem::all_bytes(p.out, 0x7f)) << "out written";
+}
+
+// A call that throws after the device switch (a misaligned Workspace, checked once the call's
+// device is current) and one that runs: the caller's current device is unchanged. With two or
+// more GPUs the caller's device is another one than the tensors', so the switch happens (before:
+// the forward did not switch back when it threw); with one GPU this checks the no-switch path.
+TEST_F(CudaHardening, CallsGiveTheCallersDeviceBack) {
+  int count = 0;
+  ASSERT_CUDA(cudaGetDeviceCount(&count));
+  const int caller = count > 1 ? count - 1 : 0;
+  DeviceProblem p(head_dim_);  // on cuda:0
+  const ScopedEnv splits("FASTATTN_CUDA_NUM_SPLITS", std::string("4"));
+  const std::size_t fwd_bytes = plan_forward(p.q, p.k, p.v, p.out, p.lse, p.options()).workspace_bytes;
+  const std::size_t bwd_bytes = p.plan_backward_call(p.options()).workspace_bytes;
+  void* memory = nullptr;
+  ASSERT_CUDA(cudaMalloc(&memory, fwd_bytes + bwd_bytes + 256));
+  p.buffers.push_back(memory);
+  const Workspace misaligned{static_cast<unsigned char*>(memory) + 32, fwd_bytes + bwd_bytes};
+  AttentionOptions bad = p.options();
+  bad.workspace = &misaligned;
+
+  ASSERT_CUDA(cudaSetDevice(caller));
+  int current = -1;
+  expect_error([&] { p.run_forward(bad); }, ErrorCode::invalid_argument, "options.workspace");
+  ASSERT_CUDA(cudaGetDevice(&current));
+  EXPECT_EQ(current, caller) << "after a forward that threw";
+  expect_error([&] { p.run_backward(bad); }, ErrorCode::invalid_argument, "options.workspace");
+  ASSERT_CUDA(cudaGetDevice(&current));
+  EXPECT_EQ(current, caller) << "after a backward that threw";
+  p.run_forward(p.options());
+  ASSERT_CUDA(cudaGetDevice(&current));
+  EXPECT_EQ(current, caller) << "after a forward";
+  p.run_backward(p.options());
+  ASSERT_CUDA(cudaGetDevice(&current));
+  EXPECT_EQ(current, caller) << "after a backward";
+  ASSERT_CUDA(cudaSetDevice(0));
+  ASSERT_CUDA(cudaDeviceSynchronize());
 }
 
 }  // namespace

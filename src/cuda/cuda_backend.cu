@@ -13,6 +13,7 @@
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/cuda_device.hpp"
 #include "cuda/common/device_scratch.hpp"
 #include "cuda/flash_fwd/launch.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
@@ -291,9 +292,8 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
     throw Error(ErrorCode::unsupported, "cuda forward: expected batch and num_heads <= 65535 (grid limits), got " +
                                             std::to_string(p.batch) + " and " + std::to_string(p.num_heads));
   }
-  int current = 0;
-  FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
+  // The caller's current device comes back on every path, also when a check below throws.
+  const DeviceGuard device_guard(p.device.index);
   ForwardParams f = make_forward_params(p);
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   // The dispatcher's plan, recomputed from the same inputs; the scratch size it reported must
@@ -322,7 +322,6 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   } else {
     forward_for_dtype<__half>(f, p.head_dim, stream);
   }
-  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(current));
 }
 
 }  // namespace fastattn::cuda
