@@ -299,7 +299,7 @@ TEST(CudaForwardPath, ParsesTheVariable) {
   }
 }
 
-TEST(CudaForwardPath, ReadsTheEnvironmentOnEveryCall) {
+TEST(CudaForwardPath, ReadsTheEnvironmentSnapshot) {
   {
     ScopedEnv env(cuda::kForwardPathEnv, std::string("sm70"));
     EXPECT_EQ(cuda::forward_path_request().path, ForwardPath::sm70);

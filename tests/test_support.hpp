@@ -45,7 +45,8 @@ void expect_error(Fn&& fn, ErrorCode code, const std::string& needle) {
 }
 
 // Sets (or, with nullopt, unsets) an environment variable for a scope and restores the previous
-// state after, e.g. FASTATTN_CUDA_NUM_SPLITS in the split-KV tests.
+// state after, e.g. FASTATTN_CUDA_NUM_SPLITS in the split-KV tests. fastattn reads its variables
+// once per process (fastattn/environment.hpp), so both ends call reload_environment().
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
@@ -55,6 +56,7 @@ class ScopedEnv {
     } else {
       unsetenv(name);
     }
+    fastattn::reload_environment();
   }
   ~ScopedEnv() {
     if (saved_) {
@@ -62,6 +64,7 @@ class ScopedEnv {
     } else {
       unsetenv(name_);
     }
+    fastattn::reload_environment();
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;

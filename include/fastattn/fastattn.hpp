@@ -2,6 +2,7 @@
 #pragma once
 
 #include "fastattn/attention.hpp"
+#include "fastattn/environment.hpp"
 #include "fastattn/error.hpp"
 #include "fastattn/memory.hpp"
 #include "fastattn/options.hpp"

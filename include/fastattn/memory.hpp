@@ -11,8 +11,9 @@
 // The limit, first match wins:
 //   1. AttentionOptions::device_memory_limit_bytes, when non-zero;
 //   2. set_device_memory_limit(bytes), when called with a value (0: no limit, even if 3 is set);
-//   3. the environment variable FASTATTN_DEVICE_MEMORY_LIMIT, read at each CUDA call: bytes or
-//      a size with a unit, e.g. "16G", "32GiB", "1.5GB", "0" (no limit). K/M/G/T, KiB/MiB/GiB/TiB
+//   3. the environment variable FASTATTN_DEVICE_MEMORY_LIMIT (read once per process, again at
+//      reload_environment(), fastattn/environment.hpp; parsed by each CUDA call): bytes or a
+//      size with a unit, e.g. "16G", "32GiB", "1.5GB", "0" (no limit). K/M/G/T, KiB/MiB/GiB/TiB
 //      are powers of 1024; KB/MB/GB/TB powers of 1000; case-insensitive.
 // It is a per-call admission check, not an allocator: memory the caller holds outside the
 // call (weights, other activations) is not counted.

@@ -144,8 +144,13 @@ def time_forward(q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
     Seconds per fastattn::forward call, timed inside C++ (no Python in the loop).
     """
 
+__version__: str
+
 def build_info() -> Dict[str, Any]:
     """Build and machine facts of the C++ library."""
+
+def reload_environment() -> None:
+    """fastattn::reload_environment: re-read the FASTATTN_* environment variables (read once per process)."""
 
 def set_device_memory_limit(bytes: Optional[int]) -> None:
     """fastattn::set_device_memory_limit: bytes (0: no limit), None: FASTATTN_DEVICE_MEMORY_LIMIT."""

@@ -11,10 +11,13 @@ are allocated in the framework of q. For PyTorch autograd and torch.compile use
 """
 
 from ._C import KernelChoice, UnsupportedError
+from ._C import __version__ as _version
 from ._api import (attention, attention_backward, build_info, device_memory_limit, plan,
-                   set_device_memory_limit)
+                   reload_environment, set_device_memory_limit)
 
-__version__: str = build_info()["version"]
+# Importing makes no CUDA call and reads no environment variable (docs/python.md): the version is
+# the extension's constant, not build_info()'s, which queries the devices.
+__version__: str = _version
 
 __all__ = [
     "KernelChoice",
@@ -24,6 +27,7 @@ __all__ = [
     "build_info",
     "device_memory_limit",
     "plan",
+    "reload_environment",
     "set_device_memory_limit",
 ]
 

@@ -1,4 +1,4 @@
-"""fastattn's Python functions: attention, attention_backward, plan, build_info.
+"""fastattn's Python functions: attention, attention_backward, plan, build_info, reload_environment.
 
 Each function turns keywords into the extension's CallOptions, allocates missing outputs in the
 framework of ``q`` (see _arrays.py) and calls the C++ library through fastattn._C, which checks
@@ -317,3 +317,10 @@ def build_info() -> Dict[str, Any]:
     (per-architecture kernel paths: sm80, and sm75 / sm70 where built), cuda_device_paths (the path
     each GPU's calls take)."""
     return _C.build_info()
+
+
+def reload_environment() -> None:
+    """Re-read the FASTATTN_* environment variables. fastattn reads them once per process, at the
+    first call that needs one; set os.environ, then call this for later calls to see the change.
+    Values are checked by the calls that use them (ValueError naming the variable), not here."""
+    _C.reload_environment()

@@ -217,7 +217,12 @@ NB_MODULE(_C, m) {
   m.def("time_forward", &time_forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "options"_a, "iterations"_a,
         "Seconds per fastattn::forward call, timed inside C++ (no Python in the loop).");
+  // A constant, so that `import fastattn` makes no CUDA call and reads no environment variable
+  // (build_info() queries the devices and the CPU ISA choice).
+  m.attr("__version__") = FASTATTN_VERSION_STRING;
   m.def("build_info", &build_info_dict, "Build and machine facts of the C++ library.");
+  m.def("reload_environment", &fastattn::reload_environment,
+        "fastattn::reload_environment: re-read the FASTATTN_* environment variables (read once per process).");
   // Memory-capped mode (fastattn/memory.hpp), process-wide.
   m.def("set_device_memory_limit", &fastattn::set_device_memory_limit, "bytes"_a.none(),
         "fastattn::set_device_memory_limit: bytes (0: no limit), None: FASTATTN_DEVICE_MEMORY_LIMIT.");

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "common/environment.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn {
@@ -144,7 +145,7 @@ DeviceMemoryLimit device_memory_limit() {
     }
   }
   DeviceMemoryLimit l;
-  const char* text = std::getenv(kDeviceMemoryLimitEnv);
+  const char* text = env_value(EnvVar::device_memory_limit);
   if (text == nullptr || *text == '\0') return l;
   l.bytes = parse_memory_size(text, kDeviceMemoryLimitEnv);
   if (l.bytes > 0) l.source = std::string(kDeviceMemoryLimitEnv) + "=" + text;

@@ -1,10 +1,10 @@
 // isa.cpp — which CPU instruction sets this binary has kernels for, and which one runs.
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/environment.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/forward_isa.hpp"
 #include "fastattn/error.hpp"
@@ -78,7 +78,7 @@ std::vector<Isa> compiled_isas() {
 
 Isa selected_isa() {
   const Isa detected = detect_isa();
-  const char* cap = std::getenv("FASTATTN_CPU_ISA");
+  const char* cap = env_value(EnvVar::cpu_isa);
   if (cap == nullptr || *cap == '\0') return detected;
   Isa limit;
   try {
@@ -101,7 +101,7 @@ const char* to_string(Bf16Dot dot) noexcept {
 }
 
 Bf16Dot forward_bf16_dot(Isa isa, DType dtype) {
-  const char* env = std::getenv(kBf16DotEnv);
+  const char* env = env_value(EnvVar::cpu_bf16_dot);
   const std::string mode = env ? env : "";
   if (!mode.empty() && mode != "native" && mode != "emulated" && mode != "off") {
     throw Error(ErrorCode::invalid_argument,

@@ -13,6 +13,7 @@
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/cuda_device.hpp"
 #include "cuda/common/device_scratch.hpp"
 #include "cuda/flash_fwd/launch.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
@@ -291,9 +292,8 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
     throw Error(ErrorCode::unsupported, "cuda forward: expected batch and num_heads <= 65535 (grid limits), got " +
                                             std::to_string(p.batch) + " and " + std::to_string(p.num_heads));
   }
-  int current = 0;
-  FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
+  // The caller's current device comes back on every path, also when a check below throws.
+  const DeviceGuard device_guard(p.device.index);
   ForwardParams f = make_forward_params(p);
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   // The dispatcher's plan, recomputed from the same inputs; the scratch size it reported must
@@ -310,16 +310,8 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   }
   f.short_query = plan.short_query;
   f.num_splits = plan.num_splits;
-  DeviceScratch scratch(p, plan.workspace_bytes);
+  DeviceScratch scratch(p, plan.workspace_bytes);  // checks a caller's Workspace (workspace_check.hpp)
   if (plan.num_splits > 1) {
-    // float4 reads of the partials (combine.cuh) need 16-byte aligned rows; sub-buffers are
-    // 256-byte aligned from the base.
-    const auto misalignment = reinterpret_cast<std::uintptr_t>(scratch.data()) % 256;
-    if (misalignment != 0) {
-      throw Error(ErrorCode::invalid_argument, "options.workspace: expected 256-byte aligned data for the CUDA "
-                                               "split-KV forward, got an address 256 * k + " +
-                                                   std::to_string(misalignment));
-    }
     f.oaccum = scratch.at<float>(0);
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
@@ -330,7 +322,6 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   } else {
     forward_for_dtype<__half>(f, p.head_dim, stream);
   }
-  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(current));
 }
 
 }  // namespace fastattn::cuda

@@ -8,6 +8,7 @@
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/cuda_device.hpp"
 #include "cuda/common/device_scratch.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/flash_bwd/launch.hpp"
@@ -159,19 +160,10 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
                 "cuda backward: expected batch and num_kv_heads <= 65535 (grid limits), got " +
                     std::to_string(p.batch) + " and " + std::to_string(p.num_kv_heads));
   }
-  int current = 0;
-  FASTATTN_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != p.device.index) FASTATTN_CUDA_CHECK(cudaSetDevice(p.device.index));
-  // The caller's current device comes back also when a launch check throws.
-  struct RestoreDevice {
-    int device;
-    bool needed;
-    ~RestoreDevice() {
-      if (needed) (void)cudaSetDevice(device);  // a destructor must not throw
-    }
-  } restore{current, current != p.device.index};
+  // The caller's current device comes back on every path, also when a check below throws.
+  const DeviceGuard device_guard(p.device.index);
   const BackwardPlan plan = backward_plan(p);
-  DeviceScratch scratch(p, plan.workspace_bytes);
+  DeviceScratch scratch(p, plan.workspace_bytes);  // checks a caller's Workspace (workspace_check.hpp)
   BackwardParams b = make_backward_params(p, plan);
   b.d_sum = scratch.at<float>(0);
   b.dq_accum = scratch.at<float>(plan.d_sum_bytes);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/environment.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -70,8 +71,8 @@ inline ForwardPathRequest parse_forward_path(const char* text) {
   return r;
 }
 
-// FASTATTN_CUDA_PATH, read on every call so tests can set it.
-inline ForwardPathRequest forward_path_request() { return parse_forward_path(std::getenv(kForwardPathEnv)); }
+// FASTATTN_CUDA_PATH, from the process's snapshot (common/environment.hpp).
+inline ForwardPathRequest forward_path_request() { return parse_forward_path(env_value(EnvVar::cuda_path)); }
 
 // The path for a device of compute capability `cc`: the newest the device runs, or the forced
 // one, which the device must be able to run.

@@ -17,13 +17,21 @@ GiB = 1 << 30
 @pytest.fixture(autouse=True)
 def back_to_environment(monkeypatch):
     monkeypatch.delenv("FASTATTN_DEVICE_MEMORY_LIMIT", raising=False)
+    fastattn.reload_environment()  # fastattn reads the variables once per process
     yield
     fastattn.set_device_memory_limit(None)
+    monkeypatch.undo()
+    fastattn.reload_environment()
+
+
+def set_limit_variable(monkeypatch, value: str) -> None:
+    monkeypatch.setenv("FASTATTN_DEVICE_MEMORY_LIMIT", value)
+    fastattn.reload_environment()
 
 
 def test_limit_sources(monkeypatch):
     assert fastattn.device_memory_limit() == (0, "")
-    monkeypatch.setenv("FASTATTN_DEVICE_MEMORY_LIMIT", "16G")
+    set_limit_variable(monkeypatch, "16G")
     assert fastattn.device_memory_limit() == (16 * GiB, "FASTATTN_DEVICE_MEMORY_LIMIT=16G")
     fastattn.set_device_memory_limit("32GiB")
     assert fastattn.device_memory_limit() == (32 * GiB, "set_device_memory_limit()")
@@ -41,13 +49,13 @@ def test_bad_limits_name_the_argument(monkeypatch):
     for bad in (-1, 1.5, True, [16]):
         with pytest.raises(ValueError, match=re.escape("limit: expected None, bytes >= 0 or a size string")):
             fastattn.set_device_memory_limit(bad)
-    monkeypatch.setenv("FASTATTN_DEVICE_MEMORY_LIMIT", "lots")
+    set_limit_variable(monkeypatch, "lots")
     with pytest.raises(ValueError, match=re.escape("FASTATTN_DEVICE_MEMORY_LIMIT: expected bytes or a size")):
         fastattn.device_memory_limit()
 
 
 def test_cpu_calls_ignore_the_limit(monkeypatch):
-    monkeypatch.setenv("FASTATTN_DEVICE_MEMORY_LIMIT", "lots")  # not even parsed for CPU calls
+    set_limit_variable(monkeypatch, "lots")  # not even parsed for CPU calls
     fastattn.set_device_memory_limit(1)
     q = np.random.default_rng(0).standard_normal((1, 8, 2, 16)).astype(np.float32)
     out = fastattn.attention(q, q, q, causal=True)

@@ -4,46 +4,51 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/workspace_check.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
-namespace {
 
-// Keeps freed blocks in the device's default pool instead of returning them to the driver.
-void keep_pool_cached(int device) {
+cudaMemPool_t scratch_pool(int device) {
   static std::mutex mutex;
-  static bool done[64] = {};
-  std::lock_guard<std::mutex> lock(mutex);
-  if (device < 0 || device >= 64 || done[device]) return;
+  static auto* pools = new std::unordered_map<int, cudaMemPool_t>();  // never destroyed: the
+  std::lock_guard<std::mutex> lock(mutex);                            // driver may be gone at exit
+  const auto known = pools->find(device);
+  if (known != pools->end()) return known->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
   cudaMemPool_t pool = nullptr;
-  FASTATTN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  FASTATTN_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+  // Keep freed blocks cached in this pool instead of returning them to the driver at each
+  // synchronisation: no allocation in the steady state.
   std::uint64_t threshold = UINT64_MAX;
-  FASTATTN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  done[device] = true;
+  const cudaError_t status = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+  if (status != cudaSuccess) {
+    (void)cudaMemPoolDestroy(pool);
+    check(status, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+  }
+  pools->emplace(device, pool);
+  return pool;
 }
-
-}  // namespace
 
 DeviceScratch::DeviceScratch(const AttentionProblem& p, std::size_t bytes)
     : stream_(static_cast<cudaStream_t>(p.cuda_stream)) {
   if (bytes == 0) return;
   if (p.workspace != nullptr) {
-    if (p.workspace->data == nullptr || p.workspace->size < bytes) {
-      throw Error(ErrorCode::invalid_argument,
-                  "options.workspace: expected at least " + std::to_string(bytes) + " bytes, got " +
-                      std::to_string(p.workspace->data ? p.workspace->size : 0) +
-                      (p.workspace->data ? "" : " (null data)"));
-    }
+    check_workspace(*p.workspace, bytes);
     data_ = p.workspace->data;
     return;
   }
-  keep_pool_cached(p.device.index);
-  const cudaError_t status = cudaMallocAsync(&data_, bytes, stream_);
+  const cudaError_t status = cudaMallocFromPoolAsync(&data_, bytes, scratch_pool(p.device.index), stream_);
   if (status != cudaSuccess) {
     cudaGetLastError();  // not sticky; clear it so the next call starts clean
-    throw Error(ErrorCode::out_of_memory, "cuda scratch: cudaMallocAsync of " + std::to_string(bytes) +
+    throw Error(ErrorCode::out_of_memory, "cuda scratch: cudaMallocFromPoolAsync of " + std::to_string(bytes) +
                                               " bytes failed: " + cudaGetErrorString(status));
   }
   owned_ = true;

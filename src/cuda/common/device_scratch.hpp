@@ -1,9 +1,12 @@
 // device_scratch.hpp — scratch device memory for one call, ordered on the call's stream.
 //
-// The caller's Workspace is used when given (too small: an error naming the size needed).
-// Otherwise memory comes from the device's default stream-ordered pool (cudaMallocAsync), whose
-// release threshold is raised once so freed blocks stay cached: no cudaMalloc in the steady
-// state, and the calls stay capturable in a CUDA graph (allocations become graph memory nodes).
+// The caller's Workspace is used when given (workspace_check.hpp: too small or not 256-byte
+// aligned is an error naming it, before anything is written). Otherwise memory comes from
+// fastattn's own stream-ordered pool for the device (scratch_pool, cudaMemPoolCreate +
+// cudaMallocFromPoolAsync), whose release threshold is raised so freed blocks stay cached: no
+// cudaMalloc in the steady state, and the calls stay capturable in a CUDA graph (allocations
+// become graph memory nodes). The device's default pool, which other libraries share, is left
+// as it is.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +16,10 @@
 #include "common/problem.hpp"
 
 namespace fastattn::cuda {
+
+// fastattn's scratch pool for `device`, created at the first call (thread-safe) and kept for
+// the life of the process.
+cudaMemPool_t scratch_pool(int device);
 
 class DeviceScratch {
  public:

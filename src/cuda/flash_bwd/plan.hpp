@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/environment.hpp"
 #include "cuda/common/scratch_align.hpp"
 #include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
@@ -87,10 +88,12 @@ constexpr int backward_smem_bytes(const BackwardBlocks& b, int head_dim, bool pa
          2 * b.block_m * backward_row_bytes(b.block_n, padded_rows) + 2 * b.stages * b.block_m * 4;
 }
 
-// A two-valued environment variable: `on_value` -> true, `off_value` -> false, unset or empty
-// -> `unset`; anything else is an invalid_argument error naming the variable.
-inline bool env_switch(const char* name, const char* on_value, const char* off_value, bool unset) {
-  const char* v = std::getenv(name);
+// A two-valued environment variable (from the process's snapshot, common/environment.hpp):
+// `on_value` -> true, `off_value` -> false, unset or empty -> `unset`; anything else is an
+// invalid_argument error naming the variable.
+inline bool env_switch(EnvVar var, const char* on_value, const char* off_value, bool unset) {
+  const char* name = env_name(var);
+  const char* v = env_value(var);
   if (v == nullptr || *v == '\0') return unset;
   if (std::string(v) == on_value) return true;
   if (std::string(v) == off_value) return false;
@@ -100,7 +103,7 @@ inline bool env_switch(const char* name, const char* on_value, const char* off_v
 
 // FASTATTN_CUDA_BWD_BLOCKS=small takes the small configuration on any GPU (tests run it on
 // large ones); unset or `default`: by the shared-memory limit.
-inline bool small_backward_blocks_forced() { return env_switch("FASTATTN_CUDA_BWD_BLOCKS", "small", "default", false); }
+inline bool small_backward_blocks_forced() { return env_switch(EnvVar::cuda_bwd_blocks, "small", "default", false); }
 
 // The configuration for head_dim on a GPU with smem_per_block bytes of opt-in shared memory
 // (0: unknown, take the default): the default one where it fits, else the small one.
@@ -198,7 +201,7 @@ inline BackwardPlan plan_backward(int head_dim, std::int64_t batch, std::int64_t
 }
 
 // FASTATTN_CUDA_BWD_TAIL_SPLIT=0 turns the tail split off (A/B timing, debugging); unset or 1: on.
-inline bool tail_split_enabled() { return env_switch("FASTATTN_CUDA_BWD_TAIL_SPLIT", "1", "0", true); }
+inline bool tail_split_enabled() { return env_switch(EnvVar::cuda_bwd_tail_split, "1", "0", true); }
 
 // Calls whose tiles all do the same work — padded batches (varlen tiles differ by their
 // sequences), no causal or window mask, atomic dQ (deterministic mode has its own grid) — run

@@ -27,6 +27,7 @@
 #include <limits>
 #include <string>
 
+#include "common/environment.hpp"
 #include "cuda/flash_fwd/launch_blocks.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
 #include "cuda/forward_path.hpp"
@@ -91,9 +92,10 @@ inline int num_splits_heuristic(std::int64_t ctas, std::int64_t slots, std::int6
   return 1;
 }
 
-// FASTATTN_CUDA_NUM_SPLITS, or 0 when unset or empty. Read on every call, so tests can set it.
+// FASTATTN_CUDA_NUM_SPLITS, or 0 when unset or empty, from the process's snapshot
+// (common/environment.hpp).
 inline int forced_num_splits() {
-  const char* text = std::getenv(kNumSplitsEnv);
+  const char* text = env_value(EnvVar::cuda_num_splits);
   if (text == nullptr || *text == '\0') return 0;
   char* end = nullptr;
   const long n = std::strtol(text, &end, 10);

@@ -1,0 +1,55 @@
+// environment.hpp — the one place the FASTATTN_* environment variables are read
+// (fastattn/environment.hpp is the public side).
+//
+// A snapshot holds each variable's raw text, taken at the first environment() and replaced by
+// reload_environment(); every consumer parses its own variable from the snapshot on each call,
+// so a bad value is an error of the call that uses it, naming the variable. No getenv on the
+// call path: it is not thread-safe against a setenv on another thread, and it walked `environ`
+// up to 8 times a call.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "fastattn/environment.hpp"
+
+namespace fastattn {
+
+enum class EnvVar {
+  cpu_isa,              // FASTATTN_CPU_ISA            src/cpu/isa.cpp
+  cpu_bf16_dot,         // FASTATTN_CPU_BF16_DOT       src/cpu/isa.cpp
+  cuda_path,            // FASTATTN_CUDA_PATH          src/cuda/forward_path.hpp
+  cuda_num_splits,      // FASTATTN_CUDA_NUM_SPLITS    src/cuda/flash_fwd/heuristics.hpp
+  cuda_bwd_blocks,      // FASTATTN_CUDA_BWD_BLOCKS    src/cuda/flash_bwd/plan.hpp
+  cuda_bwd_tail_split,  // FASTATTN_CUDA_BWD_TAIL_SPLIT src/cuda/flash_bwd/plan.hpp
+  device_memory_limit,  // FASTATTN_DEVICE_MEMORY_LIMIT src/api/device_memory.cpp
+};
+inline constexpr std::size_t kEnvVarCount = 7;
+
+// "FASTATTN_CPU_ISA", ...
+const char* env_name(EnvVar var) noexcept;
+
+// The raw values of every EnvVar at one moment.
+class EnvironmentSnapshot {
+ public:
+  // getenv of each variable, now.
+  static EnvironmentSnapshot from_process();
+  // The value, or nullptr when the variable is unset. Lives as long as the snapshot.
+  const char* get(EnvVar var) const noexcept;
+
+ private:
+  std::array<std::optional<std::string>, kEnvVarCount> values_;
+};
+
+// The process's current snapshot (taken at the first call). A lock-free read after the first.
+// The reference stays valid for the life of the process: reload_environment() installs a new
+// snapshot and keeps the old ones (a few hundred bytes each), so a reader on another thread
+// never sees freed memory.
+const EnvironmentSnapshot& environment();
+
+// environment().get(var): the current raw value, nullptr when unset.
+inline const char* env_value(EnvVar var) { return environment().get(var); }
+
+}  // namespace fastattn
