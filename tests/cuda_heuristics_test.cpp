@@ -10,6 +10,7 @@
 
 #include "cuda/flash_bwd/plan.hpp"
 #include "cuda/flash_fwd/heuristics.hpp"
+#include "cuda/flash_fwd/query_groups.hpp"
 #include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
 #include "test_support.hpp"
@@ -409,5 +410,76 @@ TEST(CudaForwardPath, BlocksFitTheArchitecturesSharedMemory) {
 }
 
 }  // namespace path
+
+// ---- GQA decode: query heads packed as rows (flash_fwd/query_groups.hpp) -------------------
+
+// A bottom-right-aligned decode call: [batch, 1, heads, d] q/out with contiguous rows.
+AttentionProblem decode_call(std::int64_t heads, std::int64_t kv_heads, std::int64_t seqlen_k) {
+  AttentionProblem p;
+  p.batch = 3;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = 128;
+  p.seqlen_q = 1;
+  p.seqlen_k = seqlen_k;
+  p.total_q = p.batch;
+  p.q.stride = {heads * 128, heads * 128, 128};
+  p.out.stride = p.q.stride;
+  p.lse_batch_stride = heads;
+  p.lse_head_stride = 1;
+  p.lse_token_stride = 1;
+  return p;
+}
+
+TEST(CudaQueryGroups, CausalDecodePacksTheGroupAsRowsWithTheSameMemory) {
+  AttentionProblem p = decode_call(32, 8, 5000);
+  p.window_right = 0;  // causal: bottom-right, the one row sees every key
+  ASSERT_EQ(cuda::packed_query_group(p), 4);
+  const AttentionProblem packed = cuda::with_packed_query_groups(p);
+  EXPECT_EQ(packed.num_heads, 8);
+  EXPECT_EQ(packed.group_size(), 1);
+  EXPECT_EQ(packed.seqlen_q, 4);
+  EXPECT_EQ(packed.total_q, 12);
+  EXPECT_EQ(packed.window_left, -1);
+  EXPECT_EQ(packed.window_right, -1);
+  // Query head h = kv * 4 + j is packed row j of KV head kv: same element offsets.
+  for (std::int64_t kv = 0; kv < 8; ++kv) {
+    for (std::int64_t j = 0; j < 4; ++j) {
+      const std::int64_t h = kv * 4 + j;
+      EXPECT_EQ(j * packed.q.stride.token + kv * packed.q.stride.head, h * p.q.stride.head);
+      EXPECT_EQ(j * packed.out.stride.token + kv * packed.out.stride.head, h * p.out.stride.head);
+      EXPECT_EQ(j * packed.lse_token_stride + kv * packed.lse_head_stride, h * p.lse_head_stride);
+    }
+  }
+}
+
+TEST(CudaQueryGroups, CallsWhereTheRowDoesNotSeeEveryKeyStayAsTheyAre) {
+  AttentionProblem top_left = decode_call(32, 8, 5000);
+  top_left.window_right = 0;
+  top_left.alignment = MaskAlignment::top_left;  // the one row sees key 0 only
+  EXPECT_EQ(cuda::packed_query_group(top_left), 1);
+  AttentionProblem window = decode_call(32, 8, 5000);
+  window.window_left = 100;
+  window.window_right = 0;
+  EXPECT_EQ(cuda::packed_query_group(window), 1);
+  window.window_left = 4999;  // as wide as the keys: every key visible again
+  EXPECT_EQ(cuda::packed_query_group(window), 4);
+  EXPECT_EQ(cuda::packed_query_group(decode_call(32, 32, 5000)), 1);  // MHA: nothing to pack
+  AttentionProblem two_rows = decode_call(32, 8, 5000);
+  two_rows.seqlen_q = 2;
+  EXPECT_EQ(cuda::packed_query_group(two_rows), 1);
+  EXPECT_EQ(cuda::packed_query_group(decode_call(32, 8, 0)), 1);  // no keys: out 0, lse -inf as is
+}
+
+TEST_F(CudaHeuristics, PackedDecodeSaysSoInItsReason) {
+  ForwardShape s = h200(1, 8, 4, 65536);
+  s.query_group = 4;
+  const ForwardPlan plan = cuda::plan_forward(s);
+  EXPECT_TRUE(plan.short_query);
+  EXPECT_NE(cuda::describe_plan(plan).find("the 4 query heads of each KV head packed as query rows"),
+            std::string::npos)
+      << cuda::describe_plan(plan);
+}
+
 }  // namespace
 }  // namespace fastattn::testing

@@ -174,5 +174,40 @@ TEST_F(CudaBackend, DecodeShapesSplitByHeuristicMatchFloat64) {
   }
 }
 
+
+// GQA decode (flash_fwd/query_groups.hpp): one query token whose row sees every key runs with
+// the query heads of a KV head packed as rows (kernel name ".gqaN"); calls whose row a window
+// or a top-left causal mask cuts are left as they are. Odd group sizes (7), groups above the
+// 16-row kernel (32), soft-cap, strided views, forced splits.
+TEST_F(CudaBackend, GqaDecodePacksQueryHeadsAndMatchesFloat64) {
+  if (lowres_path_forced()) GTEST_SKIP() << "the sm75 / sm70 paths: covered by the random cases";
+  struct Decode {
+    std::string text;
+    int group;  // expected packing, 1: none
+  };
+  for (int d : build_info().cuda_head_dims) {
+    const std::string hd = " d=" + std::to_string(d);
+    const Decode cases[] = {
+        {"b=3 sq=1 sk=5000 h=32 hkv=8" + hd + " dtype=bf16 mask=causal", 4},
+        {"b=2 sq=1 sk=777 h=14 hkv=2" + hd + " dtype=f16 mask=none", 7},
+        {"b=1 sq=1 sk=3001 h=64 hkv=2" + hd + " dtype=bf16 mask=causal", 32},
+        {"b=1 sq=1 sk=4097 h=16 hkv=4" + hd + " dtype=bf16 mask=causal softcap=30", 4},
+        {"b=2 sq=1 sk=1000 h=8 hkv=2" + hd + " dtype=f16 mask=none layout=strided", 4},
+        {"b=1 sq=1 sk=1 h=8 hkv=1" + hd + " dtype=bf16 mask=causal", 8},
+        {"b=2 sq=1 sk=300 h=8 hkv=2" + hd + " dtype=bf16 mask=causal align=top_left", 1},
+        {"b=2 sq=1 sk=2000 h=8 hkv=1" + hd + " dtype=bf16 mask=window wl=50 wr=0", 1},
+    };
+    for (const Decode& c : cases) {
+      const harness::CheckReport r = harness::check_case(harness::parse_case(c.text), Backend::cuda, forward_only());
+      EXPECT_TRUE(r.pass) << c.text << "\n" << r.to_string();
+      const bool packed = r.forward_choice.kernel.find(".gqa" + std::to_string(c.group)) != std::string::npos;
+      EXPECT_EQ(packed, c.group > 1) << c.text << ": " << r.forward_choice.describe();
+    }
+    const ScopedEnv splits = force_splits(5);
+    const std::string forced = "b=2 sq=1 sk=9000 h=32 hkv=8" + hd + " dtype=bf16 mask=causal";
+    expect_split_pass(harness::check_case(harness::parse_case(forced), Backend::cuda, forward_only()), 5, forced);
+  }
+}
+
 }  // namespace
 }  // namespace fastattn::testing

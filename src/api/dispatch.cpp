@@ -191,6 +191,7 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
   c.backend = Backend::cuda;
   c.isa = cuda::to_string(plan.path);
   c.kernel = std::string("cuda.forward.") + c.isa + "." + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+             (plan.query_group > 1 ? ".gqa" + std::to_string(plan.query_group) : "") +
              (plan.short_query ? ".q16" : "") +
              (plan.num_splits > 1 ? ".splitkv" + std::to_string(plan.num_splits) : "");
   c.block_q = plan.blocks.block_m;

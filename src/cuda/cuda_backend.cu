@@ -16,6 +16,7 @@
 #include "cuda/common/cuda_device.hpp"
 #include "cuda/common/device_scratch.hpp"
 #include "cuda/flash_fwd/launch.hpp"
+#include "cuda/flash_fwd/query_groups.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
 #include "fastattn/error.hpp"
 
@@ -264,7 +265,9 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
-ForwardPlan forward_plan(const AttentionProblem& p) {
+ForwardPlan forward_plan(const AttentionProblem& call) {
+  // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp); so does forward().
+  const AttentionProblem p = with_packed_query_groups(call);
   const DeviceShape device = device_shape(p.device.index);
   ForwardShape s;
   s.batch = p.batch;
@@ -280,10 +283,13 @@ ForwardPlan forward_plan(const AttentionProblem& p) {
   const ForwardPathRequest request = forward_path_request();
   s.path = select_forward_path(device.compute_capability, request);
   s.path_forced = !request.automatic;
+  s.query_group = packed_query_group(call);
   return cuda::plan_forward(s);
 }
 
-void forward(const AttentionProblem& p, const KernelChoice& choice) {
+void forward(const AttentionProblem& call, const KernelChoice& choice) {
+  // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp), as forward_plan says.
+  const AttentionProblem p = with_packed_query_groups(call);
   check_row_alignment(p.q.data, p.q.stride, "q");
   check_row_alignment(p.k.data, p.k.stride, "k");
   check_row_alignment(p.v.data, p.v.stride, "v");
@@ -298,7 +304,7 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
   // The dispatcher's plan, recomputed from the same inputs; the scratch size it reported must
   // be the one used (a caller's Workspace was sized from it).
-  const ForwardPlan plan = forward_plan(p);
+  const ForwardPlan plan = forward_plan(call);
   if (plan.workspace_bytes != choice.workspace_bytes) {
     throw Error(ErrorCode::internal, "cuda forward: the launch plan changed since dispatch (workspace " +
                                          std::to_string(plan.workspace_bytes) + " vs " +

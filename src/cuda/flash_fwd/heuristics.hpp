@@ -51,11 +51,13 @@ struct ForwardShape {
   int smem_per_multiprocessor = 0;  // bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor
   ForwardPath path = ForwardPath::sm80;
   bool path_forced = false;  // by FASTATTN_CUDA_PATH
+  std::int64_t query_group = 1;  // query heads packed as rows per KV head (query_groups.hpp)
 };
 
 struct ForwardPlan {
   ForwardPath path = ForwardPath::sm80;
   bool path_forced = false;
+  std::int64_t query_group = 1;  // > 1: GQA decode, a KV head's query heads are the query rows
   bool short_query = false;  // kernel_decode.cuh, else kernel.cuh
   ForwardBlocks blocks{};
   int multiprocessors = 0;
@@ -111,6 +113,7 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
   const int d = static_cast<int>(s.head_dim);
   plan.path = s.path;
   plan.path_forced = s.path_forced;
+  plan.query_group = s.query_group;
   plan.short_query = s.path == ForwardPath::sm80 && s.seqlen_q <= kDecodeMaxSeqlenQ;
   plan.blocks = plan.short_query ? decode_blocks(d) : forward_blocks_for(s.path, d);
   if (plan.short_query) {
@@ -161,6 +164,10 @@ inline std::string describe_plan(const ForwardPlan& plan) {
                   : plan.short_query ? "mma.sync m16n8k16, 16-query-row kernel (seqlen_q <= 16), "
                                      : "mma.sync m16n8k16 kernel, ";
   if (plan.path_forced) r += std::string("path forced by ") + kForwardPathEnv + ", ";
+  if (plan.query_group > 1) {
+    r += "GQA decode: the " + std::to_string(plan.query_group) +
+         " query heads of each KV head packed as query rows (K/V read once per KV head), ";
+  }
   r += std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
   const std::string slots = std::to_string(plan.multiprocessors) + " SMs x " + std::to_string(plan.ctas_per_sm);
   if (plan.num_splits <= 1) return r + (plan.forced ? "; 1 split forced by FASTATTN_CUDA_NUM_SPLITS" : "");
