@@ -13,6 +13,7 @@ are allocated in the framework of q. For PyTorch autograd and torch.compile use
 from ._C import KernelChoice, UnsupportedError
 from ._api import (attention, attention_backward, build_info, device_memory_limit, plan,
                    set_device_memory_limit)
+from ._merge import merge_states
 
 __version__: str = build_info()["version"]
 
@@ -23,6 +24,7 @@ __all__ = [
     "attention_backward",
     "build_info",
     "device_memory_limit",
+    "merge_states",
     "plan",
     "set_device_memory_limit",
 ]

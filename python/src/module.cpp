@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "errors.hpp"
+#include "merge.hpp"
 #include "fastattn/fastattn.hpp"
 #include "tensor_import.hpp"
 
@@ -217,6 +218,7 @@ NB_MODULE(_C, m) {
   m.def("time_forward", &time_forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "options"_a, "iterations"_a,
         "Seconds per fastattn::forward call, timed inside C++ (no Python in the loop).");
+  register_merge(m);  // merge_states (merge.cpp)
   m.def("build_info", &build_info_dict, "Build and machine facts of the C++ library.");
   // Memory-capped mode (fastattn/memory.hpp), process-wide.
   m.def("set_device_memory_limit", &fastattn::set_device_memory_limit, "bytes"_a.none(),
