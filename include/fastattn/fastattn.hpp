@@ -5,6 +5,7 @@
 #include "fastattn/environment.hpp"
 #include "fastattn/error.hpp"
 #include "fastattn/memory.hpp"
+#include "fastattn/merge.hpp"
 #include "fastattn/options.hpp"
 #include "fastattn/tensor.hpp"
 #include "fastattn/version.hpp"

@@ -160,3 +160,10 @@ def device_memory_limit() -> Tuple[int, str]:
 
 def parse_memory_size(text: str, name: str) -> int:
     """'16G', '32GiB', '1.5GB', '17179869184' -> bytes (ValueError naming `name` otherwise)."""
+
+def merge_states(out_a: Array, lse_a: Array, out_b: Array, lse_b: Array, out: Array,
+                 lse: Optional[Array], backend: Backend, num_threads: int, cuda_stream: int,
+                 u16_is_bf16: bool, plan_only: bool) -> KernelChoice:
+    """
+    fastattn::merge_states (or plan_merge_states with plan_only) on arrays, without copies.
+    """

@@ -14,6 +14,7 @@ from ._C import KernelChoice, UnsupportedError
 from ._C import __version__ as _version
 from ._api import (attention, attention_backward, build_info, device_memory_limit, plan,
                    reload_environment, set_device_memory_limit)
+from ._merge import merge_states
 
 # Importing makes no CUDA call and reads no environment variable (docs/python.md): the version is
 # the extension's constant, not build_info()'s, which queries the devices.
@@ -26,6 +27,7 @@ __all__ = [
     "attention_backward",
     "build_info",
     "device_memory_limit",
+    "merge_states",
     "plan",
     "reload_environment",
     "set_device_memory_limit",

@@ -27,7 +27,7 @@ from torch import Tensor
 from . import _C
 from ._api import call_options, window_bounds
 
-__all__ = ["attention", "AttentionFunction"]
+__all__ = ["attention", "AttentionFunction", "merge_states"]
 
 
 # The raw cudaStream_t of the current stream, without a torch.cuda.Stream object per call.
@@ -202,3 +202,39 @@ class AttentionFunction(torch.autograd.Function):
         dout = dout if dout.stride(-1) == 1 else dout.contiguous()
         dq, dk, dv = _backward_op(dout, q, k, v, out, lse, *ctx.args)
         return dq, dk, dv, None, None, None, None
+
+
+# ---- merge_states -----------------------------------------------------------------------------
+# A custom op (fresh outputs, a fake implementation) so torch.compile traces it as one node.
+# No gradient is registered: merging is an inference building block (cascade / shared-prefix
+# attention, split KV); for training, differentiate through attention on the whole key set.
+
+@torch.library.custom_op("fastattn::merge_states", mutates_args=())
+def _merge_states_op(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor, backend: str,
+                     num_threads: int) -> Tuple[Tensor, Tensor]:
+    out = torch.empty_like(out_a, memory_format=torch.contiguous_format)
+    lse = torch.empty(lse_a.shape, dtype=torch.float32, device=out_a.device)
+    stream = _current_stream(out_a.device.index) if out_a.is_cuda else 0
+    _C.merge_states(_capsule(out_a), _capsule(lse_a), _capsule(out_b), _capsule(lse_b),
+                    _capsule(out), _capsule(lse), _enum(_BACKENDS, backend, "backend"),
+                    int(num_threads), stream, False, False)
+    return out, lse
+
+
+@_merge_states_op.register_fake
+def _merge_states_fake(out_a, lse_a, out_b, lse_b, backend, num_threads):
+    out = torch.empty_like(out_a, memory_format=torch.contiguous_format)
+    return out, lse_a.new_empty(lse_a.shape, dtype=torch.float32)
+
+
+def merge_states(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor, *,
+                 backend: str = "auto", num_threads: int = 0) -> Tuple[Tensor, Tensor]:
+    """fastattn.merge_states on torch tensors, traceable by torch.compile (no autograd).
+
+    out_a, out_b: [batch, seqlen_q, num_heads, head_dim] (varlen [total_q, heads, head_dim]),
+    lse_a, lse_b: float32 [batch, num_heads, seqlen_q] (varlen [num_heads, total_q]), e.g. from
+    ``attention(q, k_part, v_part, return_lse=True)`` on two disjoint key sets. Returns
+    (out, lse) of attention over both key sets: new contiguous tensors, on the current stream.
+    For an in-place merge use ``fastattn.merge_states(..., out=out_a, lse=lse_a)``.
+    """
+    return _merge_states_op(out_a, lse_a, out_b, lse_b, str(backend), int(num_threads))

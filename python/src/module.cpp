@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "errors.hpp"
+#include "merge.hpp"
 #include "fastattn/fastattn.hpp"
 #include "tensor_import.hpp"
 
@@ -220,6 +221,7 @@ NB_MODULE(_C, m) {
   // A constant, so that `import fastattn` makes no CUDA call and reads no environment variable
   // (build_info() queries the devices and the CPU ISA choice).
   m.attr("__version__") = FASTATTN_VERSION_STRING;
+  register_merge(m);  // merge_states (merge.cpp)
   m.def("build_info", &build_info_dict, "Build and machine facts of the C++ library.");
   m.def("reload_environment", &fastattn::reload_environment,
         "fastattn::reload_environment: re-read the FASTATTN_* environment variables (read once per process).");
