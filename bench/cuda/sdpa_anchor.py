@@ -39,11 +39,12 @@ MODES = {
     "short": (paper((2048, 8192)), ("fwd", "fwdbwd")),
     "seqpar": ([("seqpar", 1, 32768, 32768, 16, 16, d, False) for d in (64, 128)], ("fwd", "fwdbwd")),
     "splitkv": ([("splitkv", 1, sq, 65536, 32, 32, 128, False) for sq in (1, 4, 16)], ("fwd",)),
-    # One query token over a contiguous cache, GQA 32/8, MHA 32/32, GQA 64/8 (issue 17's bar
-    # shapes; K+V over 40 GB left out, as in cuda_bench.cpp).
+    # One query token over a contiguous cache, GQA 32/8, MHA 32/32, GQA 64/8; K+V up to 4.5 GB
+    # (as in cuda_bench.cpp, whose tensors are filled on the host).
     "decode": ([("decode", b, 1, sk, h, hkv, 128, True)
                 for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
-                for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9], ("fwd",)),
+                for sk in (4096, 8192, 32768, 65536, 131072) if 4.0 * b * sk * hkv * 128 <= 4.5e9],
+               ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
 }

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# gpu-tests.sh — our GPU job for the test suites, in one device call (10 minutes at most): build
+# the GoogleTest suites, the CLI and the CUDA benchmark there (CUDA archs of the GPU, head dims
+# 64;128), run every ctest entry of label gpu, `fastattn check` of the CUDA forward and backward,
+# the Python package's tests on CUDA tensors, and the decode benchmark beside PyTorch SDPA.
+#
+# Device call, after `mkdir -p build/debs && (cd build/debs && apt-get download libcli11-dev
+#   libfmt-dev libfmt9 nlohmann-json3-dev libopenblas-dev libopenblas0-pthread
+#   libopenblas-pthread-dev libgtest-dev libgmock-dev)` here:
+#     carry ["build/debs"], command "bash tools/dev/gpu-tests.sh"
+#
+# Environment: STAGES (default "build ctest check python decode"), HEAD_DIMS (default 64;128),
+# PYTHON (default /opt/torch/.venv/bin/python3 when it exists), BUDGET_S (default 570).
+# $OUT gets: summary.txt (the stages' status last), ctest-gpu.log, check.log, python.log,
+# decode.jsonl (fastattn and SDPA rows), build.log.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 2
+out=${OUT:-/tmp/fastattn_out}
+mkdir -p "$out"
+exec > >(tee -a "$out/summary.txt") 2>&1
+stages=${STAGES:-"build ctest check python decode"}
+head_dims=${HEAD_DIMS:-"64;128"}
+budget=${BUDGET_S:-570}
+if [ -z "${PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ]; then PYTHON=/opt/torch/.venv/bin/python3; fi
+python=${PYTHON:-python3}
+command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
+export PATH PYTHON=$python
+build=$root/build/gpu-tests
+t0=$SECONDS
+status=()
+has() { [[ " $stages " == *" $1 "* ]]; }
+note() { echo "[$((SECONDS - t0))s] $*"; }
+# run NAME LIMIT CMD...: CMD under timeout, capped by what is left of the budget.
+run() {
+  local name=$1 limit=$2; shift 2
+  local left=$((budget - (SECONDS - t0) - 10))
+  ((limit > left)) && limit=$left
+  if ((limit < 20)); then status+=("$name: skipped (budget)"); note "== $name skipped"; return; fi
+  note "== $name (limit ${limit}s)"
+  local t=$SECONDS rc
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  status+=("$name: rc=$rc ($((SECONDS - t))s)")
+  note "-- $name rc=$rc"
+}
+
+FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null
+for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
+  # shellcheck disable=SC1090
+  [ -f "$env" ] && . "$env"
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+
+# The Python package builds in the background while the C++ suites build and run.
+pybuild() {
+  "$python" -m pip install --no-build-isolation --no-deps --quiet --disable-pip-version-check \
+    -Ccmake.define.FASTATTN_CUDA=ON "-Ccmake.define.FASTATTN_CUDA_HEAD_DIMS=$head_dims" \
+    -Cbuild-dir=build/gpu-python . > "$out/python.log" 2>&1
+}
+if has python; then
+  CMAKE_BUILD_PARALLEL_LEVEL=6 pybuild &
+  pybuild_pid=$!
+fi
+
+if has build; then
+  run build 300 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON '-DFASTATTN_CUDA_HEAD_DIMS=$head_dims' > '$out/build.log' 2>&1 &&
+    cmake --build '$build' -j 12 --target fastattn_tests fastattn_gpu_tests fastattn_cli \
+      fastattn_cuda_bench >> '$out/build.log' 2>&1"
+  tail -3 "$out/build.log"
+fi
+if has ctest; then
+  run ctest 240 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
+  tail -25 "$out/ctest-gpu.log"
+fi
+if has check; then
+  run check 90 bash -c "'$build/tools/cli/fastattn' check --quick --backend cuda > '$out/check.log' 2>&1 &&
+    '$build/tools/cli/fastattn' check --quick --backend cuda --backward-only >> '$out/check.log' 2>&1"
+  grep -E "passed|failed|FAIL|checked" "$out/check.log" | tail -6
+fi
+if has python; then
+  note "== waiting for the Python build"
+  wait "$pybuild_pid"
+  echo "python build rc=$?"
+  run python 150 bash -c "PYTHONUNBUFFERED=1 '$python' -m pytest -q -ra -p no:cacheprovider \
+      tests/python/test_import_side_effects.py tests/python/test_merge_states.py \
+      tests/python/test_torch.py tests/python/test_memory_cap.py tests/python/test_cuda_compare.py \
+      >> '$out/python.log' 2>&1"
+  tail -15 "$out/python.log"
+fi
+if has decode; then
+  run decode 150 bash -c "'$build/bench/cuda/fastattn_cuda_bench' decode > '$out/decode.jsonl' 2>/dev/null;
+    '$python' bench/cuda/sdpa_anchor.py decode --backends flash,cudnn --no-gemm >> '$out/decode.jsonl' 2>/dev/null"
+  "$python" - "$out/decode.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+hbm = max((r.get("gbs", 0) for r in rows if r.get("kind") in ("hbm", "hbm_best")), default=0)
+print(f"copy bandwidth {hbm:.0f} GB/s")
+key = lambda r: (r["b"], r["h"], r["hkv"], r["sk"])
+fa = {key(r): r for r in rows if r.get("source") == "fastattn" and "ms" in r and not r.get("kind")}
+print("| b | h/hkv | kv | fastattn ms | GB/s | % copy | flash ms | cuDNN ms | vs cuDNN | kernel |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+for k, r in sorted(fa.items()):
+    sd = {s["backend"]: s for s in rows if s.get("source") == "sdpa" and "ms" in s and key(s) == k}
+    fl, cu = sd.get("flash", {}).get("ms"), sd.get("cudnn", {}).get("ms")
+    print(f"| {k[0]} | {k[1]}/{k[2]} | {k[3]} | {r['ms']:.4f} | {r.get('kv_gbs', 0):.0f} | "
+          f"{100 * r.get('kv_gbs', 0) / hbm if hbm else 0:.0f} | {fl or 0:.4f} | {cu or 0:.4f} | "
+          f"{(cu / r['ms']) if cu else 0:.2f}x | {r.get('kernel', '')} |")
+EOF
+fi
+echo
+echo "== stages"
+printf '%s\n' "${status[@]}"
