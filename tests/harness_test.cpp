@@ -198,6 +198,19 @@ TEST_F(Judge, LseMismatchesFail) {
   EXPECT_FALSE(judge_lse().pass) << judge_lse().to_string();
 }
 
+// A check that compares no tensor proves nothing: it fails and says so (`fastattn check
+// --backward-only` on a backend without a backward, or nothing requested at all).
+TEST(Harness, CheckingNoTensorFails) {
+  harness::CheckOptions nothing;
+  nothing.forward = false;
+  nothing.backward = false;
+  const harness::CheckReport r =
+      harness::check_case(harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=16 seed=2"), Backend::cpu, nothing);
+  EXPECT_FALSE(r.pass) << r.to_string();
+  EXPECT_TRUE(r.tensors.empty());
+  EXPECT_NE(r.error.find("checked no tensor"), std::string::npos) << r.error;
+}
+
 // The naive baseline is an honest same-precision implementation: close to float64, not equal.
 TEST(Harness, NaiveBaselineIsCloseToFloat64) {
   CaseData data(harness::parse_case("b=1 sq=70 sk=90 h=2 hkv=2 d=64 dtype=f32 softcap=5 seed=21"));

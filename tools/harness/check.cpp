@@ -123,6 +123,11 @@ CheckReport check_case(const Case& c, Backend backend, const CheckOptions& optio
     report.tensors.push_back(judge_tensor("dv", data.dv, data.dv.values(), grad.dv, naive.dv, naive.dv_terms,
                                           c.dtype, d, false));
   }
+  // A check that compared nothing proves nothing: it fails.
+  if (report.tensors.empty()) {
+    report.error = "checked no tensor (neither the forward nor the backward was requested)";
+    pass = false;
+  }
   for (const TensorCheck& t : report.tensors) pass = pass && t.pass;
   report.pass = pass;
   return report;
