@@ -44,6 +44,7 @@ std::string TensorCheck::to_string() const {
   std::string s = std::string(pass ? "  ok   " : "  FAIL ") + name + ": max_abs/rel_fro " +
                   format_stats(backend) + " (bound " + format_stats(bound) + ", naive " +
                   format_stats(naive) + ")";
+  if (worst_row >= 0) s += " max_abs row " + std::to_string(worst_row);
   if (unwritten) s += " unwritten=" + std::to_string(unwritten);
   if (non_finite) s += " non_finite=" + std::to_string(non_finite);
   if (padding_clobbered) s += " padding_clobbered=" + std::to_string(padding_clobbered);
