@@ -20,7 +20,8 @@
 //      dk, dv; one lse value), its error, naive error and |ref| maxima over that row (|terms|
 //      over the tensor: the f32 part of the floor), so the largest values of a tensor (e.g.
 //      the first rows of a causal output, which see one key) do not hide errors in its rows
-//      of small values. lse counts as f32 with
+//      of small values; 16-bit rows also get half an ulp of their largest term sum (kernels
+//      may round P and dS to the dtype before the second product). lse counts as f32 with
 //      terms max(1, |largest score|). The floor only matters where the naive error is zero or
 //      tiny by luck. NaN never passes (judge.hpp).
 // The backward pass is fed the reference forward's out (rounded to the dtype) and lse (f32), so
