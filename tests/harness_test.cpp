@@ -2,7 +2,9 @@
 // tensors and the tolerance rule (a harness that passes everything would hide every bug).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <set>
@@ -196,6 +198,35 @@ TEST_F(Judge, LseMismatchesFail) {
   data_->set_forward_outputs(ref_.out, ref_.lse);
   data_->lse.set(5, data_->lse.get(5) + 1e-3);
   EXPECT_FALSE(judge_lse().pass) << judge_lse().to_string();
+}
+
+// A check that compares no tensor proves nothing: it fails and says so (`fastattn check
+// --backward-only` on a backend without a backward, or nothing requested at all).
+TEST(Harness, CheckingNoTensorFails) {
+  harness::CheckOptions nothing;
+  nothing.forward = false;
+  nothing.backward = false;
+  const harness::CheckReport r =
+      harness::check_case(harness::parse_case("b=1 sq=8 sk=8 h=1 hkv=1 d=16 seed=2"), Backend::cpu, nothing);
+  EXPECT_FALSE(r.pass) << r.to_string();
+  EXPECT_TRUE(r.tensors.empty());
+  EXPECT_NE(r.error.find("checked no tensor"), std::string::npos) << r.error;
+}
+
+// Under FASTATTN_CPU_ISA (the ctest entry cpu_isa_avx2 caps an AVX-512 machine at AVX2) the CPU
+// backend runs, and the harness reports, the capped kernels: the entry tests what it names.
+TEST(Harness, CpuRunsTheIsaCappedByTheEnvironment) {
+  const char* cap = std::getenv("FASTATTN_CPU_ISA");
+  if (cap == nullptr || *cap == '\0') GTEST_SKIP() << "FASTATTN_CPU_ISA is not set";
+  const std::vector<std::string> compiled = build_info().cpu_isas_compiled;
+  const std::string want = cap;
+  if (std::find(compiled.begin(), compiled.end(), want) == compiled.end())
+    GTEST_SKIP() << "this build has no " << want << " kernels";
+  const harness::CheckReport r =
+      harness::check_case(harness::parse_case("b=1 sq=40 sk=40 h=2 hkv=1 d=64 dtype=f32 seed=4"), Backend::cpu);
+  EXPECT_TRUE(r.pass) << r.to_string();
+  EXPECT_EQ(r.forward_choice.isa, want) << r.forward_choice.describe();
+  EXPECT_EQ(r.backward_choice.isa, want) << r.backward_choice.describe();
 }
 
 // The naive baseline is an honest same-precision implementation: close to float64, not equal.

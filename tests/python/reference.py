@@ -106,3 +106,52 @@ def backward(dout, q, k, v, *, causal=False, window=None, scale=None, softcap=0.
             dk[sk, kvh] += scale * ds.T @ qh
             dv[sk, kvh] += sc.p.T @ doh
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+# Distance from 1 to the next representable value, per dtype name (tools/harness/judge.cpp).
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+
+def naive_rule_violations(got, ref, naive, terms, dtype_name: str, head_dim: int) -> List[str]:
+    """The harness's tolerance rule (tools/harness/judge.hpp, harness.hpp), in NumPy.
+
+    got: a backend's result; ref: float64; naive: a naive same-precision implementation's
+    result; terms: per element the sum of the absolute values of its terms (>= |ref|). The last
+    axis is head_dim, one row per leading index. With u = eps(dtype), c = 4 sqrt(head_dim)
+    eps(float32):
+      per row:  max|got - ref| <= 2 max|naive - ref| + u max|ref| + u16/2 max(terms)
+                                   + c max(|ref|, terms) (this last maximum tensor-wide)
+      tensor:   ||got - ref||_F <= 2 ||naive - ref||_F + u ||ref||_F + c max(||ref||_F, ||terms||_F)
+    u16 = u for float16 and bfloat16 (kernels may round P and dS to the dtype before the second
+    product: half an ulp of each term), 0 for float32. Returns what is violated (empty when the
+    rule holds). NaN never passes.
+    """
+    got, ref, naive, terms = (np.asarray(x, dtype=np.float64) for x in (got, ref, naive, terms))
+    if ref.size == 0:
+        return []
+    u, c = EPS[dtype_name], 4.0 * np.sqrt(head_dim) * EPS["float32"]
+    u16 = u if dtype_name in ("float16", "bfloat16") else 0.0
+    with np.errstate(invalid="ignore"):
+        err = np.where(np.isnan(got), np.inf, np.abs(got - ref))
+        naive_err = np.abs(naive - ref)
+
+    def row_max(x):
+        return x.reshape(-1, x.shape[-1]).max(axis=1)
+
+    f32_floor = c * max(np.abs(ref).max(), terms.max())
+    row_bound = (2.0 * row_max(naive_err) + u * row_max(np.abs(ref)) + 0.5 * u16 * row_max(terms)
+                 + f32_floor)
+    row_err = row_max(err)
+    problems = []
+    bad = ~(row_err <= row_bound)
+    if bad.any():
+        i = int(np.argmax(np.where(bad, row_err / np.maximum(row_bound, 1e-300), -np.inf)))
+        problems.append(f"{bad.sum()} of {bad.size} rows over the max-abs bound; worst row {i}: "
+                        f"error {row_err[i]:.3g} > bound {row_bound[i]:.3g} "
+                        f"(naive error {row_max(naive_err)[i]:.3g})")
+    norm = np.linalg.norm
+    fro_bound = (2.0 * norm(naive_err) + u * norm(ref) + c * max(norm(ref), norm(terms)))
+    if not norm(err) <= fro_bound:
+        problems.append(f"Frobenius error {norm(err):.3g} > bound {fro_bound:.3g} "
+                        f"(naive {norm(naive_err):.3g}, |ref| {norm(ref):.3g})")
+    return problems

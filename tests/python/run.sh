@@ -10,8 +10,9 @@
 #                              without a package index (needs scikit-build-core and nanobind)
 #   FASTATTN_BUILD_DIR         keep the CMake build there, for incremental rebuilds
 #   CMAKE_BUILD_PARALLEL_LEVEL build jobs (default: 2)
-# The torch tests run when torch is installed and skip otherwise; pytest's exit status 5
-# ("no tests collected") is reported and treated as success.
+# The torch tests run when torch is installed and skip otherwise. pytest's exit status 5 ("no
+# tests collected": a wrong path or -k/-m selection, or a collection that found nothing) fails
+# the script with a message: a run that tested nothing is not a success.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -36,7 +37,7 @@ set +e
 status=$?
 set -e
 if [[ $status -eq 5 ]]; then
-  echo "pytest collected no tests (exit 5): treated as success"
-  status=0
+  echo "FAILED: pytest collected no tests (exit 5) from tests/python $*: nothing was tested" >&2
+  exit 1
 fi
 exit $status

@@ -79,6 +79,24 @@ nlohmann::json to_json(const harness::CheckReport& r) {
   return j;
 }
 
+#if defined(FASTATTN_CLI_HAVE_CUDA)
+// What the CUDA kernels of this build cover on cuda:0: f16 and bf16, the build's head dims,
+// 16-byte aligned rows (no strided layouts). The Turing and Volta paths (a T4 or V100, or
+// FASTATTN_CUDA_PATH=sm75 / sm70) run f16 only, and their backward head_dim <= 128.
+harness::CaseLimits cuda_limits(bool backward) {
+  const BuildInfo info = build_info();
+  harness::CaseLimits limits;
+  const std::string path = info.cuda_device_paths.empty() ? "" : info.cuda_device_paths.front();
+  const bool lowres = path.rfind("sm75", 0) == 0 || path.rfind("sm70", 0) == 0;
+  limits.dtypes = {DType::f16, DType::bf16};
+  if (lowres) limits.dtypes = {DType::f16};
+  for (int d : info.cuda_head_dims)
+    if (!lowres || d <= 128 || (!backward && path.rfind("sm75", 0) == 0)) limits.head_dims.push_back(d);
+  limits.allow_strided = false;
+  return limits;
+}
+#endif
+
 }  // namespace
 
 CLI::App* add_check_command(CLI::App& app, CheckArgs& args) {
@@ -117,12 +135,15 @@ int run_check(const CheckArgs& args, int argc, const char* const* argv) {
   for (const auto& text : args.case_strings) cases.push_back(harness::parse_case(text));
   if (cases.empty()) {
     harness::CaseLimits limits;
-    if (backend == Backend::cuda) {  // what the CUDA kernels of this build cover
-      limits.dtypes = {DType::f16, DType::bf16};
-      limits.head_dims.clear();
-      for (int d : build_info().cuda_head_dims) limits.head_dims.push_back(d);
-      limits.allow_strided = false;  // they need 16-byte aligned rows
+#if defined(FASTATTN_CLI_HAVE_CUDA)
+    if (backend == Backend::cuda) {
+      limits = cuda_limits(!args.forward_only);
+      if (limits.head_dims.empty()) {
+        fmt::print(stderr, "fastattn check: --backend cuda: no head dim of this build runs on cuda:0\n");
+        return kExitUsage;
+      }
     }
+#endif
     int count = args.cases;
     if (args.quick) {
       count = std::min(count, 25);
@@ -137,7 +158,7 @@ int run_check(const CheckArgs& args, int argc, const char* const* argv) {
 
   harness::CheckOptions options;
   options.forward = !args.backward_only;
-  options.backward = !args.forward_only && backend != Backend::cuda;  // no CUDA backward yet
+  options.backward = !args.forward_only;
 
   const int n = static_cast<int>(cases.size());
   const int width = static_cast<int>(std::to_string(n).size());

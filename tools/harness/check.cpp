@@ -44,6 +44,7 @@ std::string TensorCheck::to_string() const {
   std::string s = std::string(pass ? "  ok   " : "  FAIL ") + name + ": max_abs/rel_fro " +
                   format_stats(backend) + " (bound " + format_stats(bound) + ", naive " +
                   format_stats(naive) + ")";
+  if (worst_row >= 0) s += " max_abs row " + std::to_string(worst_row);
   if (unwritten) s += " unwritten=" + std::to_string(unwritten);
   if (non_finite) s += " non_finite=" + std::to_string(non_finite);
   if (padding_clobbered) s += " padding_clobbered=" + std::to_string(padding_clobbered);
@@ -122,6 +123,11 @@ CheckReport check_case(const Case& c, Backend backend, const CheckOptions& optio
                                           c.dtype, d, false));
     report.tensors.push_back(judge_tensor("dv", data.dv, data.dv.values(), grad.dv, naive.dv, naive.dv_terms,
                                           c.dtype, d, false));
+  }
+  // A check that compared nothing proves nothing: it fails.
+  if (report.tensors.empty()) {
+    report.error = "checked no tensor (neither the forward nor the backward was requested)";
+    pass = false;
   }
   for (const TensorCheck& t : report.tensors) pass = pass && t.pass;
   report.pass = pass;

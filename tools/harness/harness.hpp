@@ -15,9 +15,15 @@
 //          floor = eps(dtype) * |ref| + 4 * sqrt(head_dim) * eps(f32) * |terms|
 //      i.e. one ulp of the output dtype plus a few f32 ulps per sqrt(D)-long dot product, taken
 //      relative to the sums of absolute terms (|terms| >= |ref|: a gradient that cancels to ~0
-//      still carries the rounding of its terms). |x| is max|x| for max-abs and ||x||_F for
-//      Frobenius; lse counts as f32 with terms max(1, |largest score|). The floor only matters
-//      where the naive error is zero or tiny by luck. NaN never passes (judge.hpp).
+//      still carries the rounding of its terms). |x| is ||x||_F for Frobenius, over the whole
+//      tensor; max-abs is judged per row (the head_dim values of one (token, head) of out, dq,
+//      dk, dv; one lse value), its error, naive error and |ref| maxima over that row (|terms|
+//      over the tensor: the f32 part of the floor), so the largest values of a tensor (e.g.
+//      the first rows of a causal output, which see one key) do not hide errors in its rows
+//      of small values; 16-bit rows also get half an ulp of their largest term sum (kernels
+//      may round P and dS to the dtype before the second product). lse counts as f32 with
+//      terms max(1, |largest score|). The floor only matters where the naive error is zero or
+//      tiny by luck. NaN never passes (judge.hpp).
 // The backward pass is fed the reference forward's out (rounded to the dtype) and lse (f32), so
 // a forward error does not hide or fake a backward one.
 #pragma once
@@ -98,6 +104,9 @@ struct TensorCheck {
   ErrorStats backend;     // the backend under test vs float64
   ErrorStats naive;       // the naive same-precision implementation vs float64
   ErrorStats bound;       // 2 * naive + floor
+  // max_abs of backend / naive / bound are those of this row (judge.hpp): the one with the
+  // largest error / bound; -1 for an empty tensor.
+  std::int64_t worst_row = -1;
   std::int64_t unwritten = 0;        // elements still holding the NaN poison
   std::int64_t non_finite = 0;       // other NaN / inf (lse: inf other than -inf on empty rows)
   std::int64_t padding_clobbered = 0;  // strided layouts: writes outside the view

@@ -23,9 +23,15 @@ ErrorStats error_of(const std::vector<double>& got, const std::vector<double>& r
 // absolute term sums (naive.hpp). For lse (is_lse), -inf must appear exactly where the oracle
 // has it. Sets every field of TensorCheck. The rule, with u = eps(dtype) (f32 for lse) and
 // c = 4 sqrt(head_dim) eps(f32):
-//   max|got - ref|   <= 2 max|naive - ref|   + u max|ref| + c max(terms)
-//   ||got - ref||_F  <= 2 ||naive - ref||_F  + u ||ref||  + c ||terms||_F
-// (relative Frobenius: both sides over ||ref||, or over 1 when ref is all zero).
+//   per row:  max|got - ref| <= 2 max|naive - ref| + u max|ref| + u16/2 max(terms)
+//                                + c max(|ref|, terms)
+//   tensor:   ||got - ref||_F <= 2 ||naive - ref||_F + u ||ref|| + c max(||ref||, ||terms||_F)
+// A row is the head_dim values of one (token, head) of out, dq, dk or dv, and one value of lse;
+// the first three maxima of the per-row rule are over that row only, the last over the whole
+// tensor (a few f32 ulps of its largest term sums: judge.cpp says why). u16 = u for f16 and
+// bf16 outputs, else 0: half an ulp per term, for kernels that round P and dS to the dtype. Relative Frobenius:
+// both sides over ||ref||, or over 1 when ref is all zero. TensorCheck's max-abs figures are
+// those of its worst row.
 TensorCheck judge_tensor(const char* name, const HostTensor& tensor, const std::vector<double>& got,
                          const std::vector<double>& ref, const std::vector<double>& naive,
                          const std::vector<double>& terms, DType dtype, std::int64_t head_dim,
