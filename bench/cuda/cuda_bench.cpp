@@ -91,7 +91,7 @@ std::vector<Point> points_for(const std::string& mode) {
     for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
       for (const std::int64_t b : {1, 16, 64})
         for (const std::int64_t sk : {4096, 8192, 32768, 65536, 131072})
-          if (2.0 * 2 * b * sk * hkv * 128 <= kMaxKvBytes)
+          if (4.0 * static_cast<double>(b * sk * hkv * 128) <= kMaxKvBytes)
             points.push_back({shape(b, 1, sk, h, hkv, 128, true), "decode"});
     return points;
   }

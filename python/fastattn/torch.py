@@ -25,7 +25,7 @@ import torch.utils.dlpack
 from torch import Tensor
 
 from . import _C
-from ._api import call_options, window_bounds
+from ._api import _BACKENDS, _enum, call_options, window_bounds
 
 __all__ = ["attention", "AttentionFunction", "merge_states"]
 

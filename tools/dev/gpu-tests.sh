@@ -83,6 +83,7 @@ if has python; then
   note "== waiting for the Python build"
   wait "$pybuild_pid"
   echo "python build rc=$?"
+  "$python" -c "import fastattn; print('python build_info cuda_devices:', fastattn.build_info()['cuda_devices'])"
   run python 150 bash -c "PYTHONUNBUFFERED=1 '$python' -m pytest -q -ra -p no:cacheprovider \
       tests/python/test_import_side_effects.py tests/python/test_merge_states.py \
       tests/python/test_torch.py tests/python/test_memory_cap.py tests/python/test_cuda_compare.py \
