@@ -314,8 +314,9 @@ def device_memory_limit() -> Tuple[int, str]:
 def build_info() -> Dict[str, Any]:
     """Build and machine facts: version, cuda_compiled, cpu_isas_compiled (kernels in this
     binary), cpu_isa_selected (what this CPU runs), cuda_archs_compiled, cuda_paths_compiled
-    (per-architecture kernel paths: sm80, and sm75 / sm70 where built), cuda_device_paths (the path
-    each GPU's calls take)."""
+    (per-architecture kernel paths: sm80, and sm75 / sm70 where built), cuda_head_dims (head dims
+    with CUDA kernels), cuda_devices (one line per GPU; empty without one), cuda_device_paths (the
+    path each GPU's calls take). It queries the devices, so it initialises CUDA."""
     return _C.build_info()
 
 

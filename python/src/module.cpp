@@ -137,6 +137,8 @@ nb::dict build_info_dict() {
   d["cpu_isa_selected"] = info.cpu_isa_selected;
   d["cuda_archs_compiled"] = info.cuda_archs_compiled;
   d["cuda_paths_compiled"] = info.cuda_paths_compiled;
+  d["cuda_head_dims"] = info.cuda_head_dims;
+  d["cuda_devices"] = info.cuda_devices;
   d["cuda_device_paths"] = info.cuda_device_paths;
   return d;
 }

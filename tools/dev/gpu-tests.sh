@@ -9,7 +9,8 @@
 #   libopenblas-pthread-dev libgtest-dev libgmock-dev)` here:
 #     carry ["build/debs"], command "bash tools/dev/gpu-tests.sh"
 #
-# Environment: STAGES (default "build ctest check python decode"), HEAD_DIMS (default 64;128),
+# Environment: STAGES (default "build ctest check python decode"), GTEST_FILTER (the ctest stage
+# runs only these GPU tests), HEAD_DIMS (default 64;128),
 # PYTHON (default /opt/torch/.venv/bin/python3 when it exists), BUDGET_S (default 570).
 # $OUT gets: summary.txt (the stages' status last), ctest-gpu.log, check.log, python.log,
 # decode.jsonl (fastattn and SDPA rows), build.log.
@@ -71,7 +72,11 @@ if has build; then
   tail -3 "$out/build.log"
 fi
 if has ctest; then
-  run ctest 240 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
+  if [ -n "${GTEST_FILTER:-}" ]; then  # a re-run of chosen tests instead of every gpu entry
+    run ctest 240 bash -c "'$build/tests/fastattn_gpu_tests' '--gtest_filter=$GTEST_FILTER' > '$out/ctest-gpu.log' 2>&1"
+  else
+    run ctest 240 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
+  fi
   tail -25 "$out/ctest-gpu.log"
 fi
 if has check; then
