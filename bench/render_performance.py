@@ -162,6 +162,10 @@ def render(result):
         from render_cuda import render_cuda_bench  # imported late: it imports this module
 
         return render_cuda_bench(result)
+    if result.get("kind") == "cuda_decode":
+        from render_decode import render_cuda_decode
+
+        return render_cuda_decode(result)
     raise SystemExit(f"render_performance: unknown result kind {result.get('kind')!r}")
 
 

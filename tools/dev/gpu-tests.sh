@@ -98,22 +98,7 @@ fi
 if has decode; then
   run decode 150 bash -c "'$build/bench/cuda/fastattn_cuda_bench' decode > '$out/decode.jsonl' 2>/dev/null;
     '$python' bench/cuda/sdpa_anchor.py decode --backends flash,cudnn --no-gemm >> '$out/decode.jsonl' 2>/dev/null"
-  "$python" - "$out/decode.jsonl" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-hbm = max((r.get("gbs", 0) for r in rows if r.get("kind") in ("hbm", "hbm_best")), default=0)
-print(f"copy bandwidth {hbm:.0f} GB/s")
-key = lambda r: (r["b"], r["h"], r["hkv"], r["sk"])
-fa = {key(r): r for r in rows if r.get("source") == "fastattn" and "ms" in r and not r.get("kind")}
-print("| b | h/hkv | kv | fastattn ms | GB/s | % copy | flash ms | cuDNN ms | vs cuDNN | kernel |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
-for k, r in sorted(fa.items()):
-    sd = {s["backend"]: s for s in rows if s.get("source") == "sdpa" and "ms" in s and key(s) == k}
-    fl, cu = sd.get("flash", {}).get("ms"), sd.get("cudnn", {}).get("ms")
-    print(f"| {k[0]} | {k[1]}/{k[2]} | {k[3]} | {r['ms']:.4f} | {r.get('kv_gbs', 0):.0f} | "
-          f"{100 * r.get('kv_gbs', 0) / hbm if hbm else 0:.0f} | {fl or 0:.4f} | {cu or 0:.4f} | "
-          f"{(cu / r['ms']) if cu else 0:.2f}x | {r.get('kernel', '')} |")
-EOF
+  "$python" bench/render_decode.py "$out/decode.jsonl" --json "$out/cuda_decode.json"
 fi
 echo
 echo "== stages"
