@@ -17,6 +17,8 @@ import math
 import pathlib
 import sys
 
+from render_performance import table  # the same markdown tables as docs/performance.md
+
 CUDA_ANCHORS = ("flash", "cudnn", "efficient")
 
 
@@ -24,13 +26,6 @@ def fmt(value, digits=1):
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value:.{digits}f}"
-
-
-def table(headers, rows, right=()):
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def cpu_rows(result):

@@ -11,56 +11,24 @@
 #include <utility>
 #include <vector>
 
+#include "api/view_checks.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn {
 namespace {
 
-[[noreturn]] void fail(const std::string& arg, const std::string& expected,
-                       const std::string& actual) {
-  throw Error(ErrorCode::invalid_argument, arg + ": expected " + expected + ", got " + actual);
+[[noreturn]] void fail(const std::string& arg, const std::string& expected, const std::string& actual) {
+  fail_argument(arg, expected, actual);
 }
 
 std::string str(std::int64_t x) { return std::to_string(x); }
 
 constexpr std::int64_t kMaxIndex32 = std::numeric_limits<std::int32_t>::max();
 
-// The byte range [begin, end) a view can touch; end == begin for an empty view.
-struct Span {
-  std::uintptr_t begin = 0, end = 0;
-};
-
-Span byte_span(const TensorView& t) {
-  if (t.numel() == 0) return {};
-  // Largest element offset; overflow was ruled out by check_view.
-  std::int64_t last = 0;
-  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
-  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
-  return {base, base + static_cast<std::uintptr_t>(last + 1) * dtype_size(t.dtype)};
-}
-
 // Structural checks shared by every tensor argument.
 void check_view(const TensorView& t, const std::string& name, int rank) {
   if (t.rank != rank) fail(name, "rank " + std::to_string(rank), "rank " + std::to_string(t.rank) + " " + t.shape_string());
-  std::int64_t elements = 1;
-  std::int64_t last_offset = 0;
-  for (int d = 0; d < rank; ++d) {
-    if (t.shape[d] < 0) fail(name, "non-negative sizes", t.shape_string());
-    if (t.stride[d] < 0) {
-      fail(name, "non-negative strides", "stride[" + std::to_string(d) + "] = " + str(t.stride[d]));
-    }
-    std::int64_t term = 0;
-    if (__builtin_mul_overflow(elements, t.shape[d], &elements) ||
-        (t.shape[d] > 0 && __builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &term)) ||
-        __builtin_add_overflow(last_offset, term, &last_offset)) {
-      fail(name, "sizes and strides whose element offsets fit in 64 bits", t.shape_string());
-    }
-  }
-  std::int64_t last_byte = 0;
-  if (__builtin_mul_overflow(last_offset + 1, static_cast<std::int64_t>(dtype_size(t.dtype)), &last_byte)) {
-    fail(name, "a byte extent that fits in 64 bits", t.shape_string());
-  }
-  if (elements > 0 && t.data == nullptr) fail(name, "a non-null data pointer", "nullptr");
+  check_view_layout(t, name);
 }
 
 void check_dtype(const TensorView& t, const std::string& name, DType expected) {
@@ -88,7 +56,7 @@ void check_shape(const TensorView& t, const std::string& name, const std::vector
 // Outputs must not share memory with anything else in the call.
 void check_no_overlap(const TensorView& out, const std::string& out_name, const TensorView& other,
                       const std::string& other_name) {
-  const Span a = byte_span(out), b = byte_span(other);
+  const ByteSpan a = byte_span(out), b = byte_span(other);
   if (a.begin == a.end || b.begin == b.end) return;
   if (a.begin < b.end && b.begin < a.end) {
     fail(out_name, "memory that does not overlap " + other_name, "an overlapping range");

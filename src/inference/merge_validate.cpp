@@ -1,7 +1,7 @@
 // merge_validate.cpp — every check on a merge_states call, in one place.
 //
-// The structural view checks repeat those of src/api/validate.cpp (kept apart there in an
-// anonymous namespace); the messages follow the same pattern, so a caller reads one style.
+// The structural view checks are the attention calls' own (src/api/view_checks.hpp), so a
+// caller reads one style of message.
 #include "inference/merge_validate.hpp"
 
 #include <cstdint>
@@ -9,13 +9,14 @@
 #include <utility>
 #include <vector>
 
+#include "api/view_checks.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn {
 namespace {
 
 [[noreturn]] void fail(const std::string& arg, const std::string& expected, const std::string& actual) {
-  throw Error(ErrorCode::invalid_argument, arg + ": expected " + expected + ", got " + actual);
+  fail_argument(arg, expected, actual);
 }
 
 std::string str(std::int64_t x) { return std::to_string(x); }
@@ -27,36 +28,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return t.shape_string();
 }
 
-// Sizes and strides non-negative, offsets within 64 bits, data non-null when not empty.
-void check_view(const TensorView& t, const std::string& name) {
-  std::int64_t elements = 1, last_offset = 0, term = 0;
-  for (int d = 0; d < t.rank; ++d) {
-    if (t.shape[d] < 0) fail(name, "non-negative sizes", t.shape_string());
-    if (t.stride[d] < 0) fail(name, "non-negative strides", "stride[" + std::to_string(d) + "] = " + str(t.stride[d]));
-    if (__builtin_mul_overflow(elements, t.shape[d], &elements) ||
-        (t.shape[d] > 0 && __builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &term)) ||
-        __builtin_add_overflow(last_offset, t.shape[d] > 0 ? term : 0, &last_offset)) {
-      fail(name, "sizes and strides whose element offsets fit in 64 bits", t.shape_string());
-    }
-  }
-  std::int64_t last_byte = 0;
-  if (__builtin_mul_overflow(last_offset + 1, static_cast<std::int64_t>(dtype_size(t.dtype)), &last_byte)) {
-    fail(name, "a byte extent that fits in 64 bits", t.shape_string());
-  }
-  if (elements > 0 && t.data == nullptr) fail(name, "a non-null data pointer", "nullptr");
-}
-
-// The byte range [begin, end) a view can touch; empty for an empty view.
-struct Span {
-  std::uintptr_t begin = 0, end = 0;
-};
-Span byte_span(const TensorView& t) {
-  if (t.numel() == 0) return {};
-  std::int64_t last = 0;
-  for (int d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.stride[d];
-  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
-  return {base, base + static_cast<std::uintptr_t>(last + 1) * dtype_size(t.dtype)};
-}
 
 bool same_view(const TensorView& a, const TensorView& b) {
   if (a.data != b.data || a.dtype != b.dtype || a.rank != b.rank) return false;
@@ -67,7 +38,7 @@ bool same_view(const TensorView& a, const TensorView& b) {
 }
 
 bool overlaps(const TensorView& a, const TensorView& b) {
-  const Span x = byte_span(a), y = byte_span(b);
+  const ByteSpan x = byte_span(a), y = byte_span(b);
   return x.begin != x.end && y.begin != y.end && x.begin < y.end && y.begin < x.end;
 }
 
@@ -110,7 +81,7 @@ void check_writable(const TensorView& t, const std::string& name) {
 // out_b and out: out_a's rank, dtype, device and shape, head_dim contiguous.
 void check_out_like(const TensorView& t, const std::string& name, const TensorView& out_a) {
   if (t.rank != out_a.rank) fail(name, "rank " + std::to_string(out_a.rank) + " (as out_a)", "rank " + std::to_string(t.rank) + " " + t.shape_string());
-  check_view(t, name);
+  check_view_layout(t, name);
   if (t.dtype != out_a.dtype) fail(name, std::string("dtype ") + to_string(out_a.dtype) + " (as out_a)", std::string("dtype ") + to_string(t.dtype));
   if (t.device != out_a.device) fail(name, "device " + to_string(out_a.device) + " (the device of out_a)", "device " + to_string(t.device));
   for (int d = 0; d < t.rank; ++d) {
@@ -127,7 +98,7 @@ LseOperand check_lse(const TensorView& t, const std::string& name, const TensorV
   if (t.rank != static_cast<int>(shape.size())) {
     fail(name, "rank " + std::to_string(shape.size()) + " " + layout, "rank " + std::to_string(t.rank) + " " + t.shape_string());
   }
-  check_view(t, name);
+  check_view_layout(t, name);
   if (t.dtype != DType::f32) fail(name, "dtype f32", std::string("dtype ") + to_string(t.dtype));
   if (t.device != out_a.device) fail(name, "device " + to_string(out_a.device) + " (the device of out_a)", "device " + to_string(t.device));
   for (int d = 0; d < t.rank; ++d) {
@@ -165,7 +136,7 @@ MergeProblem validate_merge(const TensorView& out_a, const TensorView& lse_a, co
     fail("out_a", "rank 4 [batch, seqlen_q, num_heads, head_dim] or rank 3 [total_q, num_heads, head_dim] (varlen)",
          "rank " + std::to_string(out_a.rank) + " " + out_a.shape_string());
   }
-  check_view(out_a, "out_a");
+  check_view_layout(out_a, "out_a");
   if (out_a.dtype != DType::f32 && out_a.dtype != DType::f16 && out_a.dtype != DType::bf16) {
     fail("out_a", "dtype f32, f16 or bf16", std::string("dtype ") + to_string(out_a.dtype));
   }
