@@ -245,9 +245,9 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.block_q = t.block_q;
   c.block_k = t.block_k;
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
-  const cpu::Bf16Dot dot = direction == Direction::forward && amx == cpu::amx::AmxMode::off
-                               ? cpu::forward_bf16_dot(isa, p.dtype)
-                               : cpu::Bf16Dot::off;
+  // (read even when AMX runs, so that a bad FASTATTN_CPU_BF16_DOT is an error either way)
+  cpu::Bf16Dot dot = direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
+  if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;
   std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
   if (amx == cpu::amx::AmxMode::emulated) variant = std::string(cpu::amx::Emulated::kName) + ".";
   c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + variant + to_string(p.dtype) + ".d" +
@@ -255,7 +255,8 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.reason = direction == Direction::forward
                  ? "widest ISA on this CPU; threads over (batch, head, query block)"
                  : "widest ISA on this CPU; threads over (batch, kv head, key block)";
-  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16) {
+  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16 &&
+      amx == cpu::amx::AmxMode::off) {
     const double ratio = cpu::bf16_dot_speed_ratio();
     c.reason += dot == cpu::Bf16Dot::native ? "; bf16 pairs on vdpbf16ps" : "; f32 kernel";
     c.reason += fmt_ratio(ratio);
