@@ -119,6 +119,12 @@ inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, st
   return kv;
 }
 
+// GCC 12 reports _mm512_undefined_ps() inside _mm512_max_ps as used uninitialized once
+// inlined into softmax_group's register arrays (a false positive: the instruction ignores it).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 template <class V, class Engine>
 struct AmxOperands {
   using Kv = AmxKv;
@@ -186,57 +192,115 @@ struct AmxOperands {
                            reinterpret_cast<const std::uint32_t*>(s.pairs), cols, sb.acc, cols, true);
   }
 
-  // For each column vector: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
+  // For each query column: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
   // l = alpha l + sum_j p_j (as online_softmax_update), with P written as bf16 pairs:
   // pairs[r * cols + i] = (P(2r - shift, i), P(2r + 1 - shift, i)), rows outside [0, kn) = 0.
   // Returns whether any alpha differs from 1 (O needs rescaling).
+  // Column groups of up to kGroup vectors keep their statistics in registers while both passes
+  // stream through the tile row by row (the tile is 32-96 KiB: sequential rows keep the
+  // prefetchers ahead where a column-at-a-time walk missed L1).
+  static constexpr int kGroup = 6;
   static bool softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
                                std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha,
                                std::uint32_t* pairs) {
+    constexpr int W = V::kWidth;
+    bool moved = false;
+    for (std::int64_t c0 = 0; c0 < cols; c0 += kGroup * W) {
+      const std::int64_t nv = std::min<std::int64_t>(kGroup, (cols - c0) / W);
+      const float* sc = scores + c0;
+      float* out = reinterpret_cast<float*>(pairs) + c0;
+      switch (nv) {
+        case 6: moved |= softmax_group<6>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+        case 5: moved |= softmax_group<5>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+        case 4: moved |= softmax_group<4>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+        case 3: moved |= softmax_group<3>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+        case 2: moved |= softmax_group<2>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+        default: moved |= softmax_group<1>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+      }
+    }
+    return moved;
+  }
+
+  // 2^x for the softmax: simd::exp2, or on AVX-512 the same polynomial scaled by vscalefps
+  // (fewer instructions; x <= -160 gives exactly 0, so masked keys weigh 0 and rows that saw
+  // no key keep l = 0).
+  static typename V::vec exp2_fast(typename V::vec x) {
+#if defined(__AVX512F__)
+    if constexpr (V::kWidth == 16) {
+      x = V::max(x, V::set1(-160.0f));  // also maps NaN to -160
+      // (the masked forms: GCC 12's unmasked ones warn about their undefined source operand)
+      const __m512 n = _mm512_mask_roundscale_ps(x, 0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 f = _mm512_sub_ps(x, n);
+      __m512 q = _mm512_set1_ps(1.326471882e-03f);
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.671513746e-03f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.550733776e-02f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.402224206e-01f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931469776e-01f));
+      const __m512 pf = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0f));
+      return _mm512_mask_scalef_ps(pf, 0xffff, pf, n);
+    }
+#endif
+    return simd::exp2<V>(x);
+  }
+
+  template <int NV>
+  static bool softmax_group(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+                            std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha, float* out) {
     using vec = typename V::vec;
     constexpr int W = V::kWidth;
     const vec neg_inf = V::set1(-std::numeric_limits<float>::infinity());
     const vec sv = V::set1(scale);
-    const vec one = V::set1(1.0f);
+    vec mx[NV], neg_m[NV], sum[NV];
+    for (int v = 0; v < NV; ++v) mx[v] = neg_inf;
+    for (std::int64_t j = 0; j < kn; ++j) {
+      const float* row = scores + j * cols;
+      for (int v = 0; v < NV; ++v) mx[v] = V::max(mx[v], V::load(row + v * W));
+    }
     bool moved = false;
-    for (std::int64_t c0 = 0; c0 < cols; c0 += W) {
-      vec mx = neg_inf;
-      for (std::int64_t j = 0; j < kn; ++j) mx = V::max(mx, V::load(scores + j * cols + c0));
-      const vec m_old = V::load(row_max + c0);
-      const vec m_new = V::max(m_old, V::mul(mx, sv));
+    for (int v = 0; v < NV; ++v) {
+      const vec m_old = V::load(row_max + v * W);
+      const vec m_new = V::max(m_old, V::mul(mx[v], sv));
       const vec m_use = V::select_eq(m_new, neg_inf, V::zero(), m_new);
-      const vec neg_m = V::sub(V::zero(), m_use);
-      vec sum0 = V::zero(), sum1 = V::zero();
-      auto* out = reinterpret_cast<float*>(pairs) + c0;
-      std::int64_t r = 0;
-      if (shift) {  // pair 0 = (0, score row 0)
-        const vec hi = simd::exp2<V>(V::fmadd(V::load(scores + c0), sv, neg_m));
-        sum1 = V::add(sum1, hi);
-        V::store(out, V::pack_pairs(V::zero(), hi));
-        r = 1;
-      }
-      for (; 2 * r + 1 - shift < kn; ++r) {  // both keys in the tile
-        const float* lo_row = scores + (2 * r - shift) * cols + c0;
-        const vec lo = simd::exp2<V>(V::fmadd(V::load(lo_row), sv, neg_m));
-        const vec hi = simd::exp2<V>(V::fmadd(V::load(lo_row + cols), sv, neg_m));
-        sum0 = V::add(sum0, lo);
-        sum1 = V::add(sum1, hi);
-        V::store(out + r * cols, V::pack_pairs(lo, hi));
-      }
-      if (r < n16 && 2 * r - shift < kn) {  // an odd last key: (row, 0)
-        const vec lo = simd::exp2<V>(V::fmadd(V::load(scores + (2 * r - shift) * cols + c0), sv, neg_m));
-        sum0 = V::add(sum0, lo);
-        V::store(out + r * cols, V::pack_pairs(lo, V::zero()));
-        ++r;
-      }
-      for (; r < n16; ++r) V::store(out + r * cols, V::zero());
-      const vec a = simd::exp2<V>(V::sub(m_old, m_use));
-      V::store(alpha + c0, a);
-      V::store(row_sum + c0, V::fmadd(a, V::load(row_sum + c0), V::add(sum0, sum1)));
-      V::store(row_max + c0, m_new);
+      neg_m[v] = V::sub(V::zero(), m_use);
+      const vec a = exp2_fast(V::sub(m_old, m_use));
+      V::store(alpha + v * W, a);
+      V::store(row_max + v * W, m_new);
       alignas(64) float lanes[W];
-      V::store(lanes, V::sub(a, one));
-      for (int i = 0; i < W; ++i) moved |= lanes[i] != 0.0f;
+      V::store(lanes, a);
+      for (int i = 0; i < W; ++i) moved |= lanes[i] != 1.0f;
+      sum[v] = V::zero();
+    }
+    std::int64_t r = 0;
+    if (shift) {  // pair 0 = (key before the tile: 0, score row 0)
+      for (int v = 0; v < NV; ++v) {
+        const vec hi = exp2_fast(V::fmadd(V::load(scores + v * W), sv, neg_m[v]));
+        sum[v] = V::add(sum[v], hi);
+        V::store(out + v * W, V::pack_pairs(V::zero(), hi));
+      }
+      r = 1;
+    }
+    for (; 2 * r + 1 - shift < kn; ++r) {  // both keys in the tile
+      const float* lo_row = scores + (2 * r - shift) * cols;
+      for (int v = 0; v < NV; ++v) {
+        const vec lo = exp2_fast(V::fmadd(V::load(lo_row + v * W), sv, neg_m[v]));
+        const vec hi = exp2_fast(V::fmadd(V::load(lo_row + cols + v * W), sv, neg_m[v]));
+        sum[v] = V::add(sum[v], V::add(lo, hi));
+        V::store(out + r * cols + v * W, V::pack_pairs(lo, hi));
+      }
+    }
+    if (r < n16 && 2 * r - shift < kn) {  // an odd last key: (row, 0)
+      for (int v = 0; v < NV; ++v) {
+        const vec lo = exp2_fast(V::fmadd(V::load(scores + (2 * r - shift) * cols + v * W), sv, neg_m[v]));
+        sum[v] = V::add(sum[v], lo);
+        V::store(out + r * cols + v * W, V::pack_pairs(lo, V::zero()));
+      }
+      ++r;
+    }
+    for (; r < n16; ++r) {
+      for (int v = 0; v < NV; ++v) V::store(out + r * cols + v * W, V::zero());
+    }
+    for (int v = 0; v < NV; ++v) {
+      V::store(row_sum + v * W, V::fmadd(V::load(alpha + v * W), V::load(row_sum + v * W), sum[v]));
     }
     return moved;
   }
@@ -265,6 +329,9 @@ struct AmxOperands {
     write_output_rows<V>(p, rows, b, h, sb.q0, sb.rows);
   }
 };
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace FASTATTN_SIMD_NAMESPACE
 }  // namespace fastattn::cpu::forward_detail
