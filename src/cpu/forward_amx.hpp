@@ -66,6 +66,76 @@ struct AmxPlan {
   }
 };
 
+#if defined(__AVX512BW__)
+// r[i] = row i of a 16 x 16 matrix of 32-bit words -> r[c] = column c.
+inline void transpose_words_16x16(__m512i* r) {
+  __m512i t[16], u[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4g + m]: lane L holds column 4L + m of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // v[m] (rows 0-7) and v[8 + m] (rows 8-15): lanes (col m rows 0-3, col m + 8 rows 0-3,
+  // col m rows 4-7, col m + 8 rows 4-7) for m < 4; m >= 4: columns m - 4 + 4, m - 4 + 12.
+  __m512i v[16];
+  for (int m = 0; m < 4; ++m) {
+    v[m] = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
+    v[4 + m] = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
+    v[8 + m] = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
+    v[12 + m] = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
+  }
+  for (int m = 0; m < 8; ++m) {
+    r[m] = _mm512_shuffle_i32x4(v[m], v[8 + m], 0x88);
+    r[m + 8] = _mm512_shuffle_i32x4(v[m], v[8 + m], 0xdd);
+  }
+}
+#endif
+
+// V^T columns [t0, t0 + n) of one head: vt[c * ld + i] = rows[i][c] for c < d (a multiple of
+// 32), n <= 32. With AVX-512 a full block of 32 tokens goes through registers, 32 dims at a
+// time: token pairs interleaved into 32-bit words (vpermt2w), then a 16 x 16 transpose of
+// those words, whose rows are 32 consecutive tokens of one dim; else element by element.
+inline void transpose_v_block(const std::uint16_t* const* rows, std::int64_t n, std::int64_t d, std::uint16_t* vt,
+                              std::int64_t ld) {
+#if defined(__AVX512BW__)
+  if (n == 32) {
+    alignas(64) std::uint16_t lo_idx[32], hi_idx[32];
+    for (int i = 0; i < 16; ++i) {
+      lo_idx[2 * i] = static_cast<std::uint16_t>(i);
+      lo_idx[2 * i + 1] = static_cast<std::uint16_t>(32 + i);
+      hi_idx[2 * i] = static_cast<std::uint16_t>(16 + i);
+      hi_idx[2 * i + 1] = static_cast<std::uint16_t>(48 + i);
+    }
+    const __m512i lo_sel = _mm512_load_si512(lo_idx), hi_sel = _mm512_load_si512(hi_idx);
+    for (std::int64_t c0 = 0; c0 < d; c0 += 32) {
+      __m512i w_lo[16], w_hi[16];  // word (pair u, dim c0 + c): c < 16 in w_lo, else w_hi
+      for (int u = 0; u < 16; ++u) {
+        const __m512i a = _mm512_loadu_si512(rows[2 * u] + c0);
+        const __m512i b = _mm512_loadu_si512(rows[2 * u + 1] + c0);
+        w_lo[u] = _mm512_permutex2var_epi16(a, lo_sel, b);
+        w_hi[u] = _mm512_permutex2var_epi16(a, hi_sel, b);
+      }
+      transpose_words_16x16(w_lo);
+      transpose_words_16x16(w_hi);
+      for (int c = 0; c < 16; ++c) {
+        _mm512_storeu_si512(vt + (c0 + c) * ld, w_lo[c]);
+        _mm512_storeu_si512(vt + (c0 + 16 + c) * ld, w_hi[c]);
+      }
+    }
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t c = 0; c < d; ++c) vt[c * ld + i] = rows[i][c];
+  }
+}
+
 // Copies K rows and V^T of KV heads [head_begin, head_end) into packed. Tokens that belong to
 // no sequence (varlen) and the pad are zero. Called by every thread of a parallel region.
 inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, std::int64_t head_end, void* packed) {
@@ -79,12 +149,14 @@ inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, st
   const bool varlen = p.is_varlen();
   constexpr std::int64_t kBlock = 32;  // tokens per V^T block: 64-byte runs per row
   const std::int64_t blocks = (ld + kBlock - 1) / kBlock;
+  static const std::uint16_t kZeroRow[256] = {};  // head_dim <= 256
 #pragma omp for schedule(static)
   for (std::int64_t blk = 0; blk < blocks; ++blk) {
     const std::int64_t t0 = blk * kBlock, t1 = std::min(ld, t0 + kBlock);
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::int64_t kh = head_begin + h;
-      std::uint16_t* vt_head = vt_dst + h * d * ld;
+      // V row of each token of the block (kZeroRow outside every sequence and in the pad).
+      const std::uint16_t* v_rows[kBlock];
       for (std::int64_t t = t0; t < t1; ++t) {
         std::uint16_t* k_row = k_dst + (h * ld + t) * d;
         std::int64_t b = -1, j = t;
@@ -102,13 +174,13 @@ inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, st
         }
         if (b < 0) {
           std::memset(k_row, 0, static_cast<std::size_t>(d) * 2);
-          for (std::int64_t c = 0; c < d; ++c) vt_head[c * ld + t] = 0;
+          v_rows[t - t0] = kZeroRow;
           continue;
         }
         std::memcpy(k_row, k_src + p.offset_k(p.k, b, j, kh), static_cast<std::size_t>(d) * 2);
-        const std::uint16_t* v_row = v_src + p.offset_k(p.v, b, j, kh);
-        for (std::int64_t c = 0; c < d; ++c) vt_head[c * ld + t] = v_row[c];
+        v_rows[t - t0] = v_src + p.offset_k(p.v, b, j, kh);
       }
+      transpose_v_block(v_rows, t1 - t0, d, vt_dst + h * d * ld + t0, ld);
     }
   }
   AmxKv kv;
