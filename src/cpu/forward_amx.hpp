@@ -217,6 +217,19 @@ struct AmxOperands {
     const std::int64_t d2 = p.head_dim / 2;
     const auto* q = static_cast<const std::uint16_t*>(p.q.data);
     auto* out = reinterpret_cast<std::uint32_t*>(panels);
+#if defined(__AVX512BW__)
+    // 16 queries x 16 words at a time through registers (d2 and cols are multiples of 16).
+    for (std::int64_t i0 = 0; i0 < cols; i0 += 16) {
+      const std::uint16_t* q_rows[16];
+      for (int i = 0; i < 16; ++i) q_rows[i] = i0 + i < rows ? q + p.offset_q(p.q, b, q0 + i0 + i, h) : nullptr;
+      for (std::int64_t r0 = 0; r0 < d2; r0 += 16) {
+        __m512i w[16];
+        for (int i = 0; i < 16; ++i) w[i] = q_rows[i] ? _mm512_loadu_si512(q_rows[i] + 2 * r0) : _mm512_setzero_si512();
+        transpose_words_16x16(w);
+        for (int r = 0; r < 16; ++r) _mm512_storeu_si512(out + (r0 + r) * cols + i0, w[r]);
+      }
+    }
+#else
     for (std::int64_t i = 0; i < cols; ++i) {
       if (i < rows) {
         std::uint32_t row[kMaxWords];
@@ -226,6 +239,7 @@ struct AmxOperands {
         for (std::int64_t r = 0; r < d2; ++r) out[r * cols + i] = 0;
       }
     }
+#endif
   }
   static constexpr std::int64_t kMaxWords = 128;  // head_dim <= 256
 
@@ -255,9 +269,9 @@ struct AmxOperands {
     // ---- online softmax, P^T packed as key pairs (k_first + 2r, + 1) for r < n16.
     const std::int64_t shift = k_lo & 1, k_first = k_lo - shift;
     const std::int64_t n16 = round_up((kn + shift + 1) / 2, 16);
-    const bool moved = softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha,
+    const std::uint64_t moved = softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha,
                                         reinterpret_cast<std::uint32_t*>(s.pairs));
-    if (moved) rescale(sb.acc, d, cols, sb.alpha);
+    if (moved) rescale(sb.acc, d, cols, sb.alpha, moved);
 
     // ---- O^T (d, cols) += V^T_tile (d, 2 n16) P^T pairs (n16, cols)
     amx::gemm_bf16<Engine>(d, cols, 2 * n16, kv.vt_col(p, b, k_first, kv_head), kv.ld,
@@ -267,27 +281,29 @@ struct AmxOperands {
   // For each query column: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
   // l = alpha l + sum_j p_j (as online_softmax_update), with P written as bf16 pairs:
   // pairs[r * cols + i] = (P(2r - shift, i), P(2r + 1 - shift, i)), rows outside [0, kn) = 0.
-  // Returns whether any alpha differs from 1 (O needs rescaling).
+  // Returns which column vectors (bit c / kWidth) have an alpha other than 1 (O^T to rescale).
   // Column groups of up to kGroup vectors keep their statistics in registers while both passes
   // stream through the tile row by row (the tile is 32-96 KiB: sequential rows keep the
   // prefetchers ahead where a column-at-a-time walk missed L1).
   static constexpr int kGroup = 6;
-  static bool softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+  static std::uint64_t softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
                                std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha,
                                std::uint32_t* pairs) {
     constexpr int W = V::kWidth;
-    bool moved = false;
+    std::uint64_t moved = 0;
     for (std::int64_t c0 = 0; c0 < cols; c0 += kGroup * W) {
+      const std::int64_t bit = c0 / W;  // beyond 64 vectors: every vector counts as moved
+      const auto set = [&](std::uint64_t m) { moved |= bit + kGroup <= 64 ? m << bit : ~std::uint64_t{0}; };
       const std::int64_t nv = std::min<std::int64_t>(kGroup, (cols - c0) / W);
       const float* sc = scores + c0;
       float* out = reinterpret_cast<float*>(pairs) + c0;
       switch (nv) {
-        case 6: moved |= softmax_group<6>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
-        case 5: moved |= softmax_group<5>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
-        case 4: moved |= softmax_group<4>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
-        case 3: moved |= softmax_group<3>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
-        case 2: moved |= softmax_group<2>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
-        default: moved |= softmax_group<1>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out); break;
+        case 6: set(softmax_group<6>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 5: set(softmax_group<5>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 4: set(softmax_group<4>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 3: set(softmax_group<3>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 2: set(softmax_group<2>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        default: set(softmax_group<1>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
       }
     }
     return moved;
@@ -316,7 +332,7 @@ struct AmxOperands {
   }
 
   template <int NV>
-  static bool softmax_group(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+  static std::uint64_t softmax_group(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
                             std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha, float* out) {
     using vec = typename V::vec;
     constexpr int W = V::kWidth;
@@ -328,7 +344,7 @@ struct AmxOperands {
       const float* row = scores + j * cols;
       for (int v = 0; v < NV; ++v) mx[v] = V::max(mx[v], V::load(row + v * W));
     }
-    bool moved = false;
+    std::uint64_t moved = 0;
     for (int v = 0; v < NV; ++v) {
       const vec m_old = V::load(row_max + v * W);
       const vec m_new = V::max(m_old, V::mul(mx[v], sv));
@@ -339,7 +355,9 @@ struct AmxOperands {
       V::store(row_max + v * W, m_new);
       alignas(64) float lanes[W];
       V::store(lanes, a);
-      for (int i = 0; i < W; ++i) moved |= lanes[i] != 1.0f;
+      bool any = false;
+      for (int i = 0; i < W; ++i) any |= lanes[i] != 1.0f;
+      moved |= static_cast<std::uint64_t>(any) << v;
       sum[v] = V::zero();
     }
     std::int64_t r = 0;
@@ -377,12 +395,14 @@ struct AmxOperands {
     return moved;
   }
 
-  // O^T row c *= alpha (lane-wise over the columns).
-  static void rescale(float* acc, std::int64_t d, std::int64_t cols, const float* alpha) {
+  // O^T row c *= alpha (lane-wise over the columns), in the column vectors of `moved`.
+  static void rescale(float* acc, std::int64_t d, std::int64_t cols, const float* alpha, std::uint64_t moved) {
     constexpr int W = V::kWidth;
     for (std::int64_t c = 0; c < d; ++c) {
       float* row = acc + c * cols;
-      for (std::int64_t i = 0; i < cols; i += W) V::store(row + i, V::mul(V::load(row + i), V::load(alpha + i)));
+      for (std::int64_t i = 0; i < cols; i += W) {
+        if (i / W >= 64 || ((moved >> (i / W)) & 1u)) V::store(row + i, V::mul(V::load(row + i), V::load(alpha + i)));
+      }
     }
   }
 
