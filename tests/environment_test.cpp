@@ -41,8 +41,7 @@ struct TinyForward {
 
 TEST(Environment, NamesEveryVariable) {
   const std::vector<std::string> names = {"FASTATTN_CPU_ISA",         "FASTATTN_CPU_BF16_DOT",
-                                          "FASTATTN_CUDA_PATH",       "FASTATTN_CUDA_NUM_SPLITS",
-                                          "FASTATTN_CUDA_BWD_BLOCKS", "FASTATTN_CUDA_BWD_TAIL_SPLIT",
+                                          "FASTATTN_CPU_AMX",         "FASTATTN_CUDA_PATH",       "FASTATTN_CUDA_NUM_SPLITS",  "FASTATTN_CUDA_BWD_BLOCKS", "FASTATTN_CUDA_BWD_TAIL_SPLIT",
                                           "FASTATTN_DEVICE_MEMORY_LIMIT"};
   ASSERT_EQ(names.size(), kEnvVarCount);
   for (std::size_t i = 0; i < kEnvVarCount; ++i) {
@@ -82,7 +81,7 @@ TEST(Environment, ABadValueIsAnErrorOfTheFirstCallNotOfTheReload) {
     EXPECT_NO_THROW(reload_environment());
     TinyForward call;
     expect_error([&] { call.run(); }, ErrorCode::invalid_argument,
-                 "FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, got 'bogus'");
+                 "FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, amx, got 'bogus'");
     expect_error([&] { call.run(); }, ErrorCode::invalid_argument, "FASTATTN_CPU_ISA");  // every call
   }
   TinyForward call;

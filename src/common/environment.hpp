@@ -20,13 +20,14 @@ namespace fastattn {
 enum class EnvVar {
   cpu_isa,              // FASTATTN_CPU_ISA            src/cpu/isa.cpp
   cpu_bf16_dot,         // FASTATTN_CPU_BF16_DOT       src/cpu/isa.cpp
+  cpu_amx,              // FASTATTN_CPU_AMX            src/cpu/amx.cpp
   cuda_path,            // FASTATTN_CUDA_PATH          src/cuda/forward_path.hpp
   cuda_num_splits,      // FASTATTN_CUDA_NUM_SPLITS    src/cuda/flash_fwd/heuristics.hpp
   cuda_bwd_blocks,      // FASTATTN_CUDA_BWD_BLOCKS    src/cuda/flash_bwd/plan.hpp
   cuda_bwd_tail_split,  // FASTATTN_CUDA_BWD_TAIL_SPLIT src/cuda/flash_bwd/plan.hpp
   device_memory_limit,  // FASTATTN_DEVICE_MEMORY_LIMIT src/api/device_memory.cpp
 };
-inline constexpr std::size_t kEnvVarCount = 7;
+inline constexpr std::size_t kEnvVarCount = 8;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;
