@@ -242,6 +242,19 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   const cpu::Bf16Dot dot =
       direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
   const std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  if (direction == Direction::forward) {
+    // Short queries over a long cache: the decode kernel (cpu_backend.hpp, decode_plan).
+    const cpu::DecodePlan decode = cpu::decode_plan(p, isa, c.num_threads);
+    if (decode.use) {
+      const std::string dot_name = decode.dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(decode.dot)) + ".";
+      c.kernel = "cpu.decode." + c.isa + "." + dot_name + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+                 ".gqa" + std::to_string(p.group_size()) + ".split" + std::to_string(decode.splits);
+      c.block_q = static_cast<int>(decode.rows);
+      c.block_k = static_cast<int>(decode.block_k);
+      c.reason = decode.reason;
+      return c;
+    }
+  }
   c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + variant + to_string(p.dtype) + ".d" +
              std::to_string(p.head_dim);
   c.reason = direction == Direction::forward

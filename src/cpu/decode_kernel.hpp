@@ -1,0 +1,416 @@
+// decode_kernel.hpp — the CPU decode kernel: a few query tokens over a long KV cache.
+//
+// The prefill kernel (forward_kernel.hpp) spends its effort on query blocks: for decode it
+// pads one query row to a whole micro-tile, reads K/V once per query head, and converts the
+// whole cache to f32 first. Here the unit of work is (sequence b, KV head, row chunk, key split)
+// (decode_plan, cpu_backend.hpp), and inside it:
+//   rows: the query heads sharing the KV head x the query tokens, packed into one tile
+//         row r = chunk * plan.rows + i  ->  token t = r / group, head h = kv_head * group + r % group
+//         Q: (rows, dp) f32, or bf16 pairs for vdpbf16ps      dp = head_dim rounded up to 32
+//   keys: the split's part of [key_begin(first token), key_end(last token)), in tiles of block_k:
+//         K tile: f32 rows staged in L1 (dp floats apart), or read in place as bf16 pairs
+//         V tile: f32 rows staged in L1
+//         S (rows, kn) = Q K^T: per row, kWidth keys at a time, each key one accumulator vector,
+//                       reduced by V::transpose_sum into one vector of kWidth scores
+//         online softmax per row (scores in log2 units, each row's own causal/window interval)
+//         O (rows, dp) += P V: register blocks of 4 rows x up to 64 columns
+//   so every K/V byte of the split is read from memory once for all its rows, in its dtype.
+// Each unit writes a partial (out = O / l in f32, lse); a second pass folds the splits of each
+// (b, KV head, row chunk) in split order with merge_weights / weighted (inference/
+// merge_problem.hpp, the math of merge_states) and writes out and lse in the output dtype.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+
+#include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
+#include "api/host_pool.hpp"
+#include "common/mask.hpp"
+#include "common/problem.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "inference/merge_problem.hpp"
+
+namespace fastattn::cpu::decode_detail {
+inline namespace FASTATTN_SIMD_NAMESPACE {
+
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
+
+inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+inline std::size_t elem_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+// Sizes of one call's per-thread scratch, in floats, each region whole cache lines.
+struct DecodeGeometry {
+  std::int64_t d, dp, rows, bk;
+  DecodeGeometry(std::int64_t head_dim, std::int64_t rows_, std::int64_t block_k)
+      : d(head_dim), dp(round_up(head_dim, 32)), rows(rows_), bk(block_k) {}
+  std::int64_t stat_floats() const { return round_up(rows, 16); }
+  std::size_t scratch_floats() const {
+    return static_cast<std::size_t>(2 * rows * dp + 2 * bk * dp + rows * bk + 3 * stat_floats());
+  }
+};
+
+struct DecodeScratch {
+  float* q;        // (rows, dp): f32 rows, or bf16 pairs (rows of dp bf16, dp / 2 words)
+  float* acc;      // (rows, dp): O
+  float* k_tile;   // (bk, dp): K rows as f32 (not used when q.k runs on bf16 pairs)
+  float* v_tile;   // (bk, dp): V rows as f32
+  float* scores;   // (rows, bk): S, then P
+  float* row_max;  // (rows): m, log2 units
+  float* row_sum;  // (rows): l
+  float* alpha;    // (rows): unused pad, kept for a uniform layout
+};
+
+inline DecodeScratch carve(const DecodeGeometry& g, float* base) {
+  DecodeScratch s{};
+  s.q = base;
+  s.acc = s.q + g.rows * g.dp;
+  s.k_tile = s.acc + g.rows * g.dp;
+  s.v_tile = s.k_tile + g.bk * g.dp;
+  s.scores = s.v_tile + g.bk * g.dp;
+  s.row_max = s.scores + g.rows * g.bk;
+  s.row_sum = s.row_max + g.stat_floats();
+  s.alpha = s.row_sum + g.stat_floats();
+  return s;
+}
+
+// out[j] = q . k_j for keys j < kn, k_j = kt + j * dp (f32, dp floats, zero-padded like q).
+// Writes round_up(kn, kWidth) entries; those past kn repeat the last key (masked later).
+template <class V>
+void score_row_f32(const float* q, const float* kt, std::int64_t dp, std::int64_t kn, float* out) {
+  using vec = typename V::vec;
+  constexpr int W = V::kWidth;
+  for (std::int64_t j0 = 0; j0 < kn; j0 += W) {
+    const float* rows[W];
+    for (int jj = 0; jj < W; ++jj) rows[jj] = kt + std::min<std::int64_t>(j0 + jj, kn - 1) * dp;
+    vec acc[W];
+#pragma GCC unroll 16
+    for (int jj = 0; jj < W; ++jj) acc[jj] = V::zero();
+    for (std::int64_t c = 0; c < dp; c += W) {
+      const vec qv = V::load(q + c);
+#pragma GCC unroll 16
+      for (int jj = 0; jj < W; ++jj) acc[jj] = V::fmadd(qv, V::load(rows[jj] + c), acc[jj]);
+    }
+    V::store(out + j0, V::transpose_sum(acc));
+  }
+}
+
+// kWidth pairs (2 kWidth bf16) from p, of which n < 2 kWidth are real; the rest read as 0.
+template <class V>
+typename V::vec load_pairs_partial(const std::uint16_t* p, std::int64_t n) {
+#if defined(__AVX512BW__)
+  if constexpr (V::kWidth == 16) {
+    const __mmask32 m = static_cast<__mmask32>((std::uint64_t{1} << n) - 1);
+    return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, p));
+  }
+#endif
+  alignas(64) std::uint16_t tmp[2 * V::kWidth] = {};
+  std::memcpy(tmp, p, static_cast<std::size_t>(n) * 2);
+  return V::load(reinterpret_cast<const float*>(tmp));
+}
+
+// out[j] = q . k_j on bf16 pairs (vdpbf16ps when kNative, else its FMA emulation), K read in
+// place: key j's row at k + j * stride (bf16, head_dim d); q: d bf16 zero-padded to a
+// multiple of 2 kWidth. Same output convention as score_row_f32.
+template <class V, bool kNative>
+void score_row_pairs(const std::uint16_t* q, const std::uint16_t* k, std::int64_t stride, std::int64_t d,
+                     std::int64_t kn, float* out) {
+  using vec = typename V::vec;
+  constexpr int W = V::kWidth;
+  const std::int64_t full = d / (2 * W) * (2 * W);
+  for (std::int64_t j0 = 0; j0 < kn; j0 += W) {
+    const std::uint16_t* rows[W];
+    for (int jj = 0; jj < W; ++jj) rows[jj] = k + std::min<std::int64_t>(j0 + jj, kn - 1) * stride;
+    vec acc[W];
+#pragma GCC unroll 16
+    for (int jj = 0; jj < W; ++jj) acc[jj] = V::zero();
+    std::int64_t c = 0;
+    for (; c < full; c += 2 * W) {
+      const vec qv = V::load(reinterpret_cast<const float*>(q + c));
+#pragma GCC unroll 16
+      for (int jj = 0; jj < W; ++jj) {
+        acc[jj] = simd::dot_pairs<V, kNative>(acc[jj], qv, V::load(reinterpret_cast<const float*>(rows[jj] + c)));
+      }
+    }
+    if (c < d) {
+      const vec qv = V::load(reinterpret_cast<const float*>(q + c));
+      for (int jj = 0; jj < W; ++jj) {
+        acc[jj] = simd::dot_pairs<V, kNative>(acc[jj], qv, load_pairs_partial<V>(rows[jj] + c, d - c));
+      }
+    }
+    V::store(out + j0, V::transpose_sum(acc));
+  }
+}
+
+// One row's online-softmax step over a tile of kn raw scores q.k in s (round_up(kn, kWidth)
+// entries); only keys [lo, hi) (lo < hi) are visible to this row. scale: softmax_scale * log2(e),
+// or softmax_scale / softcap with cap = softcap * log2(e) (cap 0: no soft-cap).
+// s becomes P = exp2(x - m_new); returns alpha = exp2(m_old - m_new) for the row's O.
+template <class V>
+float softmax_row(float* s, std::int64_t kn, std::int64_t lo, std::int64_t hi, float scale, float cap, float& m,
+                  float& l) {
+  using vec = typename V::vec;
+  constexpr int W = V::kWidth;
+  const std::int64_t kn_pad = round_up(kn, W);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const vec sc = V::set1(scale), cp = V::set1(cap);
+  vec mx = V::set1(neg_inf);
+  for (std::int64_t i = 0; i < kn_pad; i += W) {
+    vec x = V::mul(V::load(s + i), sc);
+    if (cap > 0.0f) x = V::mul(cp, simd::tanh<V>(x));
+    V::store(s + i, x);
+  }
+  for (std::int64_t i = 0; i < lo; ++i) s[i] = neg_inf;
+  for (std::int64_t i = hi; i < kn_pad; ++i) s[i] = neg_inf;
+  for (std::int64_t i = 0; i < kn_pad; i += W) mx = V::max(mx, V::load(s + i));
+  const float m_tile = V::reduce_max(mx);
+  const float m_new = std::max(m, m_tile);
+  const float m_use = m_new == neg_inf ? 0.0f : m_new;
+  const vec mu = V::set1(m_use);
+  vec sum = V::zero();
+  for (std::int64_t i = 0; i < kn_pad; i += W) {
+    const vec p = simd::exp2<V>(V::sub(V::load(s + i), mu));
+    V::store(s + i, p);
+    sum = V::add(sum, p);
+  }
+  const float alpha = std::exp2(m - m_use);  // m = -inf: 0 (O is still 0)
+  l = l * alpha + V::reduce_add(sum);
+  m = m_new;
+  return alpha;
+}
+
+// O rows [0, NR) x vectors [0, NV) += P (NR, kn) V_tile (kn, NV vectors); o: row stride dp.
+template <class V, int NR, int NV>
+void pv_block(float* o, std::int64_t dp, const float* pm, std::int64_t ldp, const float* vt, std::int64_t kn) {
+  using vec = typename V::vec;
+  constexpr int W = V::kWidth;
+  vec acc[NR][NV];
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = V::load(o + r * dp + v * W);
+  for (std::int64_t j = 0; j < kn; ++j) {
+    vec x[NV];
+    for (int v = 0; v < NV; ++v) x[v] = V::load(vt + j * dp + v * W);
+    for (int r = 0; r < NR; ++r) {
+      const vec b = V::broadcast(pm + r * ldp + j);
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::fmadd(b, x[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) V::store(o + r * dp + v * W, acc[r][v]);
+}
+
+template <class V, int NV>
+void pv_rows(std::int64_t nr, float* o, std::int64_t dp, const float* pm, std::int64_t ldp, const float* vt,
+             std::int64_t kn) {
+  switch (nr) {
+    case 4: return pv_block<V, 4, NV>(o, dp, pm, ldp, vt, kn);
+    case 3: return pv_block<V, 3, NV>(o, dp, pm, ldp, vt, kn);
+    case 2: return pv_block<V, 2, NV>(o, dp, pm, ldp, vt, kn);
+    default: return pv_block<V, 1, NV>(o, dp, pm, ldp, vt, kn);
+  }
+}
+
+// O (rows, dp) += P (rows, kn) V_tile (kn, dp) in register blocks of 4 rows x kMaxVectors.
+template <class V>
+void accumulate_pv(float* o, std::int64_t rows, std::int64_t dp, const float* pm, std::int64_t ldp,
+                   const float* vt, std::int64_t kn) {
+  constexpr int W = V::kWidth;
+  constexpr int kMaxVectors = V::kRegisters >= 32 ? 4 : 2;  // 4 rows: 16 (8) accumulators
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const std::int64_t nr = std::min<std::int64_t>(4, rows - r0);
+    for (std::int64_t c0 = 0; c0 < dp; c0 += kMaxVectors * W) {
+      const std::int64_t nv = std::min<std::int64_t>(kMaxVectors, (dp - c0) / W);
+      float* ob = o + r0 * dp + c0;
+      const float* pb = pm + r0 * ldp;
+      if (nv == kMaxVectors) {
+        pv_rows<V, kMaxVectors>(nr, ob, dp, pb, ldp, vt + c0, kn);
+      } else if (nv >= 2) {
+        pv_rows<V, 2>(nr, ob, dp, pb, ldp, vt + c0, kn);
+        if (nv == 3) pv_rows<V, 1>(nr, ob + 2 * W, dp, pb, ldp, vt + c0 + 2 * W, kn);
+      } else {
+        pv_rows<V, 1>(nr, ob, dp, pb, ldp, vt + c0, kn);
+      }
+    }
+  }
+}
+
+// Rows of one unit: [r0, r0 + rows) of the (b, kv_head) tile of group * len_q rows.
+struct UnitRows {
+  std::int64_t r0 = 0, rows = 0;
+};
+inline UnitRows unit_rows(const AttentionProblem& p, const DecodePlan& plan, std::int64_t b, std::int64_t chunk) {
+  const std::int64_t all = p.group_size() * p.q_len(b);
+  UnitRows u;
+  u.r0 = chunk * plan.rows;
+  u.rows = u.r0 < all ? std::min(plan.rows, all - u.r0) : 0;
+  return u;
+}
+
+// One work unit: partial out (rows, dp) f32 and lse (rows) of keys in its split.
+template <class V, Bf16Dot kDot>
+void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const DecodeGeometry& g, const DecodeScratch& s,
+                 std::int64_t b, std::int64_t kv_head, std::int64_t chunk, std::int64_t split, float* part_out,
+                 float* part_lse) {
+  constexpr bool kPairs = kDot != Bf16Dot::off;
+  const UnitRows ur = unit_rows(p, plan, b, chunk);
+  if (ur.rows == 0) return;
+  const std::int64_t group = p.group_size(), d = p.head_dim, dp = g.dp;
+  const std::int64_t len_q = p.q_len(b), len_k = p.k_len(b);
+  const SequenceMask mask = p.mask_for(len_q, len_k);
+  const std::int64_t t_first = ur.r0 / group, t_last = (ur.r0 + ur.rows - 1) / group;
+  const std::int64_t kb = mask.key_begin(t_first), ke = std::max(kb, mask.key_end(t_last + 1));
+  const std::int64_t per = round_up((ke - kb + plan.splits - 1) / plan.splits, 16);
+  const std::int64_t k_begin = std::min(ke, kb + split * per), k_end = std::min(ke, k_begin + per);
+
+  // Q rows; their padding columns stay 0 from the scratch's first zeroing.
+  const std::size_t elem = elem_bytes(p.dtype);
+  const char* qbase = static_cast<const char*>(p.q.data);
+  for (std::int64_t i = 0; i < ur.rows; ++i) {
+    const std::int64_t r = ur.r0 + i, t = r / group, h = kv_head * group + r % group;
+    const char* src = qbase + static_cast<std::size_t>(p.offset_q(p.q, b, t, h)) * elem;
+    if constexpr (kPairs) {
+      std::memcpy(reinterpret_cast<std::uint16_t*>(s.q) + i * dp, src, static_cast<std::size_t>(d) * 2);
+    } else {
+      simd::load_row<V>(src, p.dtype, d, 1.0f, s.q + i * dp);
+    }
+    simd::zero_row<V>(s.acc + i * dp, dp);
+    s.row_max[i] = -std::numeric_limits<float>::infinity();
+    s.row_sum[i] = 0.0f;
+  }
+
+  const float scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : p.softmax_scale * kLog2e;
+  const float cap = p.softcap > 0.0f ? p.softcap * kLog2e : 0.0f;
+  const std::int64_t k_row0 = p.offset_k(p.k, b, 0, kv_head), v_row0 = p.offset_k(p.v, b, 0, kv_head);
+  const char* kbase = static_cast<const char*>(p.k.data) + static_cast<std::size_t>(k_row0) * elem;
+  const char* vbase = static_cast<const char*>(p.v.data) + static_cast<std::size_t>(v_row0) * elem;
+  const std::int64_t k_stride = p.k.stride.token, v_stride = p.v.stride.token;
+
+  for (std::int64_t k0 = k_begin; k0 < k_end; k0 += g.bk) {
+    const std::int64_t kn = std::min(g.bk, k_end - k0);
+    for (std::int64_t j = 0; j < kn; ++j) {
+      simd::load_row<V>(vbase + static_cast<std::size_t>((k0 + j) * v_stride) * elem, p.dtype, d, 1.0f,
+                        s.v_tile + j * dp);
+      if constexpr (!kPairs) {
+        simd::load_row<V>(kbase + static_cast<std::size_t>((k0 + j) * k_stride) * elem, p.dtype, d, 1.0f,
+                          s.k_tile + j * dp);
+      }
+    }
+    for (std::int64_t i = 0; i < ur.rows; ++i) {
+      const std::int64_t t = (ur.r0 + i) / group;
+      const std::int64_t lo = std::max<std::int64_t>(mask.key_begin(t) - k0, 0);
+      const std::int64_t hi = std::min<std::int64_t>(mask.key_end(t + 1) - k0, kn);
+      float* srow = s.scores + i * g.bk;
+      if (lo >= hi) {  // no key of this tile is visible to the row: P row 0
+        std::memset(srow, 0, static_cast<std::size_t>(kn) * sizeof(float));
+        continue;
+      }
+      if constexpr (kPairs) {
+        score_row_pairs<V, kDot == Bf16Dot::native>(reinterpret_cast<const std::uint16_t*>(s.q) + i * dp,
+                                                    reinterpret_cast<const std::uint16_t*>(kbase) + k0 * k_stride,
+                                                    k_stride, d, kn, srow);
+      } else {
+        score_row_f32<V>(s.q + i * dp, s.k_tile, dp, kn, srow);
+      }
+      const float alpha = softmax_row<V>(srow, kn, lo, hi, scale, cap, s.row_max[i], s.row_sum[i]);
+      if (alpha != 1.0f) simd::scale_row<V>(s.acc + i * dp, dp, alpha);
+    }
+    accumulate_pv<V>(s.acc, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
+  }
+
+  for (std::int64_t i = 0; i < ur.rows; ++i) {
+    const float l = s.row_sum[i];
+    float* o = part_out + i * dp;
+    if (l == 0.0f) {
+      simd::zero_row<V>(o, d);
+      part_lse[i] = -std::numeric_limits<float>::infinity();
+    } else {
+      const float inv = 1.0f / l;
+      for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[i * dp + c] * inv;
+      part_lse[i] = (s.row_max[i] + std::log2(l)) * kLn2;
+    }
+  }
+}
+
+// Folds the splits of (b, kv_head, chunk) in split order with merge_states' weights and writes
+// out (output dtype) and lse. tmp: head_dim floats.
+template <class V>
+void merge_and_write(const AttentionProblem& p, const DecodePlan& plan, const DecodeGeometry& g, std::int64_t b,
+                     std::int64_t kv_head, std::int64_t chunk, const float* parts_out, const float* parts_lse,
+                     float* tmp) {
+  const UnitRows ur = unit_rows(p, plan, b, chunk);
+  const std::int64_t group = p.group_size(), d = p.head_dim;
+  const std::int64_t first_unit = ((b * p.num_kv_heads + kv_head) * plan.row_chunks + chunk) * plan.splits;
+  const std::size_t elem = elem_bytes(p.dtype);
+  char* out = static_cast<char*>(p.out.data);
+  for (std::int64_t i = 0; i < ur.rows; ++i) {
+    const std::int64_t r = ur.r0 + i, t = r / group, h = kv_head * group + r % group;
+    float lse = -std::numeric_limits<float>::infinity();
+    simd::zero_row<V>(tmp, d);
+    for (std::int64_t sp = 0; sp < plan.splits; ++sp) {
+      const std::int64_t row = (first_unit + sp) * g.rows + i;
+      const MergeWeights<float> w = merge_weights(lse, parts_lse[row]);
+      const float* o = parts_out + row * g.dp;
+      if (w.weight_b == 0.0f && w.weight_a == 1.0f) continue;  // the split adds nothing
+      for (std::int64_t c = 0; c < d; ++c) tmp[c] = weighted(w.weight_a, tmp[c]) + weighted(w.weight_b, o[c]);
+      lse = w.lse;
+    }
+    simd::store_row<V>(tmp, 1.0f, p.dtype, d, out + static_cast<std::size_t>(p.offset_q(p.out, b, t, h)) * elem);
+    if (p.lse) p.lse_row(b, h)[t * p.lse_token_stride] = lse;
+  }
+}
+
+// Entry point of one ISA and dot-product form: all units over OpenMP threads, then the merge.
+template <class V, Bf16Dot kDot>
+void run_decode(const AttentionProblem& p, const DecodePlan& plan) {
+  if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return;
+  const DecodeGeometry g(p.head_dim, plan.rows, plan.block_k);
+  const std::int64_t seq_units = p.batch * p.num_kv_heads * plan.row_chunks;
+  const std::int64_t units = seq_units * plan.splits;
+  const std::size_t part_rows = static_cast<std::size_t>(units * g.rows);
+  HostScratch parts(nullptr, part_rows * static_cast<std::size_t>(g.dp + 1) * sizeof(float));
+  float* parts_out = static_cast<float*>(parts.data());
+  float* parts_lse = parts_out + part_rows * static_cast<std::size_t>(g.dp);
+  const std::size_t scratch_bytes = g.scratch_floats() * sizeof(float);
+
+  std::exception_ptr error;
+#pragma omp parallel num_threads(plan.threads)
+  {
+    float* scratch = nullptr;
+    try {
+      scratch = static_cast<float*>(thread_scratch(scratch_bytes));
+      std::memset(scratch, 0, scratch_bytes);
+    } catch (...) {
+#pragma omp critical(fastattn_decode_error)
+      if (!error) error = std::current_exception();
+    }
+    const DecodeScratch s = scratch ? carve(g, scratch) : DecodeScratch{};
+    // Units: (b, kv_head, chunk) outermost, splits innermost, so neighbours share nothing and
+    // the dynamic schedule hands out equal key ranges.
+#pragma omp for schedule(dynamic)
+    for (std::int64_t u = 0; u < units; ++u) {
+      if (!scratch) continue;
+      const std::int64_t split = u % plan.splits, su = u / plan.splits;
+      const std::int64_t chunk = su % plan.row_chunks, bh = su / plan.row_chunks;
+      const std::int64_t kv_head = bh % p.num_kv_heads, b = bh / p.num_kv_heads;
+      decode_unit<V, kDot>(p, plan, g, s, b, kv_head, chunk, split, parts_out + u * g.rows * g.dp,
+                           parts_lse + u * g.rows);
+    }
+#pragma omp for schedule(static)
+    for (std::int64_t su = 0; su < seq_units; ++su) {
+      if (!scratch) continue;
+      const std::int64_t chunk = su % plan.row_chunks, bh = su / plan.row_chunks;
+      merge_and_write<V>(p, plan, g, bh / p.num_kv_heads, bh % p.num_kv_heads, chunk, parts_out, parts_lse,
+                         s.k_tile);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace FASTATTN_SIMD_NAMESPACE
+}  // namespace fastattn::cpu::decode_detail

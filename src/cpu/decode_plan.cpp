@@ -1,0 +1,94 @@
+// decode_plan.cpp — when the CPU decode kernel runs and how it cuts the work (cpu_backend.hpp).
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "common/environment.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cpu {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// FASTATTN_CPU_DECODE: auto (default: seqlen_q <= kDecodeMaxQueries), on, off.
+bool decode_wanted(const AttentionProblem& p) {
+  const char* env = env_value(EnvVar::cpu_decode);
+  const std::string mode = env ? env : "";
+  if (mode.empty() || mode == "auto") return p.seqlen_q <= kDecodeMaxQueries;
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  throw Error(ErrorCode::invalid_argument, "FASTATTN_CPU_DECODE: expected auto, on or off, got '" + mode + "'");
+}
+
+// FASTATTN_CPU_DECODE_SPLITS: a positive split count, for tests; 0 when unset.
+std::int64_t forced_splits() {
+  const char* env = env_value(EnvVar::cpu_decode_splits);
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(env, &end, 10);
+  if (errno != 0 || *end != '\0' || n < 1 || n > 4096) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("FASTATTN_CPU_DECODE_SPLITS: expected an integer in [1, 4096], got '") + env + "'");
+  }
+  return n;
+}
+
+// q.k on vdpbf16ps (K read in place as bf16 pairs) wherever it exists for bf16 inputs: decode
+// is memory-bound, so unlike the prefill kernel (kBf16DotMinRatio) it pays whenever it runs —
+// it halves the instructions per key and skips K's conversion (measured in docs/inference.md).
+// FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel (off, emulated, native).
+Bf16Dot decode_dot(Isa isa, DType dtype) {
+  if (env_value(EnvVar::cpu_bf16_dot) != nullptr) return forward_bf16_dot(isa, dtype);
+  return dtype == DType::bf16 && isa == Isa::avx512bf16 ? Bf16Dot::native : Bf16Dot::off;
+}
+
+}  // namespace
+
+DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
+  DecodePlan plan;
+  if (!decode_wanted(p)) return plan;
+  plan.use = true;
+  plan.threads = threads > 0 ? threads : 1;
+  plan.dot = decode_dot(isa, p.dtype);
+  const std::int64_t group = p.group_size();
+  const std::int64_t all_rows = group * p.seqlen_q;
+  plan.rows = all_rows < kDecodeMaxRows ? (all_rows > 0 ? all_rows : 1) : kDecodeMaxRows;
+  plan.row_chunks = ceil_div(all_rows > 0 ? all_rows : 1, plan.rows);
+  // Keys per tile: the staged f32 K and V tiles (2 * block_k * head_dim floats) fit in 32 KiB
+  // of L1, 16..128 keys, a multiple of 16 (one AVX-512 vector of scores).
+  const std::int64_t padded_dim = ceil_div(p.head_dim, 32) * 32;
+  std::int64_t bk = 32768 / (2 * padded_dim * 4) / 16 * 16;
+  plan.block_k = bk < 16 ? 16 : (bk > 128 ? 128 : bk);
+  // Splits: enough units for kDecodeUnitsPerThread per thread, each of >= kDecodeMinSplitKeys keys.
+  const std::int64_t base_units = p.batch * p.num_kv_heads * plan.row_chunks;
+  const std::int64_t forced = forced_splits();
+  std::int64_t splits = forced;
+  if (forced == 0) {
+    splits = base_units > 0 ? ceil_div(std::int64_t{kDecodeUnitsPerThread} * plan.threads, base_units) : 1;
+    const std::int64_t by_keys = ceil_div(p.seqlen_k, kDecodeMinSplitKeys);
+    if (splits > by_keys) splits = by_keys;
+    if (splits > kDecodeMaxSplits) splits = kDecodeMaxSplits;
+    if (splits < 1) splits = 1;
+  }
+  plan.splits = splits;
+  const std::string env_mode = env_value(EnvVar::cpu_decode) ? env_value(EnvVar::cpu_decode) : "";
+  plan.reason = (env_mode == "on" ? std::string("decode forced by FASTATTN_CPU_DECODE=on")
+                                  : "decode: seqlen_q " + std::to_string(p.seqlen_q) + " <= " +
+                                        std::to_string(kDecodeMaxQueries)) +
+                "; " + std::to_string(group) + " query heads x " + std::to_string(p.seqlen_q) +
+                " tokens packed per KV head (" + std::to_string(plan.rows) + " rows per unit, " +
+                std::to_string(plan.row_chunks) + " row chunk" + (plan.row_chunks > 1 ? "s" : "") +
+                "), K/V read once per unit in their dtype; " + std::to_string(splits) + " key split" +
+                (splits > 1 ? "s" : "") + " per (batch, KV head)" +
+                (forced ? " (FASTATTN_CPU_DECODE_SPLITS)" : " for " + std::to_string(plan.threads) + " threads") +
+                ", merged exactly (merge_weights)";
+  plan.reason += plan.dot == Bf16Dot::native     ? "; q.k on vdpbf16ps, K read in place"
+                 : plan.dot == Bf16Dot::emulated ? "; q.k on bf16 pairs, dot product emulated (test path)"
+                                                 : "; f32 FMA dot products, K/V tiles converted in L1";
+  return plan;
+}
+
+}  // namespace fastattn::cpu
