@@ -54,12 +54,15 @@ inline constexpr std::int64_t kDecodeMaxRows = 64;         // packed rows per wo
 inline constexpr std::int64_t kDecodeMinSplitKeys = 512;   // keys per split, at least (auto)
 inline constexpr std::int64_t kDecodeMaxSplits = 64;
 inline constexpr int kDecodeUnitsPerThread = 4;            // auto splits: load balance target
+inline constexpr std::int64_t kDecodeUnitStateBytes = 256 * 1024;  // Q + O of a unit's heads
 
 struct DecodePlan {
   bool use = false;
   Bf16Dot dot = Bf16Dot::off;  // native: q.k on vdpbf16ps with K read in place as bf16 pairs
   std::int64_t rows = 0;        // packed rows per work unit (<= kDecodeMaxRows)
   std::int64_t row_chunks = 0;  // work units per (sequence, KV head) along the rows
+  std::int64_t heads_per_unit = 0;  // KV heads per work unit, read token by token together
+  std::int64_t head_blocks = 0;     // ceil(num_kv_heads / heads_per_unit)
   std::int64_t splits = 0;      // key splits per (sequence, KV head, row chunk)
   std::int64_t block_k = 0;     // keys per inner tile
   int threads = 0;

@@ -3,7 +3,7 @@
 // The prefill kernel (forward_kernel.hpp) spends its effort on query blocks: for decode it
 // pads one query row to a whole micro-tile, reads K/V once per query head, and converts the
 // whole cache to f32 first. Here the unit of work is (sequence b, KV head, row chunk, key split)
-// (decode_plan, cpu_backend.hpp), and inside it:
+// (decode_plan, cpu_backend.hpp; a block of KV heads per unit, see decode_unit), and inside it:
 //   rows: the query heads sharing the KV head x the query tokens, packed into one tile
 //         row r = chunk * plan.rows + i  ->  token t = r / group, head h = kv_head * group + r % group
 //         Q: (rows, dp) f32, or bf16 pairs for vdpbf16ps      dp = head_dim rounded up to 32
@@ -47,31 +47,32 @@ inline std::size_t elem_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2;
 
 // Sizes of one call's per-thread scratch, in floats, each region whole cache lines.
 struct DecodeGeometry {
-  std::int64_t d, dp, rows, bk;
-  DecodeGeometry(std::int64_t head_dim, std::int64_t rows_, std::int64_t block_k)
-      : d(head_dim), dp(round_up(head_dim, 32)), rows(rows_), bk(block_k) {}
-  std::int64_t stat_floats() const { return round_up(rows, 16); }
+  std::int64_t d, dp, rows, heads, bk;  // rows per KV head, KV heads per unit
+  DecodeGeometry(std::int64_t head_dim, std::int64_t rows_, std::int64_t heads_, std::int64_t block_k)
+      : d(head_dim), dp(round_up(head_dim, 32)), rows(rows_), heads(heads_), bk(block_k) {}
+  std::int64_t state_rows() const { return rows * heads; }
+  std::int64_t stat_floats() const { return round_up(state_rows(), 16); }
   std::size_t scratch_floats() const {
-    return static_cast<std::size_t>(2 * rows * dp + 2 * bk * dp + rows * bk + 3 * stat_floats());
+    return static_cast<std::size_t>(2 * state_rows() * dp + 2 * bk * dp + rows * bk + 3 * stat_floats());
   }
 };
 
 struct DecodeScratch {
-  float* q;        // (rows, dp): f32 rows, or bf16 pairs (rows of dp bf16, dp / 2 words)
-  float* acc;      // (rows, dp): O
+  float* q;        // (heads * rows, dp): f32 rows, or bf16 pairs (rows of dp bf16, dp / 2 words)
+  float* acc;      // (heads * rows, dp): O
   float* k_tile;   // (bk, dp): K rows as f32 (not used when q.k runs on bf16 pairs)
   float* v_tile;   // (bk, dp): V rows as f32
   float* scores;   // (rows, bk): S, then P
-  float* row_max;  // (rows): m, log2 units
-  float* row_sum;  // (rows): l
+  float* row_max;  // (heads * rows): m, log2 units
+  float* row_sum;  // (heads * rows): l
   float* alpha;    // (rows): unused pad, kept for a uniform layout
 };
 
 inline DecodeScratch carve(const DecodeGeometry& g, float* base) {
   DecodeScratch s{};
   s.q = base;
-  s.acc = s.q + g.rows * g.dp;
-  s.k_tile = s.acc + g.rows * g.dp;
+  s.acc = s.q + g.state_rows() * g.dp;
+  s.k_tile = s.acc + g.state_rows() * g.dp;
   s.v_tile = s.k_tile + g.bk * g.dp;
   s.scores = s.v_tile + g.bk * g.dp;
   s.row_max = s.scores + g.rows * g.bk;
@@ -252,14 +253,19 @@ inline UnitRows unit_rows(const AttentionProblem& p, const DecodePlan& plan, std
   return u;
 }
 
-// One work unit: partial out (rows, dp) f32 and lse (rows) of keys in its split.
+// One work unit: KV heads [kv0, kv0 + plan.heads_per_unit) of sequence b, rows of one chunk,
+// keys of one split. Partial out (heads, rows, dp) f32 and lse (heads, rows). The heads are the
+// inner loop of each key tile: a tile of every head is one contiguous stretch of the caller's
+// [tokens, kv_heads, head_dim] K and V, read front to back (one head's rows alone sit a token
+// stride apart, one or two to a page, and cost a page walk each on this VM: 2x slower).
 template <class V, Bf16Dot kDot>
 void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const DecodeGeometry& g, const DecodeScratch& s,
-                 std::int64_t b, std::int64_t kv_head, std::int64_t chunk, std::int64_t split, float* part_out,
+                 std::int64_t b, std::int64_t kv0, std::int64_t chunk, std::int64_t split, float* part_out,
                  float* part_lse) {
   constexpr bool kPairs = kDot != Bf16Dot::off;
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   if (ur.rows == 0) return;
+  const std::int64_t heads = std::min(plan.heads_per_unit, p.num_kv_heads - kv0);
   const std::int64_t group = p.group_size(), d = p.head_dim, dp = g.dp;
   const std::int64_t len_q = p.q_len(b), len_k = p.k_len(b);
   const SequenceMask mask = p.mask_for(len_q, len_k);
@@ -268,71 +274,83 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
   const std::int64_t per = round_up((ke - kb + plan.splits - 1) / plan.splits, 16);
   const std::int64_t k_begin = std::min(ke, kb + split * per), k_end = std::min(ke, k_begin + per);
 
-  // Q rows; their padding columns stay 0 from the scratch's first zeroing.
+  // Q rows of every head (state row x = head offset * g.rows + i); padding columns stay 0 from
+  // the scratch's first zeroing.
   const std::size_t elem = elem_bytes(p.dtype);
   const char* qbase = static_cast<const char*>(p.q.data);
-  for (std::int64_t i = 0; i < ur.rows; ++i) {
-    const std::int64_t r = ur.r0 + i, t = r / group, h = kv_head * group + r % group;
-    const char* src = qbase + static_cast<std::size_t>(p.offset_q(p.q, b, t, h)) * elem;
-    if constexpr (kPairs) {
-      std::memcpy(reinterpret_cast<std::uint16_t*>(s.q) + i * dp, src, static_cast<std::size_t>(d) * 2);
-    } else {
-      simd::load_row<V>(src, p.dtype, d, 1.0f, s.q + i * dp);
+  for (std::int64_t hh = 0; hh < heads; ++hh) {
+    for (std::int64_t i = 0; i < ur.rows; ++i) {
+      const std::int64_t x = hh * g.rows + i;
+      const std::int64_t r = ur.r0 + i, t = r / group, h = (kv0 + hh) * group + r % group;
+      const char* src = qbase + static_cast<std::size_t>(p.offset_q(p.q, b, t, h)) * elem;
+      if constexpr (kPairs) {
+        std::memcpy(reinterpret_cast<std::uint16_t*>(s.q) + x * dp, src, static_cast<std::size_t>(d) * 2);
+      } else {
+        simd::load_row<V>(src, p.dtype, d, 1.0f, s.q + x * dp);
+      }
+      simd::zero_row<V>(s.acc + x * dp, dp);
+      s.row_max[x] = -std::numeric_limits<float>::infinity();
+      s.row_sum[x] = 0.0f;
     }
-    simd::zero_row<V>(s.acc + i * dp, dp);
-    s.row_max[i] = -std::numeric_limits<float>::infinity();
-    s.row_sum[i] = 0.0f;
   }
 
   const float scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : p.softmax_scale * kLog2e;
   const float cap = p.softcap > 0.0f ? p.softcap * kLog2e : 0.0f;
-  const std::int64_t k_row0 = p.offset_k(p.k, b, 0, kv_head), v_row0 = p.offset_k(p.v, b, 0, kv_head);
-  const char* kbase = static_cast<const char*>(p.k.data) + static_cast<std::size_t>(k_row0) * elem;
-  const char* vbase = static_cast<const char*>(p.v.data) + static_cast<std::size_t>(v_row0) * elem;
+  const char* kbase = static_cast<const char*>(p.k.data) + static_cast<std::size_t>(p.offset_k(p.k, b, 0, 0)) * elem;
+  const char* vbase = static_cast<const char*>(p.v.data) + static_cast<std::size_t>(p.offset_k(p.v, b, 0, 0)) * elem;
   const std::int64_t k_stride = p.k.stride.token, v_stride = p.v.stride.token;
 
   for (std::int64_t k0 = k_begin; k0 < k_end; k0 += g.bk) {
     const std::int64_t kn = std::min(g.bk, k_end - k0);
-    for (std::int64_t j = 0; j < kn; ++j) {
-      simd::load_row<V>(vbase + static_cast<std::size_t>((k0 + j) * v_stride) * elem, p.dtype, d, 1.0f,
-                        s.v_tile + j * dp);
-      if constexpr (!kPairs) {
-        simd::load_row<V>(kbase + static_cast<std::size_t>((k0 + j) * k_stride) * elem, p.dtype, d, 1.0f,
-                          s.k_tile + j * dp);
+    for (std::int64_t hh = 0; hh < heads; ++hh) {
+      const std::int64_t kh = kv0 + hh;
+      const char* k_head = kbase + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
+      const char* v_head = vbase + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
+      for (std::int64_t j = 0; j < kn; ++j) {
+        simd::load_row<V>(v_head + static_cast<std::size_t>((k0 + j) * v_stride) * elem, p.dtype, d, 1.0f,
+                          s.v_tile + j * dp);
+        if constexpr (!kPairs) {
+          simd::load_row<V>(k_head + static_cast<std::size_t>((k0 + j) * k_stride) * elem, p.dtype, d, 1.0f,
+                            s.k_tile + j * dp);
+        }
       }
+      for (std::int64_t i = 0; i < ur.rows; ++i) {
+        const std::int64_t x = hh * g.rows + i;
+        const std::int64_t t = (ur.r0 + i) / group;
+        const std::int64_t lo = std::max<std::int64_t>(mask.key_begin(t) - k0, 0);
+        const std::int64_t hi = std::min<std::int64_t>(mask.key_end(t + 1) - k0, kn);
+        float* srow = s.scores + i * g.bk;
+        if (lo >= hi) {  // no key of this tile is visible to the row: P row 0
+          std::memset(srow, 0, static_cast<std::size_t>(kn) * sizeof(float));
+          continue;
+        }
+        if constexpr (kPairs) {
+          score_row_pairs<V, kDot == Bf16Dot::native>(reinterpret_cast<const std::uint16_t*>(s.q) + x * dp,
+                                                      reinterpret_cast<const std::uint16_t*>(k_head) + k0 * k_stride,
+                                                      k_stride, d, kn, srow);
+        } else {
+          score_row_f32<V>(s.q + x * dp, s.k_tile, dp, kn, srow);
+        }
+        const float alpha = softmax_row<V>(srow, kn, lo, hi, scale, cap, s.row_max[x], s.row_sum[x]);
+        if (alpha != 1.0f) simd::scale_row<V>(s.acc + x * dp, dp, alpha);
+      }
+      accumulate_pv<V>(s.acc + hh * g.rows * dp, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
     }
-    for (std::int64_t i = 0; i < ur.rows; ++i) {
-      const std::int64_t t = (ur.r0 + i) / group;
-      const std::int64_t lo = std::max<std::int64_t>(mask.key_begin(t) - k0, 0);
-      const std::int64_t hi = std::min<std::int64_t>(mask.key_end(t + 1) - k0, kn);
-      float* srow = s.scores + i * g.bk;
-      if (lo >= hi) {  // no key of this tile is visible to the row: P row 0
-        std::memset(srow, 0, static_cast<std::size_t>(kn) * sizeof(float));
-        continue;
-      }
-      if constexpr (kPairs) {
-        score_row_pairs<V, kDot == Bf16Dot::native>(reinterpret_cast<const std::uint16_t*>(s.q) + i * dp,
-                                                    reinterpret_cast<const std::uint16_t*>(kbase) + k0 * k_stride,
-                                                    k_stride, d, kn, srow);
-      } else {
-        score_row_f32<V>(s.q + i * dp, s.k_tile, dp, kn, srow);
-      }
-      const float alpha = softmax_row<V>(srow, kn, lo, hi, scale, cap, s.row_max[i], s.row_sum[i]);
-      if (alpha != 1.0f) simd::scale_row<V>(s.acc + i * dp, dp, alpha);
-    }
-    accumulate_pv<V>(s.acc, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
   }
 
-  for (std::int64_t i = 0; i < ur.rows; ++i) {
-    const float l = s.row_sum[i];
-    float* o = part_out + i * dp;
-    if (l == 0.0f) {
-      simd::zero_row<V>(o, d);
-      part_lse[i] = -std::numeric_limits<float>::infinity();
-    } else {
-      const float inv = 1.0f / l;
-      for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[i * dp + c] * inv;
-      part_lse[i] = (s.row_max[i] + std::log2(l)) * kLn2;
+  for (std::int64_t hh = 0; hh < heads; ++hh) {
+    for (std::int64_t i = 0; i < ur.rows; ++i) {
+      const std::int64_t x = hh * g.rows + i;
+      const float l = s.row_sum[x];
+      float* o = part_out + x * dp;
+      if (l == 0.0f) {
+        simd::zero_row<V>(o, d);
+        part_lse[x] = -std::numeric_limits<float>::infinity();
+      } else {
+        const float inv = 1.0f / l;
+        for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[x * dp + c] * inv;
+        part_lse[x] = (s.row_max[x] + std::log2(l)) * kLn2;
+      }
     }
   }
 }
@@ -345,7 +363,8 @@ void merge_and_write(const AttentionProblem& p, const DecodePlan& plan, const De
                      float* tmp) {
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   const std::int64_t group = p.group_size(), d = p.head_dim;
-  const std::int64_t first_unit = ((b * p.num_kv_heads + kv_head) * plan.row_chunks + chunk) * plan.splits;
+  const std::int64_t block = kv_head / plan.heads_per_unit, hh = kv_head % plan.heads_per_unit;
+  const std::int64_t first_unit = ((b * plan.head_blocks + block) * plan.row_chunks + chunk) * plan.splits;
   const std::size_t elem = elem_bytes(p.dtype);
   char* out = static_cast<char*>(p.out.data);
   for (std::int64_t i = 0; i < ur.rows; ++i) {
@@ -353,7 +372,7 @@ void merge_and_write(const AttentionProblem& p, const DecodePlan& plan, const De
     float lse = -std::numeric_limits<float>::infinity();
     simd::zero_row<V>(tmp, d);
     for (std::int64_t sp = 0; sp < plan.splits; ++sp) {
-      const std::int64_t row = (first_unit + sp) * g.rows + i;
+      const std::int64_t row = ((first_unit + sp) * plan.heads_per_unit + hh) * g.rows + i;
       const MergeWeights<float> w = merge_weights(lse, parts_lse[row]);
       const float* o = parts_out + row * g.dp;
       if (w.weight_b == 0.0f && w.weight_a == 1.0f) continue;  // the split adds nothing
@@ -369,10 +388,11 @@ void merge_and_write(const AttentionProblem& p, const DecodePlan& plan, const De
 template <class V, Bf16Dot kDot>
 void run_decode(const AttentionProblem& p, const DecodePlan& plan) {
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return;
-  const DecodeGeometry g(p.head_dim, plan.rows, plan.block_k);
-  const std::int64_t seq_units = p.batch * p.num_kv_heads * plan.row_chunks;
-  const std::int64_t units = seq_units * plan.splits;
-  const std::size_t part_rows = static_cast<std::size_t>(units * g.rows);
+  const DecodeGeometry g(p.head_dim, plan.rows, plan.heads_per_unit, plan.block_k);
+  const std::int64_t units = p.batch * plan.head_blocks * plan.row_chunks * plan.splits;
+  const std::int64_t seq_units = p.batch * p.num_kv_heads * plan.row_chunks;  // merged rows' owners
+  const std::int64_t unit_rows_all = plan.heads_per_unit * g.rows;
+  const std::size_t part_rows = static_cast<std::size_t>(units * unit_rows_all);
   HostScratch parts(nullptr, part_rows * static_cast<std::size_t>(g.dp + 1) * sizeof(float));
   float* parts_out = static_cast<float*>(parts.data());
   float* parts_lse = parts_out + part_rows * static_cast<std::size_t>(g.dp);
@@ -390,16 +410,15 @@ void run_decode(const AttentionProblem& p, const DecodePlan& plan) {
       if (!error) error = std::current_exception();
     }
     const DecodeScratch s = scratch ? carve(g, scratch) : DecodeScratch{};
-    // Units: (b, kv_head, chunk) outermost, splits innermost, so neighbours share nothing and
-    // the dynamic schedule hands out equal key ranges.
+    // Units: (b, head block, chunk) outermost, splits innermost.
 #pragma omp for schedule(dynamic)
     for (std::int64_t u = 0; u < units; ++u) {
       if (!scratch) continue;
       const std::int64_t split = u % plan.splits, su = u / plan.splits;
       const std::int64_t chunk = su % plan.row_chunks, bh = su / plan.row_chunks;
-      const std::int64_t kv_head = bh % p.num_kv_heads, b = bh / p.num_kv_heads;
-      decode_unit<V, kDot>(p, plan, g, s, b, kv_head, chunk, split, parts_out + u * g.rows * g.dp,
-                           parts_lse + u * g.rows);
+      const std::int64_t block = bh % plan.head_blocks, b = bh / plan.head_blocks;
+      decode_unit<V, kDot>(p, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
+                           parts_out + u * unit_rows_all * g.dp, parts_lse + u * unit_rows_all);
     }
 #pragma omp for schedule(static)
     for (std::int64_t su = 0; su < seq_units; ++su) {

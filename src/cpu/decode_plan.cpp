@@ -62,8 +62,15 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
   const std::int64_t padded_dim = ceil_div(p.head_dim, 32) * 32;
   std::int64_t bk = 32768 / (2 * padded_dim * 4) / 16 * 16;
   plan.block_k = bk < 16 ? 16 : (bk > 128 ? 128 : bk);
+  // KV heads per unit: as many as keep their Q and O (2 * rows * padded_dim f32 each) within
+  // kDecodeUnitStateBytes of L2; their K/V tiles are then one contiguous read.
+  const std::int64_t head_state = 2 * plan.rows * padded_dim * 4;
+  std::int64_t heads = kDecodeUnitStateBytes / head_state;
+  heads = heads < 1 ? 1 : (heads > p.num_kv_heads ? p.num_kv_heads : heads);
+  plan.head_blocks = p.num_kv_heads > 0 ? ceil_div(p.num_kv_heads, heads) : 0;
+  plan.heads_per_unit = plan.head_blocks > 0 ? ceil_div(p.num_kv_heads, plan.head_blocks) : 1;  // even blocks
   // Splits: enough units for kDecodeUnitsPerThread per thread, each of >= kDecodeMinSplitKeys keys.
-  const std::int64_t base_units = p.batch * p.num_kv_heads * plan.row_chunks;
+  const std::int64_t base_units = p.batch * plan.head_blocks * plan.row_chunks;
   const std::int64_t forced = forced_splits();
   std::int64_t splits = forced;
   if (forced == 0) {
@@ -81,8 +88,9 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
                 "; " + std::to_string(group) + " query heads x " + std::to_string(p.seqlen_q) +
                 " tokens packed per KV head (" + std::to_string(plan.rows) + " rows per unit, " +
                 std::to_string(plan.row_chunks) + " row chunk" + (plan.row_chunks > 1 ? "s" : "") +
-                "), K/V read once per unit in their dtype; " + std::to_string(splits) + " key split" +
-                (splits > 1 ? "s" : "") + " per (batch, KV head)" +
+                "), " +
+                std::to_string(plan.heads_per_unit) + " KV heads per unit read together, K/V once per unit in their dtype; " + std::to_string(splits) + " key split" +
+                (splits > 1 ? "s" : "") + " per (batch, KV head block)" +
                 (forced ? " (FASTATTN_CPU_DECODE_SPLITS)" : " for " + std::to_string(plan.threads) + " threads") +
                 ", merged exactly (merge_weights)";
   plan.reason += plan.dot == Bf16Dot::native     ? "; q.k on vdpbf16ps, K read in place"
