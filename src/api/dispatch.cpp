@@ -32,6 +32,7 @@ struct Tiles {
 // (AVX2) / 96 (AVX-512) so that no query sub-block is padded.
 Tiles cpu_forward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   (void)dtype;  // tiles are sized in f32; block_k stays even for the bf16-pair kernel
+  if (isa == cpu::Isa::amx) return {384, 64};  // the AMX kernel (forward_amx.hpp): see docs/cpu-amx.md
   const bool avx512 = isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16;
   if (avx512) return head_dim <= 128 ? Tiles{384, 96} : Tiles{192, 96};  // 2 MiB L2
   return Tiles{96, 60};  // Zen 3 (512 KiB L2): best of 48..192 x 36..96 at head_dim 128
@@ -75,7 +76,7 @@ Backend resolve_backend(const AttentionProblem& p, Backend requested) {
 // The CPU ISA for this dtype: the AVX-512 BF16 dot-product kernels only pay for bf16 inputs.
 cpu::Isa cpu_isa_for(DType dtype) {
   cpu::Isa isa = cpu::selected_isa();
-  if (isa == cpu::Isa::avx512bf16 && dtype != DType::bf16) isa = cpu::Isa::avx512;
+  if ((isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) && dtype != DType::bf16) isa = cpu::Isa::avx512;
   return isa;
 }
 
@@ -227,7 +228,12 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   if (c.backend == Backend::cuda) return choose_cuda_kernel(p, direction);
 
   // CPU.
-  const cpu::Isa isa = cpu_isa_for(p.dtype);
+  cpu::Isa isa = cpu_isa_for(p.dtype);
+  // AMX: only the bf16 forward has a kernel (Isa::amx); everything else runs avx512bf16's.
+  std::string amx_note;
+  const cpu::amx::AmxMode amx =
+      direction == Direction::forward ? cpu::forward_amx_mode(isa, p.dtype, p.head_dim, &amx_note) : cpu::amx::AmxMode::off;
+  if (isa == cpu::Isa::amx && amx != cpu::amx::AmxMode::native) isa = cpu::Isa::avx512bf16;
   if (isa == cpu::Isa::none) {
     throw Error(ErrorCode::unsupported,
                 std::string("cpu ") + dir + ": expected a CPU with AVX2 and FMA (or AVX-512), " +
@@ -239,13 +245,18 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.block_q = t.block_q;
   c.block_k = t.block_k;
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
-  const cpu::Bf16Dot dot =
-      direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
-  const std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  const cpu::Bf16Dot dot = direction == Direction::forward && amx == cpu::amx::AmxMode::off
+                               ? cpu::forward_bf16_dot(isa, p.dtype)
+                               : cpu::Bf16Dot::off;
+  std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  if (amx == cpu::amx::AmxMode::emulated) variant = std::string(cpu::amx::Emulated::kName) + ".";
   if (direction == Direction::forward) {
     // Short queries over a long cache: the decode kernel (cpu_backend.hpp, decode_plan).
-    const cpu::DecodePlan decode = cpu::decode_plan(p, isa, c.num_threads);
+    // Isa::amx names the AMX prefill kernel; the decode kernel's AVX-512 code is avx512bf16's.
+    const cpu::Isa decode_isa = isa == cpu::Isa::amx ? cpu::Isa::avx512bf16 : isa;
+    const cpu::DecodePlan decode = cpu::decode_plan(p, decode_isa, c.num_threads);
     if (decode.use) {
+      c.isa = cpu::to_string(decode_isa);
       const std::string dot_name = decode.dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(decode.dot)) + ".";
       c.kernel = "cpu.decode." + c.isa + "." + dot_name + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
                  ".gqa" + std::to_string(p.group_size()) + ".split" + std::to_string(decode.splits);
@@ -265,6 +276,7 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
     c.reason += dot == cpu::Bf16Dot::native ? "; bf16 pairs on vdpbf16ps" : "; f32 kernel";
     c.reason += fmt_ratio(ratio);
   }
+  if (!amx_note.empty()) c.reason += "; " + amx_note;
   if (dot == cpu::Bf16Dot::emulated) {
     c.reason += "; bf16-pair kernel with the dot product emulated (FASTATTN_CPU_BF16_DOT=emulated, a test path)";
   }

@@ -20,6 +20,7 @@ namespace fastattn {
 enum class EnvVar {
   cpu_isa,              // FASTATTN_CPU_ISA            src/cpu/isa.cpp
   cpu_bf16_dot,         // FASTATTN_CPU_BF16_DOT       src/cpu/isa.cpp
+  cpu_amx,              // FASTATTN_CPU_AMX            src/cpu/amx.cpp
   cuda_path,            // FASTATTN_CUDA_PATH          src/cuda/forward_path.hpp
   cuda_num_splits,      // FASTATTN_CUDA_NUM_SPLITS    src/cuda/flash_fwd/heuristics.hpp
   cuda_bwd_blocks,      // FASTATTN_CUDA_BWD_BLOCKS    src/cuda/flash_bwd/plan.hpp
@@ -28,7 +29,7 @@ enum class EnvVar {
   cpu_decode,           // FASTATTN_CPU_DECODE         src/cpu/decode_plan.cpp
   cpu_decode_splits,    // FASTATTN_CPU_DECODE_SPLITS  src/cpu/decode_plan.cpp
 };
-inline constexpr std::size_t kEnvVarCount = 9;
+inline constexpr std::size_t kEnvVarCount = 10;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -142,6 +142,7 @@ BackwardKernels kernels_for(const KernelChoice& choice) {
       return backward_detail::backward_kernels_avx2();
     case Isa::avx512:
     case Isa::avx512bf16:
+    case Isa::amx:  // no AMX backward yet: the AVX-512 kernel
 #if FASTATTN_HAVE_AVX512
       return backward_detail::backward_kernels_avx512();
 #else

@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "common/problem.hpp"
+#include "cpu/amx.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn::cpu {
 
-// Instruction sets the CPU kernels are compiled for, best last.
-enum class Isa { none, avx2, avx512, avx512bf16 };
+// Instruction sets the CPU kernels are compiled for, best last. amx: AVX-512 BF16 plus AMX
+// tiles with the OS permission (amx.hpp: amx_available()); only the bf16 forward has an AMX
+// kernel, every other call on Isa::amx runs the avx512bf16 kernels.
+enum class Isa { none, avx2, avx512, avx512bf16, amx };
 
 const char* to_string(Isa isa) noexcept;
 Isa isa_from_string(const std::string& name);  // throws Error on an unknown name
@@ -41,6 +44,14 @@ Bf16Dot forward_bf16_dot(Isa isa, DType dtype);  // reads FASTATTN_CPU_BF16_DOT;
 double bf16_dot_speed_ratio();  // measured once per process; 0 without AVX-512 BF16
 // The forward's kernel name carries the choice: ".bf16dot." or ".bf16dot-emulated.".
 Bf16Dot bf16_dot_of(const KernelChoice& choice);
+
+// Whether a forward runs the AMX kernel (forward_amx.hpp): native on Isa::amx for bf16 with
+// head_dim a multiple of 32, unless FASTATTN_CPU_AMX=off or FASTATTN_CPU_BF16_DOT asks for the
+// bf16-pair kernel; emulated (any ISA) with FASTATTN_CPU_AMX=emulated. *why gets the reason
+// for the choice or against AMX ("" for non-bf16). Throws on a bad FASTATTN_CPU_AMX.
+amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why);
+// The forward's kernel name and ISA carry the choice: isa "amx" (native) or ".amx-emulated.".
+amx::AmxMode amx_of(const KernelChoice& choice);
 
 // ---- the decode kernel (decode_kernel.hpp): short queries over a long KV cache ------------
 // Chosen for seqlen_q <= kDecodeMaxQueries (FASTATTN_CPU_DECODE=on/off forces it either way).

@@ -42,7 +42,7 @@ std::int64_t forced_splits() {
 // FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel (off, emulated, native).
 Bf16Dot decode_dot(Isa isa, DType dtype) {
   if (env_value(EnvVar::cpu_bf16_dot) != nullptr) return forward_bf16_dot(isa, dtype);
-  return dtype == DType::bf16 && isa == Isa::avx512bf16 ? Bf16Dot::native : Bf16Dot::off;
+  return dtype == DType::bf16 && (isa == Isa::avx512bf16 || isa == Isa::amx) ? Bf16Dot::native : Bf16Dot::off;
 }
 
 }  // namespace
