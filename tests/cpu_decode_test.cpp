@@ -5,8 +5,10 @@
 // GQA 1:1 / 4:1 / 7:1, masks, dtypes and layouts rotated over the pairs so each appears with
 // short and long caches; then chosen cases (rows that see no key, varlen with empty sequences,
 // every feature at once), each also with forced split counts (FASTATTN_CPU_DECODE_SPLITS,
-// including more splits than keys). The ctest entries cpu_bf16_dot_emulated and cpu_isa_avx2
-// run this suite again with the bf16-pair dot product emulated and with the AVX2 kernels.
+// including more splits than keys). On an AMX machine the bf16 cases with >= 8 rows per KV head
+// run the AMX form; the ctest entries cpu_bf16_dot_emulated, cpu_isa_avx2 and
+// cpu_decode_amx_emulated run this suite again with the bf16-pair dot product emulated, with
+// the AVX2 kernels, and with the AMX form on emulated tiles.
 #include <gtest/gtest.h>
 
 #include <string>

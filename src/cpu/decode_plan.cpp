@@ -45,6 +45,48 @@ Bf16Dot decode_dot(Isa isa, DType dtype) {
   return dtype == DType::bf16 && (isa == Isa::avx512bf16 || isa == Isa::amx) ? Bf16Dot::native : Bf16Dot::off;
 }
 
+// THE choice of the inner products, with its reason: AMX tiles when a KV head packs enough
+// rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by FASTATTN_CPU_AMX and present),
+// else vdpbf16ps on bf16 pairs (bf16 on AVX-512 BF16), else f32 FMAs.
+struct DotChoice {
+  Bf16Dot dot = Bf16Dot::off;
+  amx::AmxMode amx = amx::AmxMode::off;
+  std::string reason;
+};
+DotChoice decode_dot_choice(const AttentionProblem& p, Isa isa, std::int64_t rows_per_head) {
+  DotChoice c;
+  c.dot = decode_dot(isa, p.dtype);
+  if (p.dtype != DType::bf16) {
+    c.reason = "f32 FMA dot products, K/V tiles converted in L1";
+    return c;
+  }
+  const amx::AmxMode mode = amx::amx_mode();  // throws on a bad FASTATTN_CPU_AMX
+  std::string why_not;
+  if (mode == amx::AmxMode::off) {
+    why_not = amx::amx_mode_from_environment() ? "FASTATTN_CPU_AMX=off" : "no AMX here";
+  } else if (p.head_dim % 32 != 0) {
+    why_not = "head_dim " + std::to_string(p.head_dim) + " not a multiple of 32";
+  } else if (mode == amx::AmxMode::emulated && isa == Isa::avx2) {
+    why_not = "no emulated AMX decode under AVX2";
+  } else if (mode == amx::AmxMode::native && isa != Isa::amx) {
+    why_not = std::string("ISA ") + to_string(isa) + " (FASTATTN_CPU_ISA)";
+  } else if (rows_per_head < kDecodeAmxMinRows && !amx::amx_mode_from_environment()) {
+    why_not = std::to_string(rows_per_head) + " rows per KV head < " + std::to_string(kDecodeAmxMinRows) +
+              " (a 16-row tile would be mostly padding)";
+  } else {
+    c.amx = mode;
+    c.dot = Bf16Dot::off;
+    c.reason = std::to_string(rows_per_head) + " rows per KV head: both products on AMX tiles" +
+               (mode == amx::AmxMode::emulated ? " (emulated, FASTATTN_CPU_AMX=emulated: a test path)" : "");
+    return c;
+  }
+  c.reason = (c.dot == Bf16Dot::native     ? std::string("q.k on vdpbf16ps, K read in place")
+              : c.dot == Bf16Dot::emulated ? std::string("q.k on bf16 pairs, dot product emulated (test path)")
+                                           : std::string("f32 FMA dot products, K/V tiles converted in L1")) +
+             "; no AMX: " + why_not;
+  return c;
+}
+
 }  // namespace
 
 DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
@@ -52,8 +94,10 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
   if (!decode_wanted(p)) return plan;
   plan.use = true;
   plan.threads = threads > 0 ? threads : 1;
-  plan.dot = decode_dot(isa, p.dtype);
   const std::int64_t group = p.group_size();
+  const DotChoice dot = decode_dot_choice(p, isa, group * p.seqlen_q);
+  plan.dot = dot.dot;
+  plan.amx = dot.amx;
   const std::int64_t all_rows = group * p.seqlen_q;
   plan.rows = all_rows < kDecodeMaxRows ? (all_rows > 0 ? all_rows : 1) : kDecodeMaxRows;
   plan.row_chunks = ceil_div(all_rows > 0 ? all_rows : 1, plan.rows);
@@ -62,6 +106,7 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
   const std::int64_t padded_dim = ceil_div(p.head_dim, 32) * 32;
   std::int64_t bk = 32768 / (2 * padded_dim * 4) / 16 * 16;
   plan.block_k = bk < 16 ? 16 : (bk > 128 ? 128 : bk);
+  if (plan.amx != amx::AmxMode::off) plan.block_k = (plan.block_k + 31) / 32 * 32;  // whole 32-key k-steps
   // KV heads per unit: as many as keep their Q and O (2 * rows * padded_dim f32 each) within
   // kDecodeUnitStateBytes of L2; their K/V tiles are then one contiguous read.
   const std::int64_t head_state = 2 * plan.rows * padded_dim * 4;
@@ -93,9 +138,7 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
                 (splits > 1 ? "s" : "") + " per (batch, KV head block)" +
                 (forced ? " (FASTATTN_CPU_DECODE_SPLITS)" : " for " + std::to_string(plan.threads) + " threads") +
                 ", merged exactly (merge_weights)";
-  plan.reason += plan.dot == Bf16Dot::native     ? "; q.k on vdpbf16ps, K read in place"
-                 : plan.dot == Bf16Dot::emulated ? "; q.k on bf16 pairs, dot product emulated (test path)"
-                                                 : "; f32 FMA dot products, K/V tiles converted in L1";
+  plan.reason += "; " + dot.reason;
   return plan;
 }
 

@@ -27,6 +27,13 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
       throw Error(ErrorCode::unsupported, "cpu decode: vdpbf16ps needs AVX-512 BF16, got ISA " +
                                               std::string(to_string(isa)));
     }
+    if (decode.amx == amx::AmxMode::native) {
+#if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
+      return decode_amx(p, decode);
+#else
+      throw Error(ErrorCode::unsupported, "cpu decode: this build has no AMX kernels");
+#endif
+    }
     if (isa == Isa::avx2) return decode_avx2(p, decode);
 #if FASTATTN_HAVE_AVX512
     return decode_avx512(p, decode);
