@@ -53,6 +53,16 @@ inline std::uint16_t float_to_bf16_bits(float x) {
   return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// Prefetch into L2 rows [0, n) of a head's next key tile (row r at base + r * stride bytes,
+// row_bytes long): issued while the current tile is computed, so the next one streams in
+// behind it (a tile of one head alone is rows a token stride apart, which the hardware
+// prefetchers do not follow across pages).
+inline void prefetch_rows(const char* base, std::int64_t stride, std::int64_t n, std::int64_t row_bytes) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(base + r * stride + b, _MM_HINT_T1);
+  }
+}
+
 // Sizes of one call's per-thread scratch, in floats, each region whole cache lines.
 struct DecodeGeometry {
   std::int64_t d, dp, rows, heads, bk;  // rows per KV head, KV heads per unit
@@ -343,6 +353,12 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
         if (alpha != 1.0f) simd::scale_row<V>(s.acc + x * dp, dp, alpha);
       }
       accumulate_pv<V>(s.acc + hh * g.rows * dp, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
+      const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
+      if (next > 0) {
+        const std::int64_t row_bytes = d * static_cast<std::int64_t>(elem);
+        prefetch_rows(k_head + (k0 + kn) * k_stride * static_cast<std::int64_t>(elem), k_stride * static_cast<std::int64_t>(elem), next, row_bytes);
+        prefetch_rows(v_head + (k0 + kn) * v_stride * static_cast<std::int64_t>(elem), v_stride * static_cast<std::int64_t>(elem), next, row_bytes);
+      }
     }
   }
 
@@ -504,6 +520,13 @@ void decode_unit_amx(const AttentionProblem& p, const DecodePlan& plan, const De
         for (std::int64_t j = 0; j < m; ++j) pm[i * m + j] = float_to_bf16_bits(st[j * rp + i]);
       }
       amx::gemm_bf16<E>(rp, d, m, pm, m, vp, d, acc, dp, true);
+      const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
+      if (next > 0) {
+        const char* kh_rows = reinterpret_cast<const char*>(kbase + kh * p.k.stride.head + (k0 + kn) * k_stride);
+        const char* vh_rows = reinterpret_cast<const char*>(vbase + kh * p.v.stride.head + (k0 + kn) * v_stride);
+        prefetch_rows(kh_rows, k_stride * 2, next, d * 2);
+        prefetch_rows(vh_rows, v_stride * 2, next, d * 2);
+      }
     }
   }
 
