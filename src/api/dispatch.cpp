@@ -32,7 +32,9 @@ struct Tiles {
 // (AVX2) / 96 (AVX-512) so that no query sub-block is padded.
 Tiles cpu_forward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   (void)dtype;  // tiles are sized in f32; block_k stays even for the bf16-pair kernel
-  if (isa == cpu::Isa::amx) return {384, 64};  // the AMX kernel (forward_amx.hpp): see docs/cpu-amx.md
+  // The AMX kernel (forward_amx.hpp): key tiles of 192 (64: 0.8x, 128: 0.9x, 256: about equal,
+  // docs/cpu-amx.md); the 96-query sub-blocks of the AVX-512 geometry.
+  if (isa == cpu::Isa::amx) return {384, 192};
   const bool avx512 = isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16;
   if (avx512) return head_dim <= 128 ? Tiles{384, 96} : Tiles{192, 96};  // 2 MiB L2
   return Tiles{96, 60};  // Zen 3 (512 KiB L2): best of 48..192 x 36..96 at head_dim 128
@@ -245,9 +247,9 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.block_q = t.block_q;
   c.block_k = t.block_k;
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
-  const cpu::Bf16Dot dot = direction == Direction::forward && amx == cpu::amx::AmxMode::off
-                               ? cpu::forward_bf16_dot(isa, p.dtype)
-                               : cpu::Bf16Dot::off;
+  // (read even when AMX runs, so that a bad FASTATTN_CPU_BF16_DOT is an error either way)
+  cpu::Bf16Dot dot = direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
+  if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;
   std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
   if (amx == cpu::amx::AmxMode::emulated) variant = std::string(cpu::amx::Emulated::kName) + ".";
   if (direction == Direction::forward) {
@@ -275,7 +277,8 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.reason = direction == Direction::forward
                  ? "widest ISA on this CPU; threads over (batch, head, query block)"
                  : "widest ISA on this CPU; threads over (batch, kv head, key block)";
-  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16) {
+  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16 &&
+      amx == cpu::amx::AmxMode::off) {
     const double ratio = cpu::bf16_dot_speed_ratio();
     c.reason += dot == cpu::Bf16Dot::native ? "; bf16 pairs on vdpbf16ps" : "; f32 kernel";
     c.reason += fmt_ratio(ratio);

@@ -120,19 +120,21 @@ Bf16Dot forward_bf16_dot(Isa isa, DType dtype) {
   if (dtype != DType::bf16 || isa == Isa::none || mode == "off") return Bf16Dot::off;
   if (mode == "emulated") return Bf16Dot::emulated;
   if (mode == "native") {
-    if (isa != Isa::avx512bf16) {
+    if (isa != Isa::avx512bf16 && isa != Isa::amx) {
       throw Error(ErrorCode::unsupported,
                   std::string("FASTATTN_CPU_BF16_DOT=native: expected a CPU with AVX-512 BF16 (ISA avx512bf16), got ") +
                       to_string(isa));
     }
     return Bf16Dot::native;
   }
-  return isa == Isa::avx512bf16 && bf16_dot_speed_ratio() >= kBf16DotMinRatio ? Bf16Dot::native : Bf16Dot::off;
+  return (isa == Isa::avx512bf16 || isa == Isa::amx) && bf16_dot_speed_ratio() >= kBf16DotMinRatio ? Bf16Dot::native
+                                                                                                  : Bf16Dot::off;
 }
 
 double bf16_dot_speed_ratio() {
 #if FASTATTN_HAVE_AVX512
-  static const double ratio = detect_isa() == Isa::avx512bf16 ? bf16_dot_speed_ratio_avx512() : 0.0;
+  static const double ratio =
+      detect_isa() == Isa::avx512bf16 || detect_isa() == Isa::amx ? bf16_dot_speed_ratio_avx512() : 0.0;
   return ratio;
 #else
   return 0.0;
