@@ -9,6 +9,14 @@ with the flash backend forced (PyTorch's CPU flash-attention kernel) on the same
 torch.set_num_threads equal to fastattn's thread count. Writes DIR/server_cpu.json (render it
 into docs/performance.md with bench/render_performance.py) and prints a markdown table.
 Needs python3, torch and numpy only.
+
+    python3 bench/server_cpu.py --fastattn path/to/fastattn --threads 16 --suite issue19
+
+runs exactly the issue-19 bar shapes instead (see ISSUE19 below): decode bf16 h32/8 d128 over 32k
+keys with 1 and 4 query tokens (GB/s of K+V, ratio to PyTorch, % of the read bandwidth fastattn
+measures), GQA prefill b1 h32/8 s4k d128 causal (bf16 fwd and fwd+bwd, f32 fwd+bwd) and b1 h8
+s2k d128 (bf16/f32 fwd and fwd+bwd), each beside torch SDPA in the same process tree and
+thread count; prints the bar table (pass/fail) and writes DIR/issue19.json.
 """
 import argparse
 import json
@@ -39,6 +47,8 @@ def parse_args():
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed calls per row")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per row, at least")
     p.add_argument("--machine", help="name for the result (default: from the CPU model)")
+    p.add_argument("--suite", choices=["issue19"],
+                   help="run a preset instead of the shape options: issue19 = the CPU decode / GQA bars")
     return p.parse_args()
 
 
@@ -183,8 +193,180 @@ def fastattn_rows(bench_json):
     return rows
 
 
+# ---- --suite issue19 -----------------------------------------------------------------------------
+
+# Rows of the issue-19 suite: (name, fastattn bench arguments, torch shape, bars).
+# Bars: ratio = torch time / fastattn time; read = fastattn's K+V GB/s / the memory read bandwidth
+# `fastattn bench` measured in the same invocation (what `fastattn info` reports).
+DECODE_SK = 32768
+ISSUE19 = [
+    # name, sq, sk, heads, kv_heads, dtype, causal, pass, bars
+    ("decode 1 token", 1, DECODE_SK, 32, 8, "bf16", True, "fwd", {"ratio": 1.5, "read": 0.85}),
+    ("decode 4 tokens (speculative)", 4, DECODE_SK, 32, 8, "bf16", True, "fwd", {"ratio": 1.5}),
+    ("GQA prefill", 4096, 4096, 32, 8, "bf16", True, "fwd", {}),
+    ("GQA prefill", 4096, 4096, 32, 8, "bf16", True, "fwd+bwd", {}),
+    ("GQA prefill", 4096, 4096, 32, 8, "f32", True, "fwd+bwd", {}),
+    ("MHA", 2048, 2048, 8, 8, "bf16", False, "fwd", {}),
+    ("MHA", 2048, 2048, 8, 8, "bf16", False, "fwd+bwd", {}),
+    ("MHA", 2048, 2048, 8, 8, "f32", False, "fwd", {}),
+    ("MHA", 2048, 2048, 8, 8, "f32", False, "fwd+bwd", {}),
+]
+
+
+def kv_bytes(sk, kv_heads, head_dim, dtype):
+    return 2 * sk * kv_heads * head_dim * (4 if dtype == "f32" else 2)
+
+
+def run_fastattn_row(args, out_dir, i, sq, sk, heads, kv_heads, dtype, causal, pass_name):
+    json_path = out_dir / f"issue19_fastattn_{i}.json"
+    cmd = [args.fastattn, "bench", "--batch", "1", "--heads", str(heads), "--kv-heads", str(kv_heads),
+           "--seqlen", str(sk), "--seqlen-q", str(sq), "--seqlen-k", str(sk), "--head-dim", str(args.head_dim),
+           "--dtype", dtype, "--pass", {"fwd": "fwd", "fwd+bwd": "fwdbwd"}[pass_name],
+           "--threads", str(args.threads), "--min-time", str(args.min_time), "--repeats", str(args.repeats),
+           "--json", str(json_path)]
+    if causal:
+        cmd.append("--causal")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout, file=sys.stderr)
+    if not json_path.exists():
+        raise SystemExit(f"server_cpu.py: fastattn bench failed (exit {proc.returncode})")
+    data = json.loads(json_path.read_text())
+    r = data["results"][0]
+    peaks = data.get("peaks_by_threads", {}).get(str(args.threads), {})
+    return {"median_s": r.get("median_s"), "kernel": r.get("kernel", {}).get("kernel"),
+            "reason": r.get("kernel", {}).get("reason"), "error": r.get("error"),
+            "mem_read_gbs": peaks.get("mem_read_gbs"), "command": " ".join(cmd), "context": data["context"]}
+
+
+def run_torch_row(args, sq, sk, heads, kv_heads, dtype_name, causal, pass_name, notes):
+    """torch SDPA on CPU tensors [1, heads, seq, d]; GQA through enable_gqa (K/V not repeated).
+    Causal is bottom-right (the last query sees every key): is_causal for square shapes, no mask for
+    one query token, an explicit boolean bottom-right mask otherwise."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype_name]
+    gen = torch.Generator().manual_seed(1)
+    d = args.head_dim
+
+    def rand(*shape):
+        return torch.rand(shape, generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(dtype)
+    q, k, v = rand(1, heads, sq, d), rand(1, kv_heads, sk, d), rand(1, kv_heads, sk, d)
+    kwargs = {}
+    if causal and sq == sk:
+        kwargs["is_causal"] = True
+    elif causal and sq > 1:
+        kwargs["attn_mask"] = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
+    gqa = heads != kv_heads
+    if gqa:
+        kwargs["enable_gqa"] = True
+
+    def call(qq, kk, vv):
+        return F.scaled_dot_product_attention(qq, kk, vv, **kwargs)
+    try:
+        if pass_name == "fwd":
+            def fn():
+                with torch.no_grad():
+                    call(q, k, v)
+        else:
+            qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+            dout = rand(1, heads, sq, d)
+
+            def fn():
+                out = call(qg, kg, vg)
+                torch.autograd.grad(out, (qg, kg, vg), dout)
+        median, n = median_time(fn, args.min_time, args.repeats)
+        return {"median_s": median, "repeats": n}
+    except (RuntimeError, TypeError) as e:  # e.g. a torch without enable_gqa
+        return {"error": str(e).splitlines()[0]}
+
+
+def run_suite_issue19(args):
+    import torch
+
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    load_at_start = os.getloadavg()[0]
+    notes = [f"torch {torch.__version__}, SDPA with its default backend choice on CPU tensors, "
+             f"torch.set_num_threads({args.threads}); fastattn through `fastattn bench` with OMP_NUM_THREADS="
+             f"{args.threads}; rows interleaved fastattn then torch"]
+    rows, mem_read, context = [], None, None
+    for i, (name, sq, sk, heads, kv_heads, dtype, causal, pass_name, bars) in enumerate(ISSUE19):
+        fa = run_fastattn_row(args, out_dir, i, sq, sk, heads, kv_heads, dtype, causal, pass_name)
+        context = context or fa.pop("context")
+        fa.pop("context", None)
+        if fa.get("mem_read_gbs"):
+            mem_read = max(mem_read or 0.0, fa["mem_read_gbs"])
+        t = run_torch_row(args, sq, sk, heads, kv_heads, dtype, causal, pass_name, notes)
+        print(f"torch {name} {dtype} {pass_name}: {t.get('median_s', float('nan')) * 1e3:.3f} ms "
+              f"{t.get('error', '')}", file=sys.stderr, flush=True)
+        kvb = kv_bytes(sk, kv_heads, args.head_dim, dtype)
+        row = {"name": name, "shape": f"b1 h{heads}/{kv_heads} s{sq}x{sk} d{args.head_dim}", "dtype": dtype,
+               "mask": "causal (bottom-right)" if causal else "none", "pass": pass_name, "bars": bars,
+               "fastattn_ms": fa["median_s"] * 1e3 if fa.get("median_s") else None,
+               "torch_ms": t["median_s"] * 1e3 if t.get("median_s") else None,
+               "fastattn_kernel": fa.get("kernel"), "fastattn_reason": fa.get("reason"),
+               "fastattn_command": fa["command"], "kv_bytes": kvb}
+        for side in ("fastattn", "torch"):
+            err = (fa if side == "fastattn" else t).get("error")
+            if err:
+                row[f"{side}_error"] = err
+        row["ratio"] = row["torch_ms"] / row["fastattn_ms"] if row["torch_ms"] and row["fastattn_ms"] else None
+        if pass_name == "fwd" and sq <= 16:
+            row["fastattn_kv_gbs"] = kvb / fa["median_s"] / 1e9 if fa.get("median_s") else None
+            row["torch_kv_gbs"] = kvb / t["median_s"] / 1e9 if t.get("median_s") else None
+        rows.append(row)
+    # Bars, judged against the best read bandwidth fastattn measured over the run.
+    for row in rows:
+        checks = []
+        if "ratio" in row["bars"]:
+            checks.append(row["ratio"] is not None and row["ratio"] >= row["bars"]["ratio"])
+        if "read" in row["bars"]:
+            gbs = row.get("fastattn_kv_gbs")
+            row["read_fraction"] = gbs / mem_read if gbs and mem_read else None
+            checks.append(row["read_fraction"] is not None and row["read_fraction"] >= row["bars"]["read"])
+        elif row.get("fastattn_kv_gbs") and mem_read:
+            row["read_fraction"] = row["fastattn_kv_gbs"] / mem_read
+        row["bar_pass"] = all(checks) if checks else None
+    result = {"kind": "server_cpu_issue19", "threads": args.threads,
+              "machine": args.machine or machine_slug(context["cpu"]["model"], args.threads),
+              "context": {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                          "cpu_model": context["cpu"]["model"], "fastattn_version": context["build"]["version"],
+                          "fastattn_isa": context["build"]["cpu_isa_selected"], "torch_version": torch.__version__,
+                          "command": " ".join([sys.executable, *sys.argv]),
+                          "load_average_1min_at_start": load_at_start, "load_average_1min": os.getloadavg()[0]},
+              "mem_read_gbs": mem_read, "rows": rows, "notes": notes}
+    path = out_dir / "issue19.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+    def f(x, digits=2):
+        return "-" if x is None else f"{x:.{digits}f}"
+    print(f"\n## issue 19 bars: {context['cpu']['model']}, {args.threads} threads, "
+          f"memory read {f(mem_read, 1)} GB/s (fastattn's peak, best over the run)\n")
+    print("| row | shape | dtype | mask | pass | fastattn ms | torch ms | ratio | fastattn KV GB/s | torch KV GB/s "
+          "| % read | bar | result |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
+    failed = False
+    for r in rows:
+        bar = ", ".join(([f">= {r['bars']['ratio']}x torch"] if "ratio" in r["bars"] else []) +
+                        ([f">= {100 * r['bars']['read']:.0f}% read"] if "read" in r["bars"] else [])) or "(report)"
+        verdict = "-" if r["bar_pass"] is None else ("PASS" if r["bar_pass"] else "FAIL")
+        failed |= r["bar_pass"] is False
+        pct = f(100 * r["read_fraction"], 1) if r.get("read_fraction") else "-"
+        print(f"| {r['name']} | {r['shape']} | {r['dtype']} | {r['mask']} | {r['pass']} | {f(r['fastattn_ms'], 3)} | "
+              f"{f(r['torch_ms'], 3)} | {f(r['ratio'])} | {f(r.get('fastattn_kv_gbs'), 1)} | "
+              f"{f(r.get('torch_kv_gbs'), 1)} | {pct} | {bar} | {verdict} |")
+    print(f"\nwrote {path}")
+    return 1 if failed else 0
+
+
 def main():
     args = parse_args()
+    if args.suite == "issue19":
+        sys.exit(run_suite_issue19(args))
     load_at_start = os.getloadavg()[0]
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -94,11 +94,13 @@ TEST(Bf16Dot, VarlenTokensOutsideEverySequenceAreSkipped) {
   }
 }
 
+// The shapes below have seqlen_q 17, one more than kDecodeMaxQueries: they test the prefill
+// kernel's choice (shorter queries run the decode kernel, cpu_decode_test.cpp).
 TEST(Bf16Dot, OnlyBf16InputsTakeThePairKernel) {
   const ScopedEnv env = bf16_dot_env("emulated");
-  harness::CaseData f32(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=f32 mask=none seed=1"));
+  harness::CaseData f32(harness::parse_case("b=1 sq=17 sk=17 h=1 hkv=1 d=64 dtype=f32 mask=none seed=1"));
   EXPECT_EQ(f32.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
-  harness::CaseData f16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=f16 mask=none seed=1"));
+  harness::CaseData f16(harness::parse_case("b=1 sq=17 sk=17 h=1 hkv=1 d=64 dtype=f16 mask=none seed=1"));
   EXPECT_EQ(f16.run_forward(Backend::cpu).kernel.find("bf16dot"), std::string::npos);
 }
 
@@ -106,7 +108,7 @@ TEST(Bf16Dot, OnlyBf16InputsTakeThePairKernel) {
 // kBf16DotMinRatio times the FMA's FLOP rate; `native` forces it there and is an error elsewhere;
 // `off` disables it.
 TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
-  harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
+  harness::CaseData bf16(harness::parse_case("b=1 sq=17 sk=17 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
   const bool has_dot = cpu::selected_isa() == cpu::Isa::avx512bf16 || cpu::selected_isa() == cpu::Isa::amx;
   {
     // The pair kernel's own rule, with the AMX kernel (the default where AMX runs) turned off.
@@ -137,7 +139,7 @@ TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
 
 TEST(Bf16Dot, BadVariableValueIsAnError) {
   const ScopedEnv env = bf16_dot_env("fast");
-  harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
+  harness::CaseData bf16(harness::parse_case("b=1 sq=17 sk=17 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
   expect_error([&] { bf16.run_forward(Backend::cpu); }, ErrorCode::invalid_argument,
                "FASTATTN_CPU_BF16_DOT: expected native, emulated or off, got 'fast'");
 }

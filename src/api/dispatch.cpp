@@ -252,6 +252,26 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;
   std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
   if (amx == cpu::amx::AmxMode::emulated) variant = std::string(cpu::amx::Emulated::kName) + ".";
+  if (direction == Direction::forward) {
+    // Short queries over a long cache: the decode kernel (cpu_backend.hpp, decode_plan).
+    // Isa::amx is the decode kernel's too when it runs on AMX tiles; otherwise its AVX-512 code
+    // is avx512bf16's.
+    const cpu::Isa cpu_isa = cpu_isa_for(p.dtype);
+    const cpu::DecodePlan decode = cpu::decode_plan(p, cpu_isa, c.num_threads);
+    if (decode.use) {
+      const cpu::Isa decode_isa =
+          cpu_isa == cpu::Isa::amx && decode.amx != cpu::amx::AmxMode::native ? cpu::Isa::avx512bf16 : cpu_isa;
+      c.isa = cpu::to_string(decode_isa);
+      std::string dot_name = decode.dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(decode.dot)) + ".";
+      if (decode.amx == cpu::amx::AmxMode::emulated) dot_name = std::string(cpu::amx::Emulated::kName) + ".";
+      c.kernel = "cpu.decode." + c.isa + "." + dot_name + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+                 ".gqa" + std::to_string(p.group_size()) + ".split" + std::to_string(decode.splits);
+      c.block_q = static_cast<int>(decode.rows);
+      c.block_k = static_cast<int>(decode.block_k);
+      c.reason = decode.reason;
+      return c;
+    }
+  }
   c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + variant + to_string(p.dtype) + ".d" +
              std::to_string(p.head_dim);
   c.reason = direction == Direction::forward

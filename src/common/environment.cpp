@@ -14,7 +14,7 @@ constexpr const char* kNames[kEnvVarCount] = {
     "FASTATTN_CPU_ISA",         "FASTATTN_CPU_BF16_DOT",        "FASTATTN_CPU_AMX",
     "FASTATTN_CUDA_PATH",
     "FASTATTN_CUDA_NUM_SPLITS", "FASTATTN_CUDA_BWD_BLOCKS",     "FASTATTN_CUDA_BWD_TAIL_SPLIT",
-    "FASTATTN_DEVICE_MEMORY_LIMIT",
+    "FASTATTN_DEVICE_MEMORY_LIMIT", "FASTATTN_CPU_DECODE",          "FASTATTN_CPU_DECODE_SPLITS",
 };
 
 std::mutex g_mutex;  // serialises installing snapshots

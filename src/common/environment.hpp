@@ -26,8 +26,10 @@ enum class EnvVar {
   cuda_bwd_blocks,      // FASTATTN_CUDA_BWD_BLOCKS    src/cuda/flash_bwd/plan.hpp
   cuda_bwd_tail_split,  // FASTATTN_CUDA_BWD_TAIL_SPLIT src/cuda/flash_bwd/plan.hpp
   device_memory_limit,  // FASTATTN_DEVICE_MEMORY_LIMIT src/api/device_memory.cpp
+  cpu_decode,           // FASTATTN_CPU_DECODE         src/cpu/decode_plan.cpp
+  cpu_decode_splits,    // FASTATTN_CPU_DECODE_SPLITS  src/cpu/decode_plan.cpp
 };
-inline constexpr std::size_t kEnvVarCount = 8;
+inline constexpr std::size_t kEnvVarCount = 10;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -4,6 +4,7 @@
 // KernelChoice; these functions run exactly that choice and never fall back to another.
 #pragma once
 
+#include <cstdint>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -51,6 +52,41 @@ Bf16Dot bf16_dot_of(const KernelChoice& choice);
 amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why);
 // The forward's kernel name and ISA carry the choice: isa "amx" (native) or ".amx-emulated.".
 amx::AmxMode amx_of(const KernelChoice& choice);
+
+// ---- the decode kernel (decode_kernel.hpp): short queries over a long KV cache ------------
+// Chosen for seqlen_q <= kDecodeMaxQueries (FASTATTN_CPU_DECODE=on/off forces it either way).
+// A work unit is (sequence, KV head, row chunk, key split): the rows of all query heads of the
+// KV head and all query tokens form one tile (GQA packing), so each K/V byte is read once per
+// KV head and row chunk; each split writes a partial (out, lse) that merge_weights
+// (inference/merge_problem.hpp) folds exactly. Threshold measured in docs/inference.md
+// ("CPU decode"): at 16 queries the decode kernel still beats the prefill kernel on GQA shapes.
+inline constexpr std::int64_t kDecodeMaxQueries = 16;
+inline constexpr std::int64_t kDecodeMaxRows = 64;         // packed rows per work unit
+inline constexpr std::int64_t kDecodeMinSplitKeys = 512;   // keys per split, at least (auto)
+inline constexpr std::int64_t kDecodeMaxSplits = 64;
+inline constexpr int kDecodeUnitsPerThread = 4;            // auto splits: load balance target
+inline constexpr std::int64_t kDecodeUnitStateBytes = 256 * 1024;  // Q + O of a unit's heads
+// AMX from this many packed rows per KV head (group * seqlen_q) up: below, a 16-row tile is
+// mostly padding and vdpbf16ps wins (measured in docs/inference.md, "CPU decode").
+inline constexpr std::int64_t kDecodeAmxMinRows = 8;
+
+struct DecodePlan {
+  bool use = false;
+  Bf16Dot dot = Bf16Dot::off;  // native: q.k on vdpbf16ps with K read in place as bf16 pairs
+  amx::AmxMode amx = amx::AmxMode::off;  // not off: both products on AMX tiles (decode_unit_amx)
+  std::int64_t rows = 0;        // packed rows per work unit (<= kDecodeMaxRows)
+  std::int64_t row_chunks = 0;  // work units per (sequence, KV head) along the rows
+  std::int64_t heads_per_unit = 0;  // KV heads per work unit, read token by token together
+  std::int64_t head_blocks = 0;     // ceil(num_kv_heads / heads_per_unit)
+  std::int64_t splits = 0;      // key splits per (sequence, KV head, row chunk)
+  std::int64_t block_k = 0;     // keys per inner tile
+  int threads = 0;
+  std::string reason;
+};
+// Whether and how the decode kernel runs `p` on `isa` with `threads` threads; reads
+// FASTATTN_CPU_DECODE, FASTATTN_CPU_DECODE_SPLITS and FASTATTN_CPU_BF16_DOT (throws on a bad
+// value). The dispatcher and cpu::forward both call it, so the two agree.
+DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads);
 
 // Run the forward/backward pass of `p` with the ISA and tiles of `choice`.
 void forward(const AttentionProblem& p, const KernelChoice& choice);

@@ -1,5 +1,6 @@
 // forward.cpp — cpu::forward: runs the instantiation of the forward kernel that the
-// dispatcher chose (KernelChoice::isa), never another.
+// dispatcher chose (KernelChoice::isa; the decode kernel where decode_plan says so, the same
+// function the dispatcher asked), never another.
 #include <string>
 
 #include "cpu/cpu_backend.hpp"
@@ -14,6 +15,31 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
     throw Error(ErrorCode::unsupported,
                 "cpu forward: expected an ISA this CPU and build run (at most " +
                     std::string(to_string(detect_isa())) + "), got " + choice.isa);
+  }
+  const int threads = p.num_threads > 0 ? p.num_threads : choice.num_threads;
+  const DecodePlan decode = decode_plan(p, isa, threads);
+  if (decode.use) {
+    if (decode.dot != Bf16Dot::off && p.dtype != DType::bf16) {
+      throw Error(ErrorCode::unsupported, "cpu decode: bf16 dot products expect bf16 inputs, got " +
+                                              std::string(to_string(p.dtype)));
+    }
+    if (decode.dot == Bf16Dot::native && isa != Isa::avx512bf16 && isa != Isa::amx) {
+      throw Error(ErrorCode::unsupported, "cpu decode: vdpbf16ps needs AVX-512 BF16, got ISA " +
+                                              std::string(to_string(isa)));
+    }
+    if (decode.amx == amx::AmxMode::native) {
+#if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
+      return decode_amx(p, decode);
+#else
+      throw Error(ErrorCode::unsupported, "cpu decode: this build has no AMX kernels");
+#endif
+    }
+    if (isa == Isa::avx2) return decode_avx2(p, decode);
+#if FASTATTN_HAVE_AVX512
+    return decode_avx512(p, decode);
+#else
+    throw Error(ErrorCode::unsupported, std::string("cpu decode: no kernel for ISA ") + to_string(isa) + " in this build");
+#endif
   }
   ForwardTiles tiles;
   tiles.block_q = choice.block_q;

@@ -150,6 +150,17 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_or_si256(bf16_bits(lo), _mm256_slli_epi32(bf16_bits(hi), 16)));
   }
 
+  // Lane i of the result = the sum of the lanes of x[i], i < kWidth: kWidth horizontal sums
+  // at once (the decode kernel's dot products, decode_kernel.hpp), 7 instructions.
+  static vec transpose_sum(const vec* x) { return sum8(x); }
+  static __m256 sum8(const __m256* x) {
+    const __m256 t0 = _mm256_hadd_ps(x[0], x[1]), t1 = _mm256_hadd_ps(x[2], x[3]);
+    const __m256 t2 = _mm256_hadd_ps(x[4], x[5]), t3 = _mm256_hadd_ps(x[6], x[7]);
+    // u0 lane i < 4: x[i]'s lanes 0-3 summed; lane 4 + i: its lanes 4-7. u1 likewise for x[4..8).
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+  }
+
  private:
   static __m256i lane_mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -256,6 +267,20 @@ struct Avx512 {
   }
   static vec pack_pairs(vec lo, vec hi) {
     return _mm512_castsi512_ps(_mm512_or_si512(to_bf16_bits(lo), _mm512_slli_epi32(to_bf16_bits(hi), 16)));
+  }
+  // Lane i of the result = the sum of the lanes of x[i], i < 16 (see Avx2::transpose_sum):
+  // halves added, then two 8-way hadd trees.
+  static vec transpose_sum(const vec* x) {
+    __m256 h[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) h[i] = _mm256_add_ps(_mm512_castps512_ps256(x[i]), _mm512_extractf32x8_ps(x[i], 1));
+    return _mm512_insertf32x8(_mm512_zextps256_ps512(sum8(h)), sum8(h + 8), 1);
+  }
+  static __m256 sum8(const __m256* x) {
+    const __m256 t0 = _mm256_hadd_ps(x[0], x[1]), t1 = _mm256_hadd_ps(x[2], x[3]);
+    const __m256 t2 = _mm256_hadd_ps(x[4], x[5]), t3 = _mm256_hadd_ps(x[6], x[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
   }
 #if defined(__AVX512BF16__)
   // acc + lo(a) lo(b) + hi(a) hi(b) per lane: vdpbf16ps. Only for CPUs with AVX-512 BF16; the

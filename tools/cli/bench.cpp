@@ -87,11 +87,25 @@ std::vector<Row> expand(const BenchArgs& a, const std::vector<bool>& masks) {
     multiply(rows, a.kv_heads, [](Row& r, std::int64_t h) { r.shape.kv_heads = h; });
   multiply(rows, a.head_dim, [](Row& r, std::int64_t d) { r.shape.head_dim = d; });
   multiply(rows, a.seqlen, [](Row& r, std::int64_t s) { r.shape.seqlen_q = r.shape.seqlen_k = s; });
+  if (!a.seqlen_q.empty())
+    multiply(rows, a.seqlen_q, [](Row& r, std::int64_t s) { r.shape.seqlen_q = s; });
   if (!a.seqlen_k.empty())
     multiply(rows, a.seqlen_k, [](Row& r, std::int64_t s) { r.shape.seqlen_k = s; });
   multiply(rows, masks, [](Row& r, bool causal) { r.shape.causal = causal; });
   multiply(rows, a.pass, [](Row& r, const std::string& p) { r.pass = perf::pass_from_string(p); });
   return rows;
+}
+
+// Bytes of K and V a forward pass must read at least once (each KV head's keys once): the
+// decode kernel's lower bound, whose rate is compared with the machine's read bandwidth.
+double kv_bytes(const perf::BenchShape& s) {
+  const double elem = s.dtype == DType::f32 ? 4.0 : 2.0;
+  return 2.0 * static_cast<double>(s.batch * s.seqlen_k * s.kv_heads * s.head_dim) * elem;
+}
+// K+V read rate of a forward row, GB/s; nullopt for other passes.
+std::optional<double> kv_read_gbs(const perf::BenchResult& r) {
+  if (r.pass != perf::Pass::forward || r.timing.median_s <= 0) return std::nullopt;
+  return kv_bytes(r.shape) / r.timing.median_s / 1e9;
 }
 
 std::string kernel_name(const perf::BenchResult& r) {
@@ -148,25 +162,29 @@ perf::Table make_table(const std::vector<Outcome>& outcomes,
   perf::Table table;
   using Align = perf::Table::Align;
   for (const char* h : {"shape", "mask", "pass", "thr"}) table.add_column(h);
-  for (const char* h : {"time", "GFLOP/s", "% peak", "tensors", "+peak mem"})
+  for (const char* h : {"time", "GFLOP/s", "% peak", "KV GB/s", "% read", "tensors", "+peak mem"})
     table.add_column(h, Align::right);
   table.add_column("kernel");
   for (const Outcome& o : outcomes) {
     const Row& row = o.row;
     if (!o.result) {
       table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
-                     std::to_string(row.threads), "-", "-", "-", "-", "-", "error: " + o.error});
+                     std::to_string(row.threads), "-", "-", "-", "-", "-", "-", "-", "error: " + o.error});
       continue;
     }
     const perf::BenchResult& r = *o.result;
-    std::string percent = "-";
+    std::string percent = "-", kv_rate = "-", kv_percent = "-";
+    const std::optional<double> kv = kv_read_gbs(r);
+    if (kv) kv_rate = perf::format_fixed(*kv, 1);
     if (const auto it = peaks.find(row.threads); it != peaks.end()) {
       const perf::PeakRef ref = perf::peak_for(it->second, row.shape.dtype, r.kernel.isa);
       if (ref.gflops > 0) percent = perf::format_fixed(100.0 * r.gflops / ref.gflops, 1);
+      if (kv && it->second.mem_read_gbs && *it->second.mem_read_gbs > 0)
+        kv_percent = perf::format_fixed(100.0 * *kv / *it->second.mem_read_gbs, 1);
     }
     table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
                    std::to_string(r.threads), perf::format_seconds(r.timing.median_s),
-                   perf::format_fixed(r.gflops, 1), percent,
+                   perf::format_fixed(r.gflops, 1), percent, kv_rate, kv_percent,
                    perf::format_bytes(static_cast<double>(r.tensor_bytes)),
                    perf::format_bytes(static_cast<double>(r.peak_extra_bytes)), kernel_name(r)});
   }
@@ -180,6 +198,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
       "bench", "Time forward, backward and forward+backward over shapes (lists: 512,1024)");
   cmd->add_option("--batch", a.batch, "Batch sizes")->delimiter(',');
   cmd->add_option("--seqlen", a.seqlen, "Query sequence lengths")->delimiter(',');
+  cmd->add_option("--seqlen-q", a.seqlen_q, "Query sequence lengths, overriding --seqlen's (decode: 1,4)")
+      ->delimiter(',');
   cmd->add_option("--seqlen-k", a.seqlen_k, "Key sequence lengths (default: = seqlen)")
       ->delimiter(',');
   cmd->add_option("--heads", a.heads, "Query heads")->delimiter(',');
@@ -212,7 +232,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->add_option("--json", a.json_path, "Write the results as JSON to this file");
   cmd->final_callback([cmd, &a] {
     a.default_sweep = true;
-    for (const char* name : {"--batch", "--seqlen", "--seqlen-k", "--heads", "--kv-heads",
+    for (const char* name : {"--batch", "--seqlen", "--seqlen-q", "--seqlen-k", "--heads", "--kv-heads",
                              "--head-dim", "--causal", "--window"})
       if (cmd->count(name) > 0) a.default_sweep = false;
     a.warmup_given = cmd->count("--warmup") > 0;
@@ -297,6 +317,12 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
     }
     const auto it = peaks.find(o.row.threads);
     results.push_back(perf::to_json(*o.result, it == peaks.end() ? nullptr : &it->second));
+    if (const std::optional<double> kv = kv_read_gbs(*o.result)) {
+      results.back()["kv_bytes"] = kv_bytes(o.row.shape);
+      results.back()["kv_read_gbs"] = *kv;
+      if (it != peaks.end() && it->second.mem_read_gbs)
+        results.back()["kv_read_percent_of_mem_read"] = 100.0 * *kv / *it->second.mem_read_gbs;
+    }
   }
   if (!a.json_path.empty()) {
     nlohmann::json peaks_json = nlohmann::json::object();

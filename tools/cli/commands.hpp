@@ -38,7 +38,7 @@ CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
 int run_check(const CheckArgs& args, int argc, const char* const* argv);
 
 struct BenchArgs {
-  std::vector<std::int64_t> batch, seqlen, seqlen_k, heads, kv_heads, head_dim;
+  std::vector<std::int64_t> batch, seqlen, seqlen_q, seqlen_k, heads, kv_heads, head_dim;
   std::vector<std::string> dtype;
   std::vector<std::string> pass;
   std::vector<int> threads;

@@ -1,0 +1,145 @@
+// decode_plan.cpp — when the CPU decode kernel runs and how it cuts the work (cpu_backend.hpp).
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "common/environment.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cpu {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// FASTATTN_CPU_DECODE: auto (default: seqlen_q <= kDecodeMaxQueries), on, off.
+bool decode_wanted(const AttentionProblem& p) {
+  const char* env = env_value(EnvVar::cpu_decode);
+  const std::string mode = env ? env : "";
+  if (mode.empty() || mode == "auto") return p.seqlen_q <= kDecodeMaxQueries;
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  throw Error(ErrorCode::invalid_argument, "FASTATTN_CPU_DECODE: expected auto, on or off, got '" + mode + "'");
+}
+
+// FASTATTN_CPU_DECODE_SPLITS: a positive split count, for tests; 0 when unset.
+std::int64_t forced_splits() {
+  const char* env = env_value(EnvVar::cpu_decode_splits);
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(env, &end, 10);
+  if (errno != 0 || *end != '\0' || n < 1 || n > 4096) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string("FASTATTN_CPU_DECODE_SPLITS: expected an integer in [1, 4096], got '") + env + "'");
+  }
+  return n;
+}
+
+// q.k on vdpbf16ps (K read in place as bf16 pairs) wherever it exists for bf16 inputs: decode
+// is memory-bound, so unlike the prefill kernel (kBf16DotMinRatio) it pays whenever it runs —
+// it halves the instructions per key and skips K's conversion (measured in docs/inference.md).
+// FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel (off, emulated, native).
+Bf16Dot decode_dot(Isa isa, DType dtype) {
+  if (env_value(EnvVar::cpu_bf16_dot) != nullptr) return forward_bf16_dot(isa, dtype);
+  return dtype == DType::bf16 && (isa == Isa::avx512bf16 || isa == Isa::amx) ? Bf16Dot::native : Bf16Dot::off;
+}
+
+// THE choice of the inner products, with its reason: AMX tiles when a KV head packs enough
+// rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by FASTATTN_CPU_AMX and present),
+// else vdpbf16ps on bf16 pairs (bf16 on AVX-512 BF16), else f32 FMAs.
+struct DotChoice {
+  Bf16Dot dot = Bf16Dot::off;
+  amx::AmxMode amx = amx::AmxMode::off;
+  std::string reason;
+};
+DotChoice decode_dot_choice(const AttentionProblem& p, Isa isa, std::int64_t rows_per_head) {
+  DotChoice c;
+  c.dot = decode_dot(isa, p.dtype);
+  if (p.dtype != DType::bf16) {
+    c.reason = "f32 FMA dot products, K/V tiles converted in L1";
+    return c;
+  }
+  const amx::AmxMode mode = amx::amx_mode();  // throws on a bad FASTATTN_CPU_AMX
+  std::string why_not;
+  if (mode == amx::AmxMode::off) {
+    why_not = amx::amx_mode_from_environment() ? "FASTATTN_CPU_AMX=off" : "no AMX here";
+  } else if (p.head_dim % 32 != 0) {
+    why_not = "head_dim " + std::to_string(p.head_dim) + " not a multiple of 32";
+  } else if (mode == amx::AmxMode::emulated && isa == Isa::avx2) {
+    why_not = "no emulated AMX decode under AVX2";
+  } else if (mode == amx::AmxMode::native && isa != Isa::amx) {
+    why_not = std::string("ISA ") + to_string(isa) + " (FASTATTN_CPU_ISA)";
+  } else if (rows_per_head < kDecodeAmxMinRows && !amx::amx_mode_from_environment()) {
+    why_not = std::to_string(rows_per_head) + " rows per KV head < " + std::to_string(kDecodeAmxMinRows) +
+              " (a 16-row tile would be mostly padding)";
+  } else {
+    c.amx = mode;
+    c.dot = Bf16Dot::off;
+    c.reason = std::to_string(rows_per_head) + " rows per KV head: both products on AMX tiles" +
+               (mode == amx::AmxMode::emulated ? " (emulated, FASTATTN_CPU_AMX=emulated: a test path)" : "");
+    return c;
+  }
+  c.reason = (c.dot == Bf16Dot::native     ? std::string("q.k on vdpbf16ps, K read in place")
+              : c.dot == Bf16Dot::emulated ? std::string("q.k on bf16 pairs, dot product emulated (test path)")
+                                           : std::string("f32 FMA dot products, K/V tiles converted in L1")) +
+             "; no AMX: " + why_not;
+  return c;
+}
+
+}  // namespace
+
+DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
+  DecodePlan plan;
+  if (!decode_wanted(p)) return plan;
+  plan.use = true;
+  plan.threads = threads > 0 ? threads : 1;
+  const std::int64_t group = p.group_size();
+  const DotChoice dot = decode_dot_choice(p, isa, group * p.seqlen_q);
+  plan.dot = dot.dot;
+  plan.amx = dot.amx;
+  const std::int64_t all_rows = group * p.seqlen_q;
+  plan.rows = all_rows < kDecodeMaxRows ? (all_rows > 0 ? all_rows : 1) : kDecodeMaxRows;
+  plan.row_chunks = ceil_div(all_rows > 0 ? all_rows : 1, plan.rows);
+  // Keys per tile: the staged f32 K and V tiles (2 * block_k * head_dim floats) fit in 32 KiB
+  // of L1, 16..128 keys, a multiple of 16 (one AVX-512 vector of scores).
+  const std::int64_t padded_dim = ceil_div(p.head_dim, 32) * 32;
+  std::int64_t bk = 32768 / (2 * padded_dim * 4) / 16 * 16;
+  plan.block_k = bk < 16 ? 16 : (bk > 128 ? 128 : bk);
+  if (plan.amx != amx::AmxMode::off) plan.block_k = (plan.block_k + 31) / 32 * 32;  // whole 32-key k-steps
+  // KV heads per unit: as many as keep their Q and O (2 * rows * padded_dim f32 each) within
+  // kDecodeUnitStateBytes of L2; their K/V tiles are then one contiguous read.
+  const std::int64_t head_state = 2 * plan.rows * padded_dim * 4;
+  std::int64_t heads = kDecodeUnitStateBytes / head_state;
+  heads = heads < 1 ? 1 : (heads > p.num_kv_heads ? p.num_kv_heads : heads);
+  plan.head_blocks = p.num_kv_heads > 0 ? ceil_div(p.num_kv_heads, heads) : 0;
+  plan.heads_per_unit = plan.head_blocks > 0 ? ceil_div(p.num_kv_heads, plan.head_blocks) : 1;  // even blocks
+  // Splits: enough units for kDecodeUnitsPerThread per thread, each of >= kDecodeMinSplitKeys keys.
+  const std::int64_t base_units = p.batch * plan.head_blocks * plan.row_chunks;
+  const std::int64_t forced = forced_splits();
+  std::int64_t splits = forced;
+  if (forced == 0) {
+    splits = base_units > 0 ? ceil_div(std::int64_t{kDecodeUnitsPerThread} * plan.threads, base_units) : 1;
+    const std::int64_t by_keys = ceil_div(p.seqlen_k, kDecodeMinSplitKeys);
+    if (splits > by_keys) splits = by_keys;
+    if (splits > kDecodeMaxSplits) splits = kDecodeMaxSplits;
+    if (splits < 1) splits = 1;
+  }
+  plan.splits = splits;
+  const std::string env_mode = env_value(EnvVar::cpu_decode) ? env_value(EnvVar::cpu_decode) : "";
+  plan.reason = (env_mode == "on" ? std::string("decode forced by FASTATTN_CPU_DECODE=on")
+                                  : "decode: seqlen_q " + std::to_string(p.seqlen_q) + " <= " +
+                                        std::to_string(kDecodeMaxQueries)) +
+                "; " + std::to_string(group) + " query heads x " + std::to_string(p.seqlen_q) +
+                " tokens packed per KV head (" + std::to_string(plan.rows) + " rows per unit, " +
+                std::to_string(plan.row_chunks) + " row chunk" + (plan.row_chunks > 1 ? "s" : "") +
+                "), " +
+                std::to_string(plan.heads_per_unit) + " KV heads per unit read together, K/V once per unit in their dtype; " + std::to_string(splits) + " key split" +
+                (splits > 1 ? "s" : "") + " per (batch, KV head block)" +
+                (forced ? " (FASTATTN_CPU_DECODE_SPLITS)" : " for " + std::to_string(plan.threads) + " threads") +
+                ", merged exactly (merge_weights)";
+  plan.reason += "; " + dot.reason;
+  return plan;
+}
+
+}  // namespace fastattn::cpu
