@@ -49,6 +49,10 @@ Tiles cpu_backward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   return {24, 96};
 }
 
+// Tiles of the AMX bf16 backward (src/cpu/backward_amx.hpp): multiples of 32 (the tiles' k step)
+// on both sides, since queries are the k of dV^T += dO^T P and keys the k of dQ = dS K.
+constexpr Tiles kAmxBackwardTiles{64, 64};
+
 // "(vdpbf16ps measured 0.45x the FMA rate; the pair kernel needs >= 1.25x)" for the reason.
 std::string fmt_ratio(double ratio) {
   char text[128];
@@ -241,7 +245,16 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
   const cpu::Bf16Dot dot =
       direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
-  const std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  const cpu::amx::AmxMode bwd_amx = direction == Direction::backward
+                                         ? cpu::backward_amx_mode(isa, p.dtype)
+                                         : cpu::amx::AmxMode::off;
+  std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  if (bwd_amx == cpu::amx::AmxMode::native) variant = "amx.";
+  if (bwd_amx == cpu::amx::AmxMode::emulated) variant = "amx-emulated.";
+  if (bwd_amx != cpu::amx::AmxMode::off) {
+    c.block_q = kAmxBackwardTiles.block_q;
+    c.block_k = kAmxBackwardTiles.block_k;
+  }
   c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + variant + to_string(p.dtype) + ".d" +
              std::to_string(p.head_dim);
   c.reason = direction == Direction::forward
@@ -254,6 +267,16 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   }
   if (dot == cpu::Bf16Dot::emulated) {
     c.reason += "; bf16-pair kernel with the dot product emulated (FASTATTN_CPU_BF16_DOT=emulated, a test path)";
+  }
+  if (direction == Direction::backward && p.dtype == DType::bf16) {
+    if (bwd_amx == cpu::amx::AmxMode::off) {
+      c.reason += "; f32 FMA products (" + cpu::backward_amx_off_reason(isa, p.dtype) + ")";
+    } else {
+      c.reason += "; bf16 products on AMX tiles, f32 accumulation, P and dS rounded to bf16";
+      if (bwd_amx == cpu::amx::AmxMode::emulated) {
+        c.reason += " (tiles emulated in software: FASTATTN_CPU_AMX=emulated, a test path)";
+      }
+    }
   }
   if (direction == Direction::backward) c.workspace_bytes = cpu::backward_workspace_bytes(p, c);
   return c;

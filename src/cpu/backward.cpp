@@ -17,9 +17,11 @@
 // problem and the thread count alone, so results are bitwise repeatable across runs.
 //
 // Workspace (bytes), from backward_workspace_bytes:
-//   4 * ( slots   * (2 * lines(G * seqlen_q * head_dim) + 2 * lines(G * seqlen_q))   staged rows
-//       + buffers * lines(G * seqlen_q * head_dim) )                                 dQ in f32
-// with G = group_size, seqlen_q the longest sequence, lines(n) = n rounded up to 16 floats;
+//   4 * ( slots   * (2 * R + 2 * lines(G * seqlen_q))            staged rows
+//       + buffers * lines(G * seqlen_q * head_dim) )             dQ in f32
+// with G = group_size, seqlen_q the longest sequence, lines(n) = n rounded up to 16 floats and
+// R = the kernels' staged_row_floats(G, seqlen_q, head_dim): lines(G * seqlen_q * head_dim) for
+// the FMA kernels' f32 rows, about as much for the AMX kernels' bf16 rows and transposes;
 // owner mode: slots = buffers = threads; split mode: slots = 1, buffers = nsplit = threads,
 // capped so the partials stay within max(256 MiB, 2 x the f32 size of dq) (and at the number of
 // key blocks). The kernel's per-thread tiles (a few hundred KiB) come from thread_scratch.
@@ -87,7 +89,8 @@ bool owner_mode_balances(const AttentionProblem& p, const std::vector<std::int64
   return makespan <= 1.15 * total / threads;
 }
 
-BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
+BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice,
+                       const BackwardKernels& k) {
   BackwardPlan plan;
   plan.threads = p.num_threads > 0 ? p.num_threads
                                    : (choice.num_threads > 0 ? choice.num_threads
@@ -107,7 +110,7 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
                (groups < plan.threads || !owner_mode_balances(p, plan.group_order, plan.threads));
 
   const std::int64_t rows = p.group_size() * p.seqlen_q;
-  plan.rows_floats = lines(rows * p.head_dim);
+  plan.rows_floats = k.staged_row_floats(p.group_size(), p.seqlen_q, p.head_dim);
   plan.stat_floats = lines(rows);
   plan.slot_floats = 2 * plan.rows_floats + 2 * plan.stat_floats;
   plan.buffer_floats = lines(rows * p.head_dim);
@@ -130,13 +133,21 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
   return plan;
 }
 
-BackwardKernels kernels_for(const KernelChoice& choice) {
+BackwardKernels kernels_for(const AttentionProblem& p, const KernelChoice& choice) {
   const Isa isa = isa_from_string(choice.isa);
   if (isa == Isa::none || static_cast<int>(isa) > static_cast<int>(detect_isa())) {
     throw Error(ErrorCode::unsupported,
                 "cpu backward: expected an ISA this CPU and build run (at most " +
                     std::string(to_string(detect_isa())) + "), got " + choice.isa);
   }
+#if FASTATTN_HAVE_AVX512 && FASTATTN_HAVE_AMX
+  const amx::AmxMode amx = backward_amx_mode(isa, p.dtype);
+  if (amx != amx::AmxMode::off) {
+    return backward_detail::backward_kernels_amx(amx == amx::AmxMode::native);
+  }
+#else
+  (void)p;
+#endif
   switch (isa) {
     case Isa::avx2:
       return backward_detail::backward_kernels_avx2();
@@ -267,15 +278,36 @@ struct BackwardRun {
 
 }  // namespace
 
+amx::AmxMode backward_amx_mode(Isa isa, DType dtype) {
+  if (dtype != DType::bf16 || static_cast<int>(isa) < static_cast<int>(Isa::avx512)) {
+    return amx::AmxMode::off;
+  }
+#if FASTATTN_HAVE_AVX512 && FASTATTN_HAVE_AMX
+  return amx::amx_mode();
+#else
+  return amx::AmxMode::off;
+#endif
+}
+
+std::string backward_amx_off_reason(Isa isa, DType dtype) {
+  if (backward_amx_mode(isa, dtype) != amx::AmxMode::off) return "";
+  if (dtype != DType::bf16) return std::string("AMX only for bf16 (") + to_string(dtype) + " products stay f32)";
+  if (static_cast<int>(isa) < static_cast<int>(Isa::avx512)) {
+    return std::string("no AMX below ISA avx512 (") + to_string(isa) + ")";
+  }
+  if (amx::amx_mode_from_environment()) return "FASTATTN_CPU_AMX=off";
+  return std::string("no AMX: ") + amx::amx_unavailable_reason();
+}
+
 std::size_t backward_workspace_bytes(const AttentionProblem& p, const KernelChoice& choice) {
   if (p.batch == 0 || p.num_heads == 0 || (p.total_q == 0 && p.total_k == 0)) return 0;
-  return make_plan(p, choice).workspace_bytes;
+  return make_plan(p, choice, kernels_for(p, choice)).workspace_bytes;
 }
 
 void backward(const AttentionProblem& p, const KernelChoice& choice) {
-  const BackwardKernels k = kernels_for(choice);
+  const BackwardKernels k = kernels_for(p, choice);
   if (p.batch == 0 || p.num_heads == 0 || (p.total_q == 0 && p.total_k == 0)) return;
-  const BackwardPlan plan = make_plan(p, choice);
+  const BackwardPlan plan = make_plan(p, choice, k);
   HostScratch workspace(p.workspace, plan.workspace_bytes);
   float* base = static_cast<float*>(workspace.data());
   const BackwardRun run{p, plan, k, base, base + plan.slots * plan.slot_floats};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/problem.hpp"
+#include "cpu/amx.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn::cpu {
@@ -40,6 +41,15 @@ Bf16Dot forward_bf16_dot(Isa isa, DType dtype);  // reads FASTATTN_CPU_BF16_DOT;
 double bf16_dot_speed_ratio();  // measured once per process; 0 without AVX-512 BF16
 // The forward's kernel name carries the choice: ".bf16dot." or ".bf16dot-emulated.".
 Bf16Dot bf16_dot_of(const KernelChoice& choice);
+
+// Whether the backward runs the bf16 kernels on AMX tiles (backward_amx.hpp), and on which
+// engine: amx::amx_mode() (FASTATTN_CPU_AMX; unset: native where the CPU and OS have AMX) for bf16
+// inputs on an ISA of at least avx512 (so FASTATTN_CPU_ISA=avx2 turns it off) in a build with
+// the AMX kernels; off for f32 and f16 (their products stay in f32) and everywhere else. The
+// dispatcher names the choice and backward() runs the same decision.
+amx::AmxMode backward_amx_mode(Isa isa, DType dtype);
+// Why backward_amx_mode(isa, dtype) is off, for KernelChoice::reason ("" when it is not).
+std::string backward_amx_off_reason(Isa isa, DType dtype);
 
 // Run the forward/backward pass of `p` with the ISA and tiles of `choice`.
 void forward(const AttentionProblem& p, const KernelChoice& choice);
