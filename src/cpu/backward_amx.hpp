@@ -14,8 +14,9 @@
 //   dK^T (d, bk)  += Q^T  (d, bq)  dS   (bq, bk)    A: staged Q^T         B: dS pairs  (per step)
 //   dQ   (bq, d)   = dS   (bq, bk) K    (bk, d)     A: dS rows (per step) B: K pairs   (per unit)
 //
-// then dq rows += dQ (f32, the caller's accumulator) and, at the end of the unit, dk, dv rows =
-// the transposes of dK^T, dV^T. P and dS are rounded to bf16 for the products (as the GPU
+// then dq rows += dQ (f32, the caller's accumulator: directly by the tiles when the step's rows
+// and head_dim are whole tiles, else through a scratch tile) and, at the end of the unit, dk, dv
+// rows = the transposes of dK^T, dV^T. P and dS are rounded to bf16 for the products (as the GPU
 // kernels do); S, P, dP, dS and every accumulator are f32.
 //
 // Padding: products run on whole tiles (M, N multiples of 16, K of 32), so head_dim is padded to
@@ -216,29 +217,60 @@ inline void pack_key_operands(const float* rows, std::int64_t kn, const AmxTiles
   }
 }
 
+// f32 -> bf16, round to nearest even. kNative (an AMX CPU, which has AVX-512 BF16): vcvtne2ps2bf16
+// and one permute; else the integer rounding of simd.hpp (the emulated engine runs on any AVX-512
+// CPU). The two differ only for denormal inputs, which the tiles count as 0 anyway.
+template <bool kNative>
+struct Bf16Pack {
+  // Word n = (lo[n], hi[n]): a pair row of 16 words.
+  static __m512i pairs(V::vec lo, V::vec hi) {
+#if defined(__AVX512BF16__)
+    if constexpr (kNative) {
+      alignas(64) static constexpr std::int16_t kInterleave[32] = {
+          0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // lo | hi
+      return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), both);
+    }
+#endif
+    return _mm512_castps_si512(V::pack_pairs(lo, hi));
+  }
+  // 32 consecutive bf16: a[0, 16) then b[0, 16).
+  static void store32(bf16* dst, V::vec a, V::vec b) {
+#if defined(__AVX512BF16__)
+    if constexpr (kNative) {
+      _mm512_storeu_si512(dst, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+      return;
+    }
+#endif
+    V::store_bf16(dst, a);
+    V::store_bf16(dst + 16, b);
+  }
+};
+
 // n rows of f32 scores (ld apart) -> bf16 pairs along the row index (krows / 2 pair rows of
 // ncols words, ld2 apart), zero at rows >= n and columns >= kn; with `plain`, also bf16 rows
-// (mrows, ncols; ld2 apart), zeroed likewise.
-inline void pack_scores(const float* x, std::int64_t ld, std::int64_t n, std::int64_t kn,
-                        std::int64_t ncols, std::int64_t krows, std::int64_t mrows, std::int64_t ld2,
-                        word* pairs, bf16* plain) {
+// (mrows, ncols; ld2 apart), zeroed likewise. ncols is a multiple of 32.
+template <bool kNative>
+void pack_scores(const float* x, std::int64_t ld, std::int64_t n, std::int64_t kn,
+                 std::int64_t ncols, std::int64_t krows, std::int64_t mrows, std::int64_t ld2,
+                 word* pairs, bf16* plain) {
+  using Pack = Bf16Pack<kNative>;
   const V::vec zero = V::zero();
+  auto load = [&](std::int64_t r, std::int64_t c) {
+    const int live = static_cast<int>(std::clamp<std::int64_t>(kn - c, 0, 16));
+    if (r >= n || live == 0) return zero;
+    return live == 16 ? V::load(x + r * ld + c) : V::load_partial(x + r * ld + c, live);
+  };
   for (std::int64_t r = 0; r < krows; r += 2) {
-    float* out = reinterpret_cast<float*>(pairs + r / 2 * ld2);
+    word* out = pairs + r / 2 * ld2;
     for (std::int64_t c = 0; c < ncols; c += 16) {
-      const int live = static_cast<int>(std::clamp<std::int64_t>(kn - c, 0, 16));
-      const V::vec lo = r < n && live ? V::load_partial(x + r * ld + c, live) : zero;
-      const V::vec hi = r + 1 < n && live ? V::load_partial(x + (r + 1) * ld + c, live) : zero;
-      V::store(out + c, V::pack_pairs(lo, hi));
+      _mm512_storeu_si512(out + c, Pack::pairs(load(r, c), load(r + 1, c)));
     }
   }
   if (plain == nullptr) return;
   for (std::int64_t r = 0; r < mrows; ++r) {
-    for (std::int64_t c = 0; c < ncols; c += 16) {
-      const int live = static_cast<int>(std::clamp<std::int64_t>(kn - c, 0, 16));
-      const V::vec v = r < n && live ? V::load_partial(x + r * ld + c, live) : zero;
-      V::store_bf16(plain + r * ld2 + c, v);
-    }
+    for (std::int64_t c = 0; c < ncols; c += 32) Pack::store32(plain + r * ld2 + c, load(r, c), load(r, c + 16));
   }
 }
 
@@ -296,12 +328,16 @@ void kv_block(const AttentionProblem& p, const KvBlockUnit& u) {
       amx::gemm_bf16<Engine>(mrows, ncols, dp, do_rows + q0 * dp, dp, s.vt, ld, s.ds, ld, false);
       score_gradient<V>(s.s, s.ds, s.capgrad, ld, qn, ncols, delta, p.softmax_scale, softcap);
       // P, dS -> bf16 operands; dV^T += dO^T P, dK^T += Q^T dS, dQ = dS K.
-      pack_scores(s.s, ld, qn, kn, ncols, krows, 0, ld, s.p2, nullptr);
-      pack_scores(s.ds, ld, qn, kn, ncols, krows, mrows, ld, s.ds2, s.dsr);
+      pack_scores<Engine::kNative>(s.s, ld, qn, kn, ncols, krows, 0, ld, s.p2, nullptr);
+      pack_scores<Engine::kNative>(s.ds, ld, qn, kn, ncols, krows, mrows, ld, s.ds2, s.dsr);
       amx::gemm_bf16<Engine>(dp, ncols, krows, do_t + q0, l.lp, s.p2, ld, s.dvt, ld, true);
       amx::gemm_bf16<Engine>(dp, ncols, krows, q_t + q0, l.lp, s.ds2, ld, s.dkt, ld, true);
-      amx::gemm_bf16<Engine>(mrows, dp, ncols, s.dsr, ld, s.k, dp, s.dq, dp, false);
       float* dq = u.dq + row0 * d;
+      if (d % kRows == 0 && qn % kRows == 0) {  // whole tiles of the dq rows: accumulate there
+        amx::gemm_bf16<Engine>(qn, d, ncols, s.dsr, ld, s.k, dp, dq, d, true);
+        continue;
+      }
+      amx::gemm_bf16<Engine>(mrows, dp, ncols, s.dsr, ld, s.k, dp, s.dq, dp, false);
       for (std::int64_t i = 0; i < qn; ++i) {
         float* row = dq + i * d;
         const float* add = s.dq + i * dp;
