@@ -50,8 +50,11 @@ Tiles cpu_backward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
 }
 
 // Tiles of the AMX bf16 backward (src/cpu/backward_amx.hpp): multiples of 32 (the tiles' k step)
-// on both sides, since queries are the k of dV^T += dO^T P and keys the k of dQ = dS K.
-constexpr Tiles kAmxBackwardTiles{64, 64};
+// on both sides, since queries are the k of dV^T += dO^T P and keys the k of dQ = dS K. Measured
+// (docs/cpu-amx.md, Sapphire Rapids, 1 thread, d = 128, b1 h8/2 s2048 causal): 128 x 128 ~1.5x
+// 64 x 64, ahead of 64 x 128 and 128 x 64 (longer k loops per dK^T / dV^T tile load and store,
+// fewer passes over the dq rows).
+constexpr Tiles kAmxBackwardTiles{128, 128};
 
 // "(vdpbf16ps measured 0.45x the FMA rate; the pair kernel needs >= 1.25x)" for the reason.
 std::string fmt_ratio(double ratio) {
