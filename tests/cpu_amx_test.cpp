@@ -12,7 +12,9 @@
 
 #include "common/dtype.hpp"
 #include "cpu/amx.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "fastattn/error.hpp"
+#include "harness/tensors.hpp"
 #include "test_support.hpp"
 
 namespace fastattn {
@@ -20,6 +22,8 @@ namespace {
 
 using cpu::amx::AmxMode;
 using fastattn::testing::ScopedEnv;
+using fastattn::testing::expect_error;
+using fastattn::testing::expect_pass;
 
 struct GemmShape {
   std::int64_t m, n, k;
@@ -183,6 +187,112 @@ TEST(AmxLayer, ModeFromTheEnvironment) {
     } catch (const Error& e) {
       EXPECT_STREQ(e.what(), "FASTATTN_CPU_AMX: expected native, emulated or off, got 'fast'");
     }
+  }
+}
+
+// ---- the AMX forward kernel (src/cpu/forward_amx.hpp) ----------------------------------------
+
+// Odd tile starts (windows, bottom-right offsets), odd and empty varlen sequences, GQA, soft-cap,
+// strided views, every head dim the kernel takes (multiples of 32), rows beyond a 16-row tile.
+const char* const kAmxCases[] = {
+    "b=1 sq=1000 sk=1000 h=2 hkv=1 d=64 dtype=bf16 mask=causal seed=201",
+    "b=1 sq=65 sk=63 h=4 hkv=2 d=128 dtype=bf16 mask=none seed=202",
+    "b=2 sq=7 sk=1 h=2 hkv=2 d=32 dtype=bf16 mask=none seed=203",
+    "b=1 sq=129 sk=257 h=2 hkv=1 d=64 dtype=bf16 mask=causal align=top_left seed=204",
+    "b=1 sq=200 sk=301 h=2 hkv=2 d=96 dtype=bf16 mask=window wl=17 wr=5 seed=205",
+    "b=1 sq=90 sk=90 h=2 hkv=1 d=160 dtype=bf16 mask=window wl=3 seed=206",
+    "b=1 sq=33 sk=47 h=2 hkv=1 d=256 dtype=bf16 mask=none softcap=30 seed=207",
+    "lens_q=0,1,65,7,0 lens_k=5,0,63,1,3 h=4 hkv=2 d=64 dtype=bf16 mask=causal layout=strided seed=208",
+    "lens_q=13,64,1 lens_k=13,65,9 h=8 hkv=1 d=128 dtype=bf16 mask=none seed=209",
+    "b=1 sq=300 sk=700 h=4 hkv=1 d=128 dtype=bf16 mask=causal seed=210",
+};
+
+// The AMX kernel on each case: native where the CPU has AMX (skipped elsewhere), emulated always.
+class AmxForwardCases : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AmxForwardCases, NativeMatchesFloat64) {
+  if (!cpu::amx::amx_available()) GTEST_SKIP() << "no AMX: " << cpu::amx::amx_unavailable_reason();
+  const ScopedEnv env(cpu::amx::kAmxEnv, "native");
+  const harness::Case c = harness::parse_case(GetParam());
+  harness::CaseData data(c);
+  const KernelChoice choice = data.run_forward(Backend::cpu);
+  EXPECT_EQ(choice.isa, "amx") << choice.describe();
+  expect_pass(harness::check_case(c, Backend::cpu));
+}
+
+TEST_P(AmxForwardCases, EmulatedMatchesFloat64) {
+  const ScopedEnv env(cpu::amx::kAmxEnv, "emulated");
+  const harness::Case c = harness::parse_case(GetParam());
+  harness::CaseData data(c);
+  const KernelChoice choice = data.run_forward(Backend::cpu);
+  EXPECT_NE(choice.kernel.find(".amx-emulated."), std::string::npos) << choice.describe();
+  expect_pass(harness::check_case(c, Backend::cpu));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AmxForwardCases, ::testing::ValuesIn(kAmxCases));
+
+KernelChoice bf16_forward_choice(const char* spec) {
+  harness::CaseData data(harness::parse_case(spec));
+  return data.run_forward(Backend::cpu);
+}
+
+// The kernel the process's environment asks for is the one that runs (ctest cpu_amx_emulated
+// sets FASTATTN_CPU_AMX=emulated; the default entries run native AMX where available).
+TEST(AmxForward, ChosenKernelFollowsTheEnvironment) {
+  const char* env = std::getenv("FASTATTN_CPU_AMX");
+  const std::string mode = env ? env : "";
+  const KernelChoice choice = bf16_forward_choice("b=1 sq=40 sk=40 h=2 hkv=1 d=64 dtype=bf16 seed=3");
+  if (mode == "emulated") {
+    EXPECT_NE(choice.kernel.find(".amx-emulated.bf16.d64"), std::string::npos) << choice.describe();
+    EXPECT_NE(choice.reason.find("FASTATTN_CPU_AMX=emulated"), std::string::npos) << choice.reason;
+  } else if (mode.empty() && cpu::selected_isa() == cpu::Isa::amx && std::getenv("FASTATTN_CPU_BF16_DOT") == nullptr) {
+    EXPECT_EQ(choice.kernel, "cpu.forward.amx.bf16.d64") << choice.describe();
+    EXPECT_NE(choice.reason.find("AMX tiles"), std::string::npos) << choice.reason;
+  } else {
+    EXPECT_EQ(choice.kernel.find("amx"), std::string::npos) << choice.describe();
+  }
+}
+
+// Why not AMX: the reason says so.
+TEST(AmxForward, ReasonsWhyNot) {
+  const char* bf16 = "b=1 sq=40 sk=40 h=2 hkv=1 d=64 dtype=bf16 seed=3";
+  {
+    const ScopedEnv env(cpu::amx::kAmxEnv, "off");
+    const KernelChoice c = bf16_forward_choice(bf16);
+    EXPECT_EQ(c.kernel.find("amx"), std::string::npos) << c.describe();
+    EXPECT_NE(c.reason.find("AMX off (FASTATTN_CPU_AMX=off)"), std::string::npos) << c.reason;
+  }
+  {
+    const ScopedEnv env(cpu::amx::kAmxEnv, std::nullopt);
+    const KernelChoice c = bf16_forward_choice("b=1 sq=40 sk=40 h=2 hkv=1 d=40 dtype=bf16 seed=3");
+    EXPECT_EQ(c.kernel.find("amx"), std::string::npos) << c.describe();
+    if (cpu::amx::amx_available()) {
+      EXPECT_NE(c.reason.find("no AMX kernel for head_dim 40 (needs a multiple of 32)"), std::string::npos)
+          << c.reason;
+    } else {
+      EXPECT_NE(c.reason.find(std::string("no AMX: ") + cpu::amx::amx_unavailable_reason()), std::string::npos)
+          << c.reason;
+    }
+    const KernelChoice f32 = bf16_forward_choice("b=1 sq=40 sk=40 h=2 hkv=1 d=64 dtype=f32 seed=3");
+    EXPECT_EQ(f32.kernel.find("amx"), std::string::npos) << f32.describe();
+    harness::CaseData data(harness::parse_case(bf16));
+    data.run_forward(Backend::cpu);
+  }
+  if (cpu::amx::amx_available()) {
+    const ScopedEnv unset(cpu::amx::kAmxEnv, std::nullopt);
+    const ScopedEnv cap("FASTATTN_CPU_ISA", "avx512bf16");
+    const KernelChoice c = bf16_forward_choice(bf16);
+    EXPECT_EQ(c.isa, "avx512bf16") << c.describe();
+    EXPECT_NE(c.reason.find("AMX not used: FASTATTN_CPU_ISA caps the ISA at avx512bf16"), std::string::npos)
+        << c.reason;
+    const ScopedEnv native(cpu::amx::kAmxEnv, "native");
+    expect_error([&] { bf16_forward_choice(bf16); }, ErrorCode::unsupported,
+                 "FASTATTN_CPU_AMX=native: expected the CPU ISA amx, got avx512bf16");
+  }
+  {
+    const ScopedEnv env(cpu::amx::kAmxEnv, "sometimes");
+    expect_error([&] { bf16_forward_choice(bf16); }, ErrorCode::invalid_argument,
+                 "FASTATTN_CPU_AMX: expected native, emulated or off, got 'sometimes'");
   }
 }
 

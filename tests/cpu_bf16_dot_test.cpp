@@ -107,9 +107,11 @@ TEST(Bf16Dot, OnlyBf16InputsTakeThePairKernel) {
 // `off` disables it.
 TEST(Bf16Dot, NativeOnlyWhereItPaysOrWhenForced) {
   harness::CaseData bf16(harness::parse_case("b=1 sq=9 sk=9 h=1 hkv=1 d=64 dtype=bf16 mask=none seed=1"));
-  const bool has_dot = cpu::selected_isa() == cpu::Isa::avx512bf16;
+  const bool has_dot = cpu::selected_isa() == cpu::Isa::avx512bf16 || cpu::selected_isa() == cpu::Isa::amx;
   {
+    // The pair kernel's own rule, with the AMX kernel (the default where AMX runs) turned off.
     const ScopedEnv env = bf16_dot_env(std::nullopt);
+    const ScopedEnv no_amx(cpu::amx::kAmxEnv, "off");
     const KernelChoice choice = bf16.run_forward(Backend::cpu);
     const bool pays = has_dot && cpu::bf16_dot_speed_ratio() >= cpu::kBf16DotMinRatio;
     EXPECT_EQ(choice.kernel.find(".bf16dot.") != std::string::npos, pays) << choice.kernel;

@@ -81,7 +81,7 @@ TEST(Environment, ABadValueIsAnErrorOfTheFirstCallNotOfTheReload) {
     EXPECT_NO_THROW(reload_environment());
     TinyForward call;
     expect_error([&] { call.run(); }, ErrorCode::invalid_argument,
-                 "FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, got 'bogus'");
+                 "FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, amx, got 'bogus'");
     expect_error([&] { call.run(); }, ErrorCode::invalid_argument, "FASTATTN_CPU_ISA");  // every call
   }
   TinyForward call;

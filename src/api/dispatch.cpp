@@ -32,6 +32,7 @@ struct Tiles {
 // (AVX2) / 96 (AVX-512) so that no query sub-block is padded.
 Tiles cpu_forward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   (void)dtype;  // tiles are sized in f32; block_k stays even for the bf16-pair kernel
+  if (isa == cpu::Isa::amx) return {384, 64};  // the AMX kernel (forward_amx.hpp): see docs/cpu-amx.md
   const bool avx512 = isa == cpu::Isa::avx512 || isa == cpu::Isa::avx512bf16;
   if (avx512) return head_dim <= 128 ? Tiles{384, 96} : Tiles{192, 96};  // 2 MiB L2
   return Tiles{96, 60};  // Zen 3 (512 KiB L2): best of 48..192 x 36..96 at head_dim 128
@@ -82,7 +83,7 @@ Backend resolve_backend(const AttentionProblem& p, Backend requested) {
 // The CPU ISA for this dtype: the AVX-512 BF16 dot-product kernels only pay for bf16 inputs.
 cpu::Isa cpu_isa_for(DType dtype) {
   cpu::Isa isa = cpu::selected_isa();
-  if (isa == cpu::Isa::avx512bf16 && dtype != DType::bf16) isa = cpu::Isa::avx512;
+  if ((isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) && dtype != DType::bf16) isa = cpu::Isa::avx512;
   return isa;
 }
 
@@ -234,7 +235,13 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   if (c.backend == Backend::cuda) return choose_cuda_kernel(p, direction);
 
   // CPU.
-  const cpu::Isa isa = cpu_isa_for(p.dtype);
+  cpu::Isa isa = cpu_isa_for(p.dtype);
+  // AMX: the bf16 forward and backward have kernels (Isa::amx); everything else runs avx512bf16's.
+  std::string amx_note;
+  const cpu::amx::AmxMode amx = direction == Direction::forward
+                                    ? cpu::forward_amx_mode(isa, p.dtype, p.head_dim, &amx_note)
+                                    : cpu::backward_amx_mode(isa, p.dtype, &amx_note);
+  if (isa == cpu::Isa::amx && amx != cpu::amx::AmxMode::native) isa = cpu::Isa::avx512bf16;
   if (isa == cpu::Isa::none) {
     throw Error(ErrorCode::unsupported,
                 std::string("cpu ") + dir + ": expected a CPU with AVX2 and FMA (or AVX-512), " +
@@ -246,40 +253,29 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.block_q = t.block_q;
   c.block_k = t.block_k;
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
-  const cpu::Bf16Dot dot =
-      direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
-  const cpu::amx::AmxMode bwd_amx = direction == Direction::backward
-                                         ? cpu::backward_amx_mode(isa, p.dtype)
-                                         : cpu::amx::AmxMode::off;
-  std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
-  if (bwd_amx == cpu::amx::AmxMode::native) variant = "amx.";
-  if (bwd_amx == cpu::amx::AmxMode::emulated) variant = "amx-emulated.";
-  if (bwd_amx != cpu::amx::AmxMode::off) {
+  if (direction == Direction::backward && amx != cpu::amx::AmxMode::off) {
     c.block_q = kAmxBackwardTiles.block_q;
     c.block_k = kAmxBackwardTiles.block_k;
   }
+  // (read even when AMX runs, so that a bad FASTATTN_CPU_BF16_DOT is an error either way)
+  cpu::Bf16Dot dot = direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
+  if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;
+  std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
+  if (amx == cpu::amx::AmxMode::emulated) variant = std::string(cpu::amx::Emulated::kName) + ".";
   c.kernel = std::string("cpu.") + dir + "." + c.isa + "." + variant + to_string(p.dtype) + ".d" +
              std::to_string(p.head_dim);
   c.reason = direction == Direction::forward
                  ? "widest ISA on this CPU; threads over (batch, head, query block)"
                  : "widest ISA on this CPU; threads over (batch, kv head, key block)";
-  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16) {
+  if (direction == Direction::forward && isa == cpu::Isa::avx512bf16 && p.dtype == DType::bf16 &&
+      amx == cpu::amx::AmxMode::off) {
     const double ratio = cpu::bf16_dot_speed_ratio();
     c.reason += dot == cpu::Bf16Dot::native ? "; bf16 pairs on vdpbf16ps" : "; f32 kernel";
     c.reason += fmt_ratio(ratio);
   }
+  if (!amx_note.empty()) c.reason += "; " + amx_note;
   if (dot == cpu::Bf16Dot::emulated) {
     c.reason += "; bf16-pair kernel with the dot product emulated (FASTATTN_CPU_BF16_DOT=emulated, a test path)";
-  }
-  if (direction == Direction::backward && p.dtype == DType::bf16) {
-    if (bwd_amx == cpu::amx::AmxMode::off) {
-      c.reason += "; f32 FMA products (" + cpu::backward_amx_off_reason(isa, p.dtype) + ")";
-    } else {
-      c.reason += "; bf16 products on AMX tiles, f32 accumulation, P and dS rounded to bf16";
-      if (bwd_amx == cpu::amx::AmxMode::emulated) {
-        c.reason += " (tiles emulated in software: FASTATTN_CPU_AMX=emulated, a test path)";
-      }
-    }
   }
   if (direction == Direction::backward) c.workspace_bytes = cpu::backward_workspace_bytes(p, c);
   return c;

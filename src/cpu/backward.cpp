@@ -141,7 +141,7 @@ BackwardKernels kernels_for(const AttentionProblem& p, const KernelChoice& choic
                     std::string(to_string(detect_isa())) + "), got " + choice.isa);
   }
 #if FASTATTN_HAVE_AVX512 && FASTATTN_HAVE_AMX
-  const amx::AmxMode amx = backward_amx_mode(isa, p.dtype);
+  const amx::AmxMode amx = backward_amx_mode(isa, p.dtype, nullptr);
   if (amx != amx::AmxMode::off) {
     return backward_detail::backward_kernels_amx(amx == amx::AmxMode::native);
   }
@@ -153,6 +153,7 @@ BackwardKernels kernels_for(const AttentionProblem& p, const KernelChoice& choic
       return backward_detail::backward_kernels_avx2();
     case Isa::avx512:
     case Isa::avx512bf16:
+    case Isa::amx:  // f32 and f16 (and bf16 with FASTATTN_CPU_AMX=off): the AVX-512 kernels
 #if FASTATTN_HAVE_AVX512
       return backward_detail::backward_kernels_avx512();
 #else
@@ -278,25 +279,32 @@ struct BackwardRun {
 
 }  // namespace
 
-amx::AmxMode backward_amx_mode(Isa isa, DType dtype) {
-  if (dtype != DType::bf16 || static_cast<int>(isa) < static_cast<int>(Isa::avx512)) {
-    return amx::AmxMode::off;
-  }
-#if FASTATTN_HAVE_AVX512 && FASTATTN_HAVE_AMX
-  return amx::amx_mode();
-#else
-  return amx::AmxMode::off;
-#endif
-}
-
-std::string backward_amx_off_reason(Isa isa, DType dtype) {
-  if (backward_amx_mode(isa, dtype) != amx::AmxMode::off) return "";
-  if (dtype != DType::bf16) return std::string("AMX only for bf16 (") + to_string(dtype) + " products stay f32)";
-  if (static_cast<int>(isa) < static_cast<int>(Isa::avx512)) {
-    return std::string("no AMX below ISA avx512 (") + to_string(isa) + ")";
-  }
-  if (amx::amx_mode_from_environment()) return "FASTATTN_CPU_AMX=off";
-  return std::string("no AMX: ") + amx::amx_unavailable_reason();
+amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why) {
+  std::string note;
+  const amx::AmxMode mode = [&] {
+    if (dtype != DType::bf16 || isa == Isa::none) return amx::AmxMode::off;
+    const amx::AmxMode requested = amx::amx_mode();  // throws on a bad value
+    if (requested == amx::AmxMode::off) {
+      note = amx::amx_mode_from_environment() ? "f32 FMA products (FASTATTN_CPU_AMX=off)"
+                                              : std::string("f32 FMA products (no AMX: ") +
+                                                    amx::amx_unavailable_reason() + ")";
+      return amx::AmxMode::off;
+    }
+    if (requested == amx::AmxMode::native && isa != Isa::amx) {
+      note = std::string("f32 FMA products (ISA capped at ") + to_string(isa) + ", below amx)";
+      return amx::AmxMode::off;
+    }
+    if (static_cast<int>(isa) < static_cast<int>(Isa::avx512) || !amx::amx_compiled()) {
+      note = std::string("f32 FMA products (the AMX backward needs ISA avx512 and a build with the AMX kernels; got ") +
+             to_string(isa) + (amx::amx_compiled() ? ")" : ", no AMX kernels)");
+      return amx::AmxMode::off;
+    }
+    note = "bf16 products on AMX tiles, f32 accumulation, P and dS rounded to bf16";
+    if (requested == amx::AmxMode::emulated) note += " (tiles emulated: FASTATTN_CPU_AMX=emulated, a test path)";
+    return requested;
+  }();
+  if (why) *why = note;
+  return mode;
 }
 
 std::size_t backward_workspace_bytes(const AttentionProblem& p, const KernelChoice& choice) {

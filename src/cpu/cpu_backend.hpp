@@ -14,8 +14,10 @@
 
 namespace fastattn::cpu {
 
-// Instruction sets the CPU kernels are compiled for, best last.
-enum class Isa { none, avx2, avx512, avx512bf16 };
+// Instruction sets the CPU kernels are compiled for, best last. amx: AVX-512 BF16 plus AMX
+// tiles with the OS permission (amx.hpp: amx_available()); only the bf16 forward has an AMX
+// kernel, every other call on Isa::amx runs the avx512bf16 kernels.
+enum class Isa { none, avx2, avx512, avx512bf16, amx };
 
 const char* to_string(Isa isa) noexcept;
 Isa isa_from_string(const std::string& name);  // throws Error on an unknown name
@@ -42,14 +44,20 @@ double bf16_dot_speed_ratio();  // measured once per process; 0 without AVX-512 
 // The forward's kernel name carries the choice: ".bf16dot." or ".bf16dot-emulated.".
 Bf16Dot bf16_dot_of(const KernelChoice& choice);
 
-// Whether the backward runs the bf16 kernels on AMX tiles (backward_amx.hpp), and on which
-// engine: amx::amx_mode() (FASTATTN_CPU_AMX; unset: native where the CPU and OS have AMX) for bf16
-// inputs on an ISA of at least avx512 (so FASTATTN_CPU_ISA=avx2 turns it off) in a build with
-// the AMX kernels; off for f32 and f16 (their products stay in f32) and everywhere else. The
-// dispatcher names the choice and backward() runs the same decision.
-amx::AmxMode backward_amx_mode(Isa isa, DType dtype);
-// Why backward_amx_mode(isa, dtype) is off, for KernelChoice::reason ("" when it is not).
-std::string backward_amx_off_reason(Isa isa, DType dtype);
+// Whether a forward runs the AMX kernel (forward_amx.hpp): native on Isa::amx for bf16 with
+// head_dim a multiple of 32, unless FASTATTN_CPU_AMX=off or FASTATTN_CPU_BF16_DOT asks for the
+// bf16-pair kernel; emulated (any ISA) with FASTATTN_CPU_AMX=emulated. *why gets the reason
+// for the choice or against AMX ("" for non-bf16). Throws on a bad FASTATTN_CPU_AMX.
+amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why);
+// The forward's kernel name and ISA carry the choice: isa "amx" (native) or ".amx-emulated.".
+amx::AmxMode amx_of(const KernelChoice& choice);
+// Whether the backward runs the bf16 kernels on AMX tiles (backward_amx.hpp): native on Isa::amx
+// for bf16 (any head_dim: the kernels pad it) unless FASTATTN_CPU_AMX=off, so FASTATTN_CPU_ISA
+// capped below amx turns it off; emulated with FASTATTN_CPU_AMX=emulated on an ISA of at least
+// avx512 (the kernels' element-wise math is AVX-512); off for f32 and f16 (their products stay
+// f32). *why gets the reason for the choice or against AMX ("" for non-bf16). The dispatcher
+// names the choice (isa "amx" or ".amx-emulated.") and backward() runs the same decision.
+amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why);
 
 // Run the forward/backward pass of `p` with the ISA and tiles of `choice`.
 void forward(const AttentionProblem& p, const KernelChoice& choice);

@@ -19,12 +19,36 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   tiles.block_q = choice.block_q;
   tiles.block_k = choice.block_k;
   tiles.num_threads = p.num_threads > 0 ? p.num_threads : choice.num_threads;
+  const amx::AmxMode amx_mode = amx_of(choice);
+  if (amx_mode != amx::AmxMode::off) {
+    if (p.dtype != DType::bf16 || p.head_dim % 32 != 0) {
+      throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel +
+                                              " expects bf16 inputs with head_dim a multiple of 32, got " +
+                                              std::string(to_string(p.dtype)) + " head_dim " +
+                                              std::to_string(p.head_dim));
+    }
+    if (amx_mode == amx::AmxMode::native) {
+#if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
+      forward_amx(p, tiles);
+      return;
+#endif
+    } else if (isa == Isa::avx2) {
+      forward_amx_emulated_avx2(p, tiles);
+      return;
+    } else {
+#if FASTATTN_HAVE_AVX512
+      forward_amx_emulated_avx512(p, tiles);
+      return;
+#endif
+    }
+    throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " is not in this build");
+  }
   const Bf16Dot dot = bf16_dot_of(choice);
   if (dot != Bf16Dot::off && p.dtype != DType::bf16) {
     throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " expects bf16 inputs, got " +
                                             std::string(to_string(p.dtype)));
   }
-  if (dot == Bf16Dot::native && isa != Isa::avx512bf16) {
+  if (dot == Bf16Dot::native && isa != Isa::avx512bf16 && isa != Isa::amx) {
     throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " needs AVX-512 BF16, got ISA " +
                                             std::string(to_string(isa)));
   }
@@ -38,6 +62,7 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
       return;
     case Isa::avx512:
     case Isa::avx512bf16:
+    case Isa::amx:
 #if FASTATTN_HAVE_AVX512
       if (dot == Bf16Dot::off) {
         forward_avx512(p, tiles);

@@ -17,6 +17,22 @@ struct ForwardTiles {
 };
 
 void forward_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
+
+// The AMX kernel (forward_amx.hpp), bf16 inputs with head_dim a multiple of 32: block_k is
+// rounded up to a multiple of 32 (whole key-pair tiles).
+inline ForwardTiles amx_forward_tiles(ForwardTiles t) {
+  t.block_k = t.block_k > 0 ? (t.block_k + 31) / 32 * 32 : 64;
+  return t;
+}
+// Tiles emulated (amx::Emulated), softmax on AVX2 / AVX-512.
+void forward_amx_emulated_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
+#if FASTATTN_HAVE_AVX512
+void forward_amx_emulated_avx512(const AttentionProblem& p, const ForwardTiles& tiles);
+#endif
+#if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
+// Native AMX; only after amx_available().
+void forward_amx(const AttentionProblem& p, const ForwardTiles& tiles);
+#endif
 // bf16 inputs only: the bf16-pair kernel with the dot product emulated (forward_bf16.hpp).
 void forward_bf16_emulated_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
 #if FASTATTN_HAVE_AVX512

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <type_traits>
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
 #include "api/host_pool.hpp"
@@ -89,7 +90,8 @@ struct ForwardGeometry {
   std::int64_t acc_floats() const { return lines(max_subs * sub_q * head_dim); }
   std::int64_t score_floats() const { return lines(block_k * sub_q); }
   std::int64_t stat_floats() const { return lines(max_subs * sub_q); }
-  std::int64_t pair_floats() const { return lines((block_k / 2 + 1) * sub_q); }
+  // bf16 operands: key pairs of a tile, rounded up to whole 16-row AMX tiles.
+  std::int64_t pair_floats() const { return lines(round_up(block_k / 2 + 1, 16) * sub_q); }
   std::size_t scratch_bytes() const {
     const std::int64_t floats =
         q_panel_floats() + acc_floats() + score_floats() + 3 * stat_floats() + pair_floats();
@@ -168,6 +170,13 @@ void write_output_rows(const AttentionProblem& p, const ForwardScratch& s, std::
   }
 }
 
+// Ops that keep O transposed, (head_dim, cols) per sub-block (forward_amx.hpp), say so with
+// kAccTransposed = true and provide zero_accumulator and write_sub_block.
+template <class Ops, class = void>
+struct AccTransposed : std::false_type {};
+template <class Ops>
+struct AccTransposed<Ops, std::void_t<decltype(Ops::kAccTransposed)>> : std::bool_constant<Ops::kAccTransposed> {};
+
 // The whole forward of one work unit: queries [q0, q0 + rows) of (sequence b, head h).
 template <class V, class Ops>
 void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
@@ -195,7 +204,11 @@ void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
     sb.row_sum = s.row_sum + r0;
     sb.alpha = s.alpha + r0;
     Ops::pack_query_block(p, b, h, sb.q0, sb.rows, sb.cols, q_scale, sb.acc, panels);
-    for (std::int64_t r = 0; r < sb.acc_rows; ++r) simd::zero_row<V>(sb.acc + r * d, d);
+    if constexpr (AccTransposed<Ops>::value) {
+      Ops::zero_accumulator(sb.acc, d, sb.cols);
+    } else {
+      for (std::int64_t r = 0; r < sb.acc_rows; ++r) simd::zero_row<V>(sb.acc + r * d, d);
+    }
     for (std::int64_t c = 0; c < sb.cols; ++c) {
       sb.row_max[c] = -std::numeric_limits<float>::infinity();
       sb.row_sum[c] = 0.0f;
@@ -221,7 +234,12 @@ void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
       Ops::attend_tile(p, sb, s, kv, b, kv_head, q_scale, mask, k_lo, k_hi - k_lo, tile);
     }
   }
-  write_output_rows<V>(p, s, b, h, q0, rows);
+  if constexpr (AccTransposed<Ops>::value) {
+    // Q^T is no longer needed: each sub-block's panels hold its output rows on the way out.
+    for (std::int64_t i = 0; i < n_subs; ++i) Ops::write_sub_block(p, subs[i], s.q_panels + i * d * g.sub_q, b, h);
+  } else {
+    write_output_rows<V>(p, s, b, h, q0, rows);
+  }
 }
 
 // Entry point of one ISA and operand format: all work units of the call over OpenMP threads.

@@ -12,6 +12,9 @@
 #ifndef FASTATTN_HAVE_AVX512
 #define FASTATTN_HAVE_AVX512 0
 #endif
+#ifndef FASTATTN_HAVE_AMX
+#define FASTATTN_HAVE_AMX 0
+#endif
 
 namespace fastattn::cpu {
 namespace {
@@ -32,6 +35,9 @@ Isa detect_uncached() {
     best = Isa::avx512;
     if (__builtin_cpu_supports("avx512bf16")) best = Isa::avx512bf16;
   }
+#if FASTATTN_HAVE_AMX
+  if (best == Isa::avx512bf16 && amx::amx_available()) best = Isa::amx;
+#endif
 #endif
   return best;
 #else
@@ -47,6 +53,7 @@ const char* to_string(Isa isa) noexcept {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512bf16: return "avx512bf16";
+    case Isa::amx: return "amx";
   }
   return "unknown";
 }
@@ -55,11 +62,11 @@ Isa isa_from_string(const std::string& name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (Isa isa : {Isa::none, Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+  for (Isa isa : {Isa::none, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     if (lower == to_string(isa)) return isa;
   }
   throw Error(ErrorCode::invalid_argument,
-              "cpu isa: expected one of none, avx2, avx512, avx512bf16, got '" + name + "'");
+              "cpu isa: expected one of none, avx2, avx512, avx512bf16, amx, got '" + name + "'");
 }
 
 Isa detect_isa() {
@@ -72,6 +79,9 @@ std::vector<Isa> compiled_isas() {
 #if FASTATTN_HAVE_AVX512
   isas.push_back(Isa::avx512);
   isas.push_back(Isa::avx512bf16);
+#endif
+#if FASTATTN_HAVE_AMX
+  isas.push_back(Isa::amx);
 #endif
   return isas;
 }
@@ -86,7 +96,7 @@ Isa selected_isa() {
   } catch (const Error&) {
     throw Error(ErrorCode::invalid_argument,
                 std::string("FASTATTN_CPU_ISA: expected one of none, avx2, avx512, ") +
-                    "avx512bf16, got '" + cap + "'");
+                    "avx512bf16, amx, got '" + cap + "'");
   }
   return static_cast<int>(limit) < static_cast<int>(detected) ? limit : detected;
 }
@@ -110,19 +120,21 @@ Bf16Dot forward_bf16_dot(Isa isa, DType dtype) {
   if (dtype != DType::bf16 || isa == Isa::none || mode == "off") return Bf16Dot::off;
   if (mode == "emulated") return Bf16Dot::emulated;
   if (mode == "native") {
-    if (isa != Isa::avx512bf16) {
+    if (isa != Isa::avx512bf16 && isa != Isa::amx) {
       throw Error(ErrorCode::unsupported,
                   std::string("FASTATTN_CPU_BF16_DOT=native: expected a CPU with AVX-512 BF16 (ISA avx512bf16), got ") +
                       to_string(isa));
     }
     return Bf16Dot::native;
   }
-  return isa == Isa::avx512bf16 && bf16_dot_speed_ratio() >= kBf16DotMinRatio ? Bf16Dot::native : Bf16Dot::off;
+  return (isa == Isa::avx512bf16 || isa == Isa::amx) && bf16_dot_speed_ratio() >= kBf16DotMinRatio ? Bf16Dot::native
+                                                                                                  : Bf16Dot::off;
 }
 
 double bf16_dot_speed_ratio() {
 #if FASTATTN_HAVE_AVX512
-  static const double ratio = detect_isa() == Isa::avx512bf16 ? bf16_dot_speed_ratio_avx512() : 0.0;
+  static const double ratio =
+      detect_isa() == Isa::avx512bf16 || detect_isa() == Isa::amx ? bf16_dot_speed_ratio_avx512() : 0.0;
   return ratio;
 #else
   return 0.0;
@@ -133,6 +145,52 @@ Bf16Dot bf16_dot_of(const KernelChoice& choice) {
   if (choice.kernel.find(".bf16dot-emulated.") != std::string::npos) return Bf16Dot::emulated;
   if (choice.kernel.find(".bf16dot.") != std::string::npos) return Bf16Dot::native;
   return Bf16Dot::off;
+}
+
+amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why) {
+  std::string note;
+  const amx::AmxMode mode = [&] {
+    if (dtype != DType::bf16 || isa == Isa::none) return amx::AmxMode::off;
+    const amx::AmxMode requested = amx::amx_mode();  // throws on a bad value
+    const bool from_env = amx::amx_mode_from_environment();
+    if (requested == amx::AmxMode::off) {
+      note = from_env ? "AMX off (FASTATTN_CPU_AMX=off)" : std::string("no AMX: ") + amx::amx_unavailable_reason();
+      return amx::AmxMode::off;
+    }
+    if (head_dim % 32 != 0) {
+      note = "no AMX kernel for head_dim " + std::to_string(head_dim) + " (needs a multiple of 32)";
+      return amx::AmxMode::off;
+    }
+    if (requested == amx::AmxMode::emulated) {
+      note = "AMX kernel with the tiles emulated (FASTATTN_CPU_AMX=emulated, a test path)";
+      return amx::AmxMode::emulated;
+    }
+    const char* dot = env_value(EnvVar::cpu_bf16_dot);
+    const std::string dot_mode = dot ? dot : "";
+    if (!from_env && (dot_mode == "native" || dot_mode == "emulated")) {
+      note = "AMX not used: FASTATTN_CPU_BF16_DOT=" + dot_mode + " asks for the bf16-pair kernel";
+      return amx::AmxMode::off;
+    }
+    if (isa != Isa::amx) {
+      if (from_env) {
+        throw Error(ErrorCode::unsupported,
+                    std::string("FASTATTN_CPU_AMX=native: expected the CPU ISA amx, got ") + to_string(isa) +
+                        " (FASTATTN_CPU_ISA caps it)");
+      }
+      note = std::string("AMX not used: FASTATTN_CPU_ISA caps the ISA at ") + to_string(isa);
+      return amx::AmxMode::off;
+    }
+    note = "bf16 products on AMX tiles (tdpbf16ps), softmax on AVX-512";
+    return amx::AmxMode::native;
+  }();
+  if (why) *why = note;
+  return mode;
+}
+
+amx::AmxMode amx_of(const KernelChoice& choice) {
+  if (choice.kernel.find(".amx-emulated.") != std::string::npos) return amx::AmxMode::emulated;
+  if (choice.isa == to_string(Isa::amx)) return amx::AmxMode::native;
+  return amx::AmxMode::off;
 }
 
 }  // namespace fastattn::cpu

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "commands.hpp"
+#include "cpu/amx.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "cpu_features.hpp"
 #include "fastattn/fastattn.hpp"
 #include "gpu_probe.hpp"
@@ -79,7 +81,28 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
       fmt::format("{} / {} / {}", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c)));
   row("avx512f", yes_no(cpu.avx512f));
   row("avx512 bf16", yes_no(cpu.avx512_bf16));
-  row("amx (tile/bf16)", fmt::format("{} / {}", yes_no(cpu.amx_tile), yes_no(cpu.amx_bf16)));
+  {
+    // Whether the AMX kernels run (src/cpu/amx.hpp): the CPU bits, the OS permission, the
+    // build, and FASTATTN_CPU_AMX / FASTATTN_CPU_ISA.
+    std::string use;
+    try {
+      const cpu::amx::AmxMode mode = cpu::amx::amx_mode();
+      const cpu::Isa isa = cpu::selected_isa();
+      if (mode == cpu::amx::AmxMode::emulated) {
+        use = "emulated kernels (FASTATTN_CPU_AMX=emulated)";
+      } else if (mode == cpu::amx::AmxMode::off) {
+        use = cpu::amx::amx_mode_from_environment() ? std::string("not used (FASTATTN_CPU_AMX=off)")
+                                                     : std::string("not used: ") + cpu::amx::amx_unavailable_reason();
+      } else if (isa != cpu::Isa::amx) {
+        use = std::string("not used (FASTATTN_CPU_ISA caps the ISA at ") + cpu::to_string(isa) + ")";
+      } else {
+        use = "used by the bf16 forward (head_dim a multiple of 32)";
+      }
+    } catch (const Error& e) {
+      use = e.what();
+    }
+    row("amx (tile/bf16)", fmt::format("{} / {}; {}", yes_no(cpu.amx_tile), yes_no(cpu.amx_bf16), use));
+  }
   row("selected isa", build.cpu_isa_selected);
   row("threads", fmt::format("{} (OpenMP default)", omp_get_max_threads()));
 

@@ -1,0 +1,270 @@
+// forward_amx.hpp — the AMX operand format of the CPU forward kernel (forward_kernel.hpp's Ops
+// policy) for bf16 inputs: both products on AMX tiles (amx.hpp, tdpbf16ps: 16 x 16 x 32 per
+// instruction), the online softmax in f32 on the vector unit (V), fused with packing P.
+//
+// Everything stays transposed (keys x queries), like the other kernels' score tiles, so that
+// neither product needs a transpose in the inner loop and the softmax statistics are lanes:
+//   S^T (kn16, cols) f32 = K_tile (kn16, d) bf16 row-major  x  Q^T (d, cols) as VNNI pairs
+//        A = the staged K rows as they are; B = Q^T (d / 2, cols) words, word (r, i) =
+//        (Q(i, 2r), Q(i, 2r + 1)) = word r of Q row i, packed once per sub-block.
+//   O^T (d, cols) f32 += V^T_tile (d, 2 n16) bf16 row-major  x  P^T (n16, cols) as VNNI pairs
+//        A = V staged transposed per KV head: (d, tokens) bf16; B = P^T pairs
+//        (pair r, query i) = (P(i, k_first + 2r), P(i, k_first + 2r + 1)), which is what the
+//        softmax writes, two score rows at a time, straight from its registers.
+// kn16 = kn rounded up to 16 (tile rows), n16 = key pairs rounded up to 16 (one 32-key k-step);
+// the extra K rows give scores nobody reads, the extra pairs are 0. Staged K and V^T have 64
+// zero tokens after each head, so those reads stay in bounds and finite.
+// A tile starting at an odd key starts its pairs one key early with weight 0 (as
+// forward_bf16.hpp), so tiles and the tiling-mask are the driver's.
+// head_dim must be a multiple of 32 (the k-step of S^T; the dispatcher checks).
+//
+// Engine = amx::Native (forward_amx.cpp) or amx::Emulated (forward_amx_emulated_*.cpp): one
+// code path, tested on any CPU.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
+#include "cpu/amx.hpp"
+#include "cpu/forward_kernel.hpp"
+
+namespace fastattn::cpu::forward_detail {
+inline namespace FASTATTN_SIMD_NAMESPACE {
+
+inline constexpr std::int64_t kAmxTokenPad = 64;  // zero tokens after each staged head
+
+// Where the staged K rows and V^T of KV heads [head_begin, head_end) live.
+struct AmxKv {
+  const std::uint16_t* k = nullptr;   // (heads, tokens + pad, d) bf16
+  const std::uint16_t* vt = nullptr;  // (heads, d, ld) bf16, ld = tokens + pad
+  std::int64_t ld = 0;                // tokens + pad
+  std::int64_t head_begin = 0;
+
+  std::int64_t token(const AttentionProblem& p, std::int64_t b, std::int64_t t) const {
+    return p.is_varlen() ? p.k_start(b) + t : b * p.seqlen_k + t;
+  }
+  const std::uint16_t* k_row(const AttentionProblem& p, std::int64_t b, std::int64_t t, std::int64_t kv_head) const {
+    return k + ((kv_head - head_begin) * ld + token(p, b, t)) * p.head_dim;
+  }
+  // Column of key t in V^T: row c of the returned block is at + c * ld.
+  const std::uint16_t* vt_col(const AttentionProblem& p, std::int64_t b, std::int64_t t, std::int64_t kv_head) const {
+    return vt + (kv_head - head_begin) * p.head_dim * ld + token(p, b, t);
+  }
+};
+
+struct AmxPlan {
+  std::int64_t heads_per_chunk = 0;
+  std::size_t chunk_bytes = 0;
+  explicit AmxPlan(const AttentionProblem& p) {
+    const std::size_t head_bytes = static_cast<std::size_t>((p.total_k + kAmxTokenPad) * p.head_dim) * 2 * 2;
+    heads_per_chunk = kv_heads_per_chunk(head_bytes, p.num_kv_heads);
+    chunk_bytes = head_bytes * static_cast<std::size_t>(heads_per_chunk);
+  }
+};
+
+// Copies K rows and V^T of KV heads [head_begin, head_end) into packed. Tokens that belong to
+// no sequence (varlen) and the pad are zero. Called by every thread of a parallel region.
+inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, std::int64_t head_end, void* packed) {
+  const std::int64_t d = p.head_dim;
+  const std::int64_t ld = p.total_k + kAmxTokenPad;
+  const std::int64_t heads = head_end - head_begin;
+  auto* k_dst = static_cast<std::uint16_t*>(packed);
+  std::uint16_t* vt_dst = k_dst + heads * ld * d;
+  const auto* k_src = static_cast<const std::uint16_t*>(p.k.data);
+  const auto* v_src = static_cast<const std::uint16_t*>(p.v.data);
+  const bool varlen = p.is_varlen();
+  constexpr std::int64_t kBlock = 32;  // tokens per V^T block: 64-byte runs per row
+  const std::int64_t blocks = (ld + kBlock - 1) / kBlock;
+#pragma omp for schedule(static)
+  for (std::int64_t blk = 0; blk < blocks; ++blk) {
+    const std::int64_t t0 = blk * kBlock, t1 = std::min(ld, t0 + kBlock);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t kh = head_begin + h;
+      std::uint16_t* vt_head = vt_dst + h * d * ld;
+      for (std::int64_t t = t0; t < t1; ++t) {
+        std::uint16_t* k_row = k_dst + (h * ld + t) * d;
+        std::int64_t b = -1, j = t;
+        if (t < p.total_k) {
+          if (varlen) {
+            if (t >= p.cu_seqlens_k[0] && t < p.cu_seqlens_k[p.batch]) {
+              b = std::upper_bound(p.cu_seqlens_k, p.cu_seqlens_k + p.batch + 1, static_cast<std::int32_t>(t)) -
+                  p.cu_seqlens_k - 1;
+              j = t - p.k_start(b);
+            }
+          } else if (p.seqlen_k > 0) {
+            b = t / p.seqlen_k;
+            j = t % p.seqlen_k;
+          }
+        }
+        if (b < 0) {
+          std::memset(k_row, 0, static_cast<std::size_t>(d) * 2);
+          for (std::int64_t c = 0; c < d; ++c) vt_head[c * ld + t] = 0;
+          continue;
+        }
+        std::memcpy(k_row, k_src + p.offset_k(p.k, b, j, kh), static_cast<std::size_t>(d) * 2);
+        const std::uint16_t* v_row = v_src + p.offset_k(p.v, b, j, kh);
+        for (std::int64_t c = 0; c < d; ++c) vt_head[c * ld + t] = v_row[c];
+      }
+    }
+  }
+  AmxKv kv;
+  kv.k = k_dst;
+  kv.vt = vt_dst;
+  kv.ld = ld;
+  kv.head_begin = head_begin;
+  return kv;
+}
+
+template <class V, class Engine>
+struct AmxOperands {
+  using Kv = AmxKv;
+  using Plan = AmxPlan;
+  // O lives transposed, (head_dim, cols) f32 per sub-block (the driver zeroes and writes it
+  // through zero_accumulator / write_sub_block below).
+  static constexpr bool kAccTransposed = true;
+
+  static Kv stage_kv(const AttentionProblem& p, const Plan&, std::int64_t c0, std::int64_t c1, void* packed) {
+    return stage_amx_kv(p, c0, c1, packed);
+  }
+
+  // Q^T as VNNI pairs: (d / 2, cols) words, word (r, i) = word r of Q row q0 + i (0 for the
+  // padded columns). Unscaled: the scale is applied to the f32 scores in the softmax.
+  static void pack_query_block(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t q0,
+                               std::int64_t rows, std::int64_t cols, float /*q_scale*/, float* /*staging*/,
+                               float* panels) {
+    const std::int64_t d2 = p.head_dim / 2;
+    const auto* q = static_cast<const std::uint16_t*>(p.q.data);
+    auto* out = reinterpret_cast<std::uint32_t*>(panels);
+    for (std::int64_t i = 0; i < cols; ++i) {
+      if (i < rows) {
+        std::uint32_t row[kMaxWords];
+        std::memcpy(row, q + p.offset_q(p.q, b, q0 + i, h), static_cast<std::size_t>(d2) * 4);
+        for (std::int64_t r = 0; r < d2; ++r) out[r * cols + i] = row[r];
+      } else {
+        for (std::int64_t r = 0; r < d2; ++r) out[r * cols + i] = 0;
+      }
+    }
+  }
+  static constexpr std::int64_t kMaxWords = 128;  // head_dim <= 256
+
+  static void zero_accumulator(float* acc, std::int64_t d, std::int64_t cols) {
+    for (std::int64_t c = 0; c < d; ++c) simd::zero_row<V>(acc + c * cols, cols);
+  }
+
+  static void attend_tile(const AttentionProblem& p, const SubBlock& sb, const ForwardScratch& s, const Kv& kv,
+                          std::int64_t b, std::int64_t kv_head, float q_scale, const SequenceMask& mask,
+                          std::int64_t k_lo, std::int64_t kn, TileClass tile) {
+    const std::int64_t d = p.head_dim, cols = sb.cols;
+    float* scores = s.scores;
+    amx::TileScope<Engine> scope(amx::gemm_config());
+
+    // ---- S^T (kn16, cols) = K_tile Q^T, unscaled f32.
+    const std::int64_t kn16 = round_up(kn, 16);
+    amx::gemm_bf16<Engine>(kn16, cols, d, kv.k_row(p, b, k_lo, kv_head), d,
+                           reinterpret_cast<const std::uint32_t*>(sb.q_panels), cols, scores, cols, false);
+    float scale = q_scale;
+    if (p.softcap > 0.0f) {
+      for (std::int64_t j = 0; j < kn; ++j) simd::scale_row<V>(scores + j * cols, cols, q_scale);
+      apply_softcap<V>(scores, cols, kn, cols, p.softcap * kLog2e);
+      scale = 1.0f;
+    }
+    if (tile == TileClass::partial) apply_mask(scores, cols, kn, cols, mask, sb.q0, k_lo);
+
+    // ---- online softmax, P^T packed as key pairs (k_first + 2r, + 1) for r < n16.
+    const std::int64_t shift = k_lo & 1, k_first = k_lo - shift;
+    const std::int64_t n16 = round_up((kn + shift + 1) / 2, 16);
+    const bool moved = softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha,
+                                        reinterpret_cast<std::uint32_t*>(s.pairs));
+    if (moved) rescale(sb.acc, d, cols, sb.alpha);
+
+    // ---- O^T (d, cols) += V^T_tile (d, 2 n16) P^T pairs (n16, cols)
+    amx::gemm_bf16<Engine>(d, cols, 2 * n16, kv.vt_col(p, b, k_first, kv_head), kv.ld,
+                           reinterpret_cast<const std::uint32_t*>(s.pairs), cols, sb.acc, cols, true);
+  }
+
+  // For each column vector: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
+  // l = alpha l + sum_j p_j (as online_softmax_update), with P written as bf16 pairs:
+  // pairs[r * cols + i] = (P(2r - shift, i), P(2r + 1 - shift, i)), rows outside [0, kn) = 0.
+  // Returns whether any alpha differs from 1 (O needs rescaling).
+  static bool softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+                               std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha,
+                               std::uint32_t* pairs) {
+    using vec = typename V::vec;
+    constexpr int W = V::kWidth;
+    const vec neg_inf = V::set1(-std::numeric_limits<float>::infinity());
+    const vec sv = V::set1(scale);
+    const vec one = V::set1(1.0f);
+    bool moved = false;
+    for (std::int64_t c0 = 0; c0 < cols; c0 += W) {
+      vec mx = neg_inf;
+      for (std::int64_t j = 0; j < kn; ++j) mx = V::max(mx, V::load(scores + j * cols + c0));
+      const vec m_old = V::load(row_max + c0);
+      const vec m_new = V::max(m_old, V::mul(mx, sv));
+      const vec m_use = V::select_eq(m_new, neg_inf, V::zero(), m_new);
+      const vec neg_m = V::sub(V::zero(), m_use);
+      vec sum0 = V::zero(), sum1 = V::zero();
+      auto* out = reinterpret_cast<float*>(pairs) + c0;
+      std::int64_t r = 0;
+      if (shift) {  // pair 0 = (0, score row 0)
+        const vec hi = simd::exp2<V>(V::fmadd(V::load(scores + c0), sv, neg_m));
+        sum1 = V::add(sum1, hi);
+        V::store(out, V::pack_pairs(V::zero(), hi));
+        r = 1;
+      }
+      for (; 2 * r + 1 - shift < kn; ++r) {  // both keys in the tile
+        const float* lo_row = scores + (2 * r - shift) * cols + c0;
+        const vec lo = simd::exp2<V>(V::fmadd(V::load(lo_row), sv, neg_m));
+        const vec hi = simd::exp2<V>(V::fmadd(V::load(lo_row + cols), sv, neg_m));
+        sum0 = V::add(sum0, lo);
+        sum1 = V::add(sum1, hi);
+        V::store(out + r * cols, V::pack_pairs(lo, hi));
+      }
+      if (r < n16 && 2 * r - shift < kn) {  // an odd last key: (row, 0)
+        const vec lo = simd::exp2<V>(V::fmadd(V::load(scores + (2 * r - shift) * cols + c0), sv, neg_m));
+        sum0 = V::add(sum0, lo);
+        V::store(out + r * cols, V::pack_pairs(lo, V::zero()));
+        ++r;
+      }
+      for (; r < n16; ++r) V::store(out + r * cols, V::zero());
+      const vec a = simd::exp2<V>(V::sub(m_old, m_use));
+      V::store(alpha + c0, a);
+      V::store(row_sum + c0, V::fmadd(a, V::load(row_sum + c0), V::add(sum0, sum1)));
+      V::store(row_max + c0, m_new);
+      alignas(64) float lanes[W];
+      V::store(lanes, V::sub(a, one));
+      for (int i = 0; i < W; ++i) moved |= lanes[i] != 0.0f;
+    }
+    return moved;
+  }
+
+  // O^T row c *= alpha (lane-wise over the columns).
+  static void rescale(float* acc, std::int64_t d, std::int64_t cols, const float* alpha) {
+    constexpr int W = V::kWidth;
+    for (std::int64_t c = 0; c < d; ++c) {
+      float* row = acc + c * cols;
+      for (std::int64_t i = 0; i < cols; i += W) V::store(row + i, V::mul(V::load(row + i), V::load(alpha + i)));
+    }
+  }
+
+  // Epilogue of one sub-block: O^T (d, cols) -> rows in `staging` (rows, d), then the driver's
+  // write_output_rows.
+  static void write_sub_block(const AttentionProblem& p, const SubBlock& sb, float* staging, std::int64_t b,
+                              std::int64_t h) {
+    const std::int64_t d = p.head_dim;
+    for (std::int64_t i = 0; i < sb.rows; ++i) {
+      for (std::int64_t c = 0; c < d; ++c) staging[i * d + c] = sb.acc[c * sb.cols + i];
+    }
+    ForwardScratch rows{};
+    rows.acc = staging;
+    rows.row_max = sb.row_max;
+    rows.row_sum = sb.row_sum;
+    write_output_rows<V>(p, rows, b, h, sb.q0, sb.rows);
+  }
+};
+
+}  // namespace FASTATTN_SIMD_NAMESPACE
+}  // namespace fastattn::cpu::forward_detail
