@@ -129,7 +129,7 @@ inline void stage_rows(const AttentionProblem& p, std::int64_t b, std::int64_t k
 //   kt, vt:    K^T, V^T pairs   (dp / 2, ld_s)      words  B of S, dP
 //   k:         K pairs          (ld_s / 2, dp)      words  B of dQ
 //   dkt, dvt:  dK^T, dV^T       (dp, ld_s)          f32    accumulators of the unit
-//   s, ds, capgrad: (mq, ld_s) f32 as in the FMA kernels (S then P; dP then dS; 1 - tanh^2)
+//   s, ds, capgrad: (mq, ld_s) f32: S then P; dP; 1 - tanh^2 (soft-cap)
 //   p2, ds2:   P, dS pairs      (kq / 2, ld_s)      words  B of dV^T, dK^T
 //   dsr:       dS rows          (mq, ld_s)          bf16   A of dQ
 //   dq:        dQ of the step   (mq, dp)            f32
@@ -249,12 +249,10 @@ struct Bf16Pack {
 };
 
 // n rows of f32 scores (ld apart) -> bf16 pairs along the row index (krows / 2 pair rows of
-// ncols words, ld2 apart), zero at rows >= n and columns >= kn; with `plain`, also bf16 rows
-// (mrows, ncols; ld2 apart), zeroed likewise. ncols is a multiple of 32.
+// ncols words, ld2 apart), zero at rows >= n and columns >= kn. ncols is a multiple of 16.
 template <bool kNative>
 void pack_scores(const float* x, std::int64_t ld, std::int64_t n, std::int64_t kn,
-                 std::int64_t ncols, std::int64_t krows, std::int64_t mrows, std::int64_t ld2,
-                 word* pairs, bf16* plain) {
+                 std::int64_t ncols, std::int64_t krows, std::int64_t ld2, word* pairs) {
   using Pack = Bf16Pack<kNative>;
   const V::vec zero = V::zero();
   auto load = [&](std::int64_t r, std::int64_t c) {
@@ -268,9 +266,38 @@ void pack_scores(const float* x, std::int64_t ld, std::int64_t n, std::int64_t k
       _mm512_storeu_si512(out + c, Pack::pairs(load(r, c), load(r + 1, c)));
     }
   }
-  if (plain == nullptr) return;
-  for (std::int64_t r = 0; r < mrows; ++r) {
-    for (std::int64_t c = 0; c < ncols; c += 32) Pack::store32(plain + r * ld2 + c, load(r, c), load(r, c + 16));
+}
+
+// dS = scale * P * (dP - D) (times capgrad with soft-cap), as score_gradient computes it, straight
+// into its bf16 operands without writing dS in f32: pairs along the row index as pack_scores
+// lays them out, and plain rows (mrows, ncols; ld apart); both zero at rows >= n and keys >= kn.
+// ncols is a multiple of 32.
+template <bool kNative>
+void score_gradient_pack(const float* p, const float* dp, const float* capgrad, std::int64_t ld,
+                         std::int64_t n, std::int64_t kn, std::int64_t ncols, std::int64_t krows,
+                         std::int64_t mrows, const float* row_delta, float scale, bool softcap,
+                         word* pairs, bf16* plain) {
+  using Pack = Bf16Pack<kNative>;
+  const V::vec zero = V::zero(), sc = V::set1(scale);
+  auto ds = [&](std::int64_t r, std::int64_t c) {
+    const int live = static_cast<int>(std::clamp<std::int64_t>(kn - c, 0, 16));
+    if (r >= n || live == 0) return zero;
+    const std::int64_t at = r * ld + c;
+    const V::vec pv = live == 16 ? V::load(p + at) : V::load_partial(p + at, live);
+    const V::vec dv = live == 16 ? V::load(dp + at) : V::load_partial(dp + at, live);
+    V::vec g = V::mul(V::mul(pv, sc), V::sub(dv, V::set1(row_delta[r])));
+    if (softcap) g = V::mul(g, live == 16 ? V::load(capgrad + at) : V::load_partial(capgrad + at, live));
+    return g;
+  };
+  for (std::int64_t r = 0; r < krows; r += 2) {
+    word* out = pairs + r / 2 * ld;  // pair rows are ld words apart, plain rows ld bf16
+    for (std::int64_t c = 0; c < ncols; c += 32) {
+      const V::vec lo0 = ds(r, c), lo1 = ds(r, c + 16), hi0 = ds(r + 1, c), hi1 = ds(r + 1, c + 16);
+      _mm512_storeu_si512(out + c, Pack::pairs(lo0, hi0));
+      _mm512_storeu_si512(out + c + 16, Pack::pairs(lo1, hi1));
+      if (r < mrows) Pack::store32(plain + r * ld + c, lo0, lo1);
+      if (r + 1 < mrows) Pack::store32(plain + (r + 1) * ld + c, hi0, hi1);
+    }
   }
 }
 
@@ -326,10 +353,11 @@ void kv_block(const AttentionProblem& p, const KvBlockUnit& u) {
       probabilities<V>(s.s, s.capgrad, ld, qn, ncols, lse, p.softmax_scale, p.softcap);
       if (tile == TileClass::partial) zero_invisible<V>(s.s, ld, qn, kn, mask, q0, u.k0);
       amx::gemm_bf16<Engine>(mrows, ncols, dp, do_rows + q0 * dp, dp, s.vt, ld, s.ds, ld, false);
-      score_gradient<V>(s.s, s.ds, s.capgrad, ld, qn, ncols, delta, p.softmax_scale, softcap);
-      // P, dS -> bf16 operands; dV^T += dO^T P, dK^T += Q^T dS, dQ = dS K.
-      pack_scores<Engine::kNative>(s.s, ld, qn, kn, ncols, krows, 0, ld, s.p2, nullptr);
-      pack_scores<Engine::kNative>(s.ds, ld, qn, kn, ncols, krows, mrows, ld, s.ds2, s.dsr);
+      // P, dS -> bf16 operands (dS straight from P and dP); dV^T += dO^T P, dK^T += Q^T dS,
+      // dQ = dS K.
+      pack_scores<Engine::kNative>(s.s, ld, qn, kn, ncols, krows, ld, s.p2);
+      score_gradient_pack<Engine::kNative>(s.s, s.ds, s.capgrad, ld, qn, kn, ncols, krows, mrows, delta,
+                                           p.softmax_scale, softcap, s.ds2, s.dsr);
       amx::gemm_bf16<Engine>(dp, ncols, krows, do_t + q0, l.lp, s.p2, ld, s.dvt, ld, true);
       amx::gemm_bf16<Engine>(dp, ncols, krows, q_t + q0, l.lp, s.ds2, ld, s.dkt, ld, true);
       float* dq = u.dq + row0 * d;
