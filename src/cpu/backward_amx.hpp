@@ -248,55 +248,42 @@ struct Bf16Pack {
   }
 };
 
-// n rows of f32 scores (ld apart) -> bf16 pairs along the row index (krows / 2 pair rows of
-// ncols words, ld2 apart), zero at rows >= n and columns >= kn. ncols is a multiple of 16.
+// One pass over a step's P and dP: dS = scale * P * (dP - D) (times capgrad with soft-cap), as
+// score_gradient computes it, and the bf16 operands of P and dS without writing dS in f32:
+//   p_pairs, ds_pairs: pairs along the row index, krows / 2 pair rows of ncols words, ld apart
+//   ds_rows:           plain bf16 rows (mrows, ncols), ld apart
+// all zero at rows >= n and keys >= kn (padding a product's k reads). ncols is a multiple of 32.
 template <bool kNative>
-void pack_scores(const float* x, std::int64_t ld, std::int64_t n, std::int64_t kn,
-                 std::int64_t ncols, std::int64_t krows, std::int64_t ld2, word* pairs) {
-  using Pack = Bf16Pack<kNative>;
-  const V::vec zero = V::zero();
-  auto load = [&](std::int64_t r, std::int64_t c) {
-    const int live = static_cast<int>(std::clamp<std::int64_t>(kn - c, 0, 16));
-    if (r >= n || live == 0) return zero;
-    return live == 16 ? V::load(x + r * ld + c) : V::load_partial(x + r * ld + c, live);
-  };
-  for (std::int64_t r = 0; r < krows; r += 2) {
-    word* out = pairs + r / 2 * ld2;
-    for (std::int64_t c = 0; c < ncols; c += 16) {
-      _mm512_storeu_si512(out + c, Pack::pairs(load(r, c), load(r + 1, c)));
-    }
-  }
-}
-
-// dS = scale * P * (dP - D) (times capgrad with soft-cap), as score_gradient computes it, straight
-// into its bf16 operands without writing dS in f32: pairs along the row index as pack_scores
-// lays them out, and plain rows (mrows, ncols; ld apart); both zero at rows >= n and keys >= kn.
-// ncols is a multiple of 32.
-template <bool kNative>
-void score_gradient_pack(const float* p, const float* dp, const float* capgrad, std::int64_t ld,
-                         std::int64_t n, std::int64_t kn, std::int64_t ncols, std::int64_t krows,
-                         std::int64_t mrows, const float* row_delta, float scale, bool softcap,
-                         word* pairs, bf16* plain) {
+void pack_step(const float* p, const float* dp, const float* capgrad, std::int64_t ld, std::int64_t n,
+               std::int64_t kn, std::int64_t ncols, std::int64_t krows, std::int64_t mrows,
+               const float* row_delta, float scale, bool softcap, word* p_pairs, word* ds_pairs,
+               bf16* ds_rows) {
   using Pack = Bf16Pack<kNative>;
   const V::vec zero = V::zero(), sc = V::set1(scale);
-  auto ds = [&](std::int64_t r, std::int64_t c) {
+  struct Pd {
+    V::vec p, ds;
+  };
+  auto at = [&](std::int64_t r, std::int64_t c) -> Pd {
     const int live = static_cast<int>(std::clamp<std::int64_t>(kn - c, 0, 16));
-    if (r >= n || live == 0) return zero;
-    const std::int64_t at = r * ld + c;
-    const V::vec pv = live == 16 ? V::load(p + at) : V::load_partial(p + at, live);
-    const V::vec dv = live == 16 ? V::load(dp + at) : V::load_partial(dp + at, live);
+    if (r >= n || live == 0) return {zero, zero};
+    const std::int64_t i = r * ld + c;
+    const V::vec pv = live == 16 ? V::load(p + i) : V::load_partial(p + i, live);
+    const V::vec dv = live == 16 ? V::load(dp + i) : V::load_partial(dp + i, live);
     V::vec g = V::mul(V::mul(pv, sc), V::sub(dv, V::set1(row_delta[r])));
-    if (softcap) g = V::mul(g, live == 16 ? V::load(capgrad + at) : V::load_partial(capgrad + at, live));
-    return g;
+    if (softcap) g = V::mul(g, live == 16 ? V::load(capgrad + i) : V::load_partial(capgrad + i, live));
+    return {pv, g};
   };
   for (std::int64_t r = 0; r < krows; r += 2) {
-    word* out = pairs + r / 2 * ld;  // pair rows are ld words apart, plain rows ld bf16
+    word* pp = p_pairs + r / 2 * ld;
+    word* dsp = ds_pairs + r / 2 * ld;
     for (std::int64_t c = 0; c < ncols; c += 32) {
-      const V::vec lo0 = ds(r, c), lo1 = ds(r, c + 16), hi0 = ds(r + 1, c), hi1 = ds(r + 1, c + 16);
-      _mm512_storeu_si512(out + c, Pack::pairs(lo0, hi0));
-      _mm512_storeu_si512(out + c + 16, Pack::pairs(lo1, hi1));
-      if (r < mrows) Pack::store32(plain + r * ld + c, lo0, lo1);
-      if (r + 1 < mrows) Pack::store32(plain + (r + 1) * ld + c, hi0, hi1);
+      const Pd lo0 = at(r, c), lo1 = at(r, c + 16), hi0 = at(r + 1, c), hi1 = at(r + 1, c + 16);
+      _mm512_storeu_si512(pp + c, Pack::pairs(lo0.p, hi0.p));
+      _mm512_storeu_si512(pp + c + 16, Pack::pairs(lo1.p, hi1.p));
+      _mm512_storeu_si512(dsp + c, Pack::pairs(lo0.ds, hi0.ds));
+      _mm512_storeu_si512(dsp + c + 16, Pack::pairs(lo1.ds, hi1.ds));
+      if (r < mrows) Pack::store32(ds_rows + r * ld + c, lo0.ds, lo1.ds);
+      if (r + 1 < mrows) Pack::store32(ds_rows + (r + 1) * ld + c, hi0.ds, hi1.ds);
     }
   }
 }
@@ -355,9 +342,8 @@ void kv_block(const AttentionProblem& p, const KvBlockUnit& u) {
       amx::gemm_bf16<Engine>(mrows, ncols, dp, do_rows + q0 * dp, dp, s.vt, ld, s.ds, ld, false);
       // P, dS -> bf16 operands (dS straight from P and dP); dV^T += dO^T P, dK^T += Q^T dS,
       // dQ = dS K.
-      pack_scores<Engine::kNative>(s.s, ld, qn, kn, ncols, krows, ld, s.p2);
-      score_gradient_pack<Engine::kNative>(s.s, s.ds, s.capgrad, ld, qn, kn, ncols, krows, mrows, delta,
-                                           p.softmax_scale, softcap, s.ds2, s.dsr);
+      pack_step<Engine::kNative>(s.s, s.ds, s.capgrad, ld, qn, kn, ncols, krows, mrows, delta,
+                                 p.softmax_scale, softcap, s.p2, s.ds2, s.dsr);
       amx::gemm_bf16<Engine>(dp, ncols, krows, do_t + q0, l.lp, s.p2, ld, s.dvt, ld, true);
       amx::gemm_bf16<Engine>(dp, ncols, krows, q_t + q0, l.lp, s.ds2, ld, s.dkt, ld, true);
       float* dq = u.dq + row0 * d;
