@@ -133,7 +133,7 @@ inline void stage_rows(const AttentionProblem& p, std::int64_t b, std::int64_t k
 //   p2, ds2:   P, dS pairs      (kq / 2, ld_s)      words  B of dV^T, dK^T
 //   dsr:       dS rows          (mq, ld_s)          bf16   A of dQ
 //   dq:        dQ of the step   (mq, dp)            f32
-//   rows:      (ld_s, dp) f32: K or V rows as read, then dk / dv rows to store
+//   rows:      K or V rows as read, (ld_s, dp) bf16; then dk / dv rows to store, (ld_s, dp) f32
 // ld_s = block_k rounded to 32 keys; mq, kq = block_q rounded to 16 / 32 rows.
 struct AmxTiles {
   std::int64_t d, dp, block_q, block_k, ld_s, mq, kq;
@@ -185,34 +185,61 @@ inline std::size_t scratch_bytes(std::int64_t head_dim, std::int64_t block_q, st
          sizeof(float);
 }
 
-// kn rows (dp wide, zero past d) of K or V -> its transpose in pairs along the head dim
-// (dp / 2, ld_s) words, zero keys past kn; with `pairs`, also K in pairs along the key
-// (ld_s / 2, dp) words, zero rows past kn.
-inline void pack_key_operands(const float* rows, std::int64_t kn, const AmxTiles& t,
-                              word* transposed, word* pairs) {
-  const std::int64_t dp = t.dp, ld = t.ld_s;
-  // Transposed pairs: word (i, j) = (row j dim 2i, row j dim 2i + 1). The rows hold bf16
-  // values, so the high half of each f32 is the bf16 exactly.
-  for (std::int64_t i = 0; i < dp / 2; ++i) {
-    word* out = transposed + i * ld;
-    for (std::int64_t j = 0; j < kn; ++j) {
-      word lo, hi;
-      std::memcpy(&lo, rows + j * dp + 2 * i, sizeof lo);
-      std::memcpy(&hi, rows + j * dp + 2 * i + 1, sizeof hi);
-      out[j] = (lo >> 16) | (hi & 0xffff0000u);
+// dst (16, 16) = src (16, 16)^T, 32-bit elements (bits moved, never converted), rows ld apart.
+inline void transpose16(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (a0 b0 a1 b1), (a2 b2 a3 b3)
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // per lane: (a0 b0 c0 d0), (a1 ..), (a2 ..), (a3 ..)
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int h = 0; h < 16; h += 8) {  // lanes (0, 2) and (1, 3) of row groups 0-3 / 4-7
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
     }
-    for (std::int64_t j = kn; j < ld; ++j) out[j] = 0;
+  }
+  for (int i = 0; i < 8; ++i) {  // columns i (i < 4: 0-3, else 4-7) and i + 8
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
+// K or V rows as bf16 (ld_s, dp), zero past kn rows and d dims -> the transpose in pairs along
+// the head dim (dp / 2, ld_s) words: word (i, j) = (row j dim 2i, row j dim 2i + 1), which is
+// word i of row j, so a 32-bit transpose. With `pairs`, also K in pairs along the key
+// (ld_s / 2, dp) words: word (r, c) = (row 2r dim c, row 2r + 1 dim c).
+inline void pack_key_operands(const bf16* rows, const AmxTiles& t, word* transposed, word* pairs) {
+  const std::int64_t dp = t.dp, ld = t.ld_s;
+  const float* as_words = reinterpret_cast<const float*>(rows);  // (ld, dp / 2) words
+  for (std::int64_t j = 0; j < ld; j += 16) {
+    for (std::int64_t i = 0; i < dp / 2; i += 16) {
+      transpose16(as_words + j * (dp / 2) + i, dp / 2, reinterpret_cast<float*>(transposed + i * ld + j), ld);
+    }
   }
   if (pairs == nullptr) return;
-  // Pairs along the key: row pair r holds (row 2r dim c, row 2r + 1 dim c) at word c.
-  const V::vec zero = V::zero();
+  alignas(64) static constexpr std::int16_t kLow[32] = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr std::int16_t kHigh[32] = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i low = _mm512_load_si512(kLow), high = _mm512_load_si512(kHigh);
   for (std::int64_t r = 0; r < ld / 2; ++r) {
-    float* out = reinterpret_cast<float*>(pairs + r * dp);
-    const std::int64_t j = 2 * r;
-    for (std::int64_t c = 0; c < dp; c += 16) {
-      const V::vec lo = j < kn ? V::load(rows + j * dp + c) : zero;
-      const V::vec hi = j + 1 < kn ? V::load(rows + (j + 1) * dp + c) : zero;
-      V::store(out + c, V::pack_pairs(lo, hi));
+    const bf16* a = rows + 2 * r * dp;
+    const bf16* b = a + dp;
+    word* out = pairs + r * dp;
+    for (std::int64_t c = 0; c < dp; c += 32) {
+      const __m512i x = _mm512_loadu_si512(a + c), y = _mm512_loadu_si512(b + c);
+      _mm512_storeu_si512(out + c, _mm512_permutex2var_epi16(x, low, y));
+      _mm512_storeu_si512(out + c + 16, _mm512_permutex2var_epi16(x, high, y));
     }
   }
 }
@@ -302,19 +329,21 @@ void kv_block(const AttentionProblem& p, const KvBlockUnit& u) {
   const StagedLayout l(d, len_q, p.group_size());
 
   // K, V rows (dp wide, zero past d) -> operand layouts.
+  // K, V rows as bf16 bits (ld_s, dp), zero past kn and d -> operand layouts.
+  bf16* kv = reinterpret_cast<bf16*>(s.rows);
   auto load = [&](const Operand& op) {
-    const char* base = static_cast<const char*>(op.data);
+    const bf16* base = static_cast<const bf16*>(op.data);
     for (std::int64_t j = 0; j < kn; ++j) {
-      const std::int64_t at = p.offset_k(op, u.b, u.k0 + j, u.kv_head);
-      simd::load_row<V>(base + static_cast<std::size_t>(at) * sizeof(bf16), p.dtype, d, 1.0f,
-                        s.rows + j * dp);
-      for (std::int64_t c = d; c < dp; ++c) s.rows[j * dp + c] = 0.0f;
+      std::memcpy(kv + j * dp, base + p.offset_k(op, u.b, u.k0 + j, u.kv_head),
+                  static_cast<std::size_t>(d) * sizeof(bf16));
+      std::memset(kv + j * dp + d, 0, static_cast<std::size_t>(dp - d) * sizeof(bf16));
     }
+    std::memset(kv + kn * dp, 0, static_cast<std::size_t>((ld - kn) * dp) * sizeof(bf16));
   };
   load(p.k);
-  pack_key_operands(s.rows, kn, t, s.kt, s.k);
+  pack_key_operands(kv, t, s.kt, s.k);
   load(p.v);
-  pack_key_operands(s.rows, kn, t, s.vt, nullptr);
+  pack_key_operands(kv, t, s.vt, nullptr);
   simd::zero_row<V>(s.dkt, dp * ld);
   simd::zero_row<V>(s.dvt, dp * ld);
 
@@ -364,12 +393,15 @@ void kv_block(const AttentionProblem& p, const KvBlockUnit& u) {
       }
     }
   }
-  // dk, dv rows = transposes of the accumulators.
+  // dk, dv rows = transposes of the accumulators (ld_s, dp) f32, rounded to the dtype.
   auto store = [&](const Operand& op, const float* acc_t) {
-    for (std::int64_t j = 0; j < kn; ++j) {
-      for (std::int64_t c = 0; c < d; ++c) s.rows[j * d + c] = acc_t[c * ld + j];
+    for (std::int64_t c = 0; c < dp; c += 16) {
+      for (std::int64_t j = 0; j < ncols; j += 16) transpose16(acc_t + c * ld + j, ld, s.rows + j * dp + c, dp);
     }
-    store_key_rows<V>(p, op, u.b, u.kv_head, u.k0, kn, s.rows);
+    bf16* base = static_cast<bf16*>(op.data);
+    for (std::int64_t j = 0; j < kn; ++j) {
+      simd::store_row<V>(s.rows + j * dp, 1.0f, p.dtype, d, base + p.offset_k(op, u.b, u.k0 + j, u.kv_head));
+    }
   };
   store(p.dk, s.dkt);
   store(p.dv, s.dvt);
