@@ -54,6 +54,8 @@ const char* const kAmxCases[] = {
     // Long keys: split mode (several key blocks add into the same dQ rows), deterministic.
     "b=1 sq=130 sk=700 h=2 hkv=1 d=128 dtype=bf16 mask=none det=1 threads=2 seed=213",
     "b=1 sq=1000 sk=1000 h=2 hkv=1 d=64 dtype=bf16 mask=causal threads=2 seed=214",
+    // Fewer groups than threads: the concurrent split mode (2 groups, 3 splits each).
+    "b=1 sq=300 sk=500 h=8 hkv=2 d=128 dtype=bf16 mask=causal threads=5 seed=215",
 };
 
 class AmxBackward : public ::testing::TestWithParam<const char*> {

@@ -13,8 +13,15 @@
 //     Deterministic: block kb goes to split kb % nsplit (round-robin keeps causal masks
 //     balanced) and split s always fills buffer s. Otherwise blocks are taken dynamically and
 //     each thread adds into its own buffer.
-// In owner mode and in deterministic split mode every dQ row is summed in an order fixed by the
-// problem and the thread count alone, so results are bitwise repeatable across runs.
+//   - concurrent split mode, split mode's form when there are fewer groups than threads but more
+//     than one (b1 h32/8: 8 groups on 16 threads): every group is staged into its own slot, then
+//     the (group, split) items, ceil(threads / groups) splits per group, run in any order, split
+//     s of a group taking its key blocks s, s + nsplit, ... into its own buffer, and every dq
+//     row is the sum of its group's partials in split order. Fewer partial buffers to zero and
+//     sum than with all threads on each group in turn (16 of the group's dQ size per group at 16
+//     threads), and no barriers per group; costs one staged slot per group.
+// In owner mode and in (deterministic, or concurrent) split mode every dQ row is summed in an
+// order fixed by the problem and the thread count alone, so results are bitwise repeatable.
 //
 // Workspace (bytes), from backward_workspace_bytes:
 //   4 * ( slots   * (2 * R + 2 * lines(G * seqlen_q))            staged rows
@@ -24,7 +31,8 @@
 // the FMA kernels' f32 rows, about as much for the AMX kernels' bf16 rows and transposes;
 // owner mode: slots = buffers = threads; split mode: slots = 1, buffers = nsplit = threads,
 // capped so the partials stay within max(256 MiB, 2 x the f32 size of dq) (and at the number of
-// key blocks). The kernel's per-thread tiles (a few hundred KiB) come from thread_scratch.
+// key blocks); concurrent split mode: slots = groups, buffers = groups x ceil(threads / groups)
+// (capped at the key blocks), when that fits the same budget (else split mode). The kernel's per-thread tiles (a few hundred KiB) come from thread_scratch.
 #include <omp.h>
 
 #include <algorithm>
@@ -59,6 +67,8 @@ struct BackwardPlan {
   std::int64_t block_q = kDefaultBlockQ;
   std::int64_t block_k = kDefaultBlockK;
   bool split = false;          // split mode (see the file comment)
+  bool concurrent = false;     // split mode with every group at once (see the file comment)
+  std::int64_t group_splits = 1;  // concurrent: splits (dQ buffers) per group
   std::int64_t slots = 1;      // staged-row slots in the workspace
   std::int64_t buffers = 1;    // f32 dQ accumulators (= nsplit in split mode)
   std::int64_t rows_floats = 0;  // G * seqlen_q * head_dim, in lines: one of q / dout
@@ -126,6 +136,16 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice,
         std::max<std::size_t>(static_cast<std::size_t>(plan.buffer_floats) * sizeof(float), 1);
     const auto fit = static_cast<std::int64_t>(budget / buffer_bytes);
     plan.buffers = std::max<std::int64_t>(1, std::min({plan.buffers, key_blocks, fit}));
+    // Fewer groups than threads, more than one: every group at once, ceil(threads / groups)
+    // splits each, when their buffers fit the same budget.
+    const std::int64_t per_group =
+        std::min<std::int64_t>((plan.threads + groups - 1) / std::max<std::int64_t>(groups, 1), key_blocks);
+    if (groups > 1 && groups < plan.threads && groups * per_group <= fit) {
+      plan.concurrent = true;
+      plan.group_splits = std::max<std::int64_t>(per_group, 1);
+      plan.slots = groups;
+      plan.buffers = groups * plan.group_splits;
+    }
   }
   plan.workspace_bytes =
       static_cast<std::size_t>(plan.slots * plan.slot_floats + plan.buffers * plan.buffer_floats) *
@@ -234,6 +254,48 @@ struct BackwardRun {
     }
   }
 
+  // Concurrent split mode: every group at once, plan.group_splits splits each; group i's split s
+  // fills buffer i * group_splits + s with key blocks s, s + group_splits, ... in order.
+  void concurrent_groups(float* scratch) const {
+    const std::int64_t groups = p.batch * p.num_kv_heads;
+    const std::int64_t nsplit = plan.group_splits;
+    const std::int64_t stage_chunks = (p.seqlen_q + kStageChunk - 1) / kStageChunk;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t item = 0; item < groups * stage_chunks; ++item) {
+      const std::int64_t group = item / stage_chunks;
+      const std::int64_t b = group / p.num_kv_heads;
+      const GroupRows r = rows(group, b);
+      const std::int64_t t0 = item % stage_chunks * kStageChunk;
+      if (t0 >= r.len_q) continue;
+      k.stage_rows(p, b, group % p.num_kv_heads, t0, std::min(r.len_q, t0 + kStageChunk), r);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < groups * nsplit; ++item) {
+      const std::int64_t group = item / nsplit;
+      const std::int64_t b = group / p.num_kv_heads;
+      const GroupRows r = rows(group, b);
+      float* acc = buffer(item);
+      zero_buffer(acc, b);
+      for (std::int64_t kb = item % nsplit; kb < key_blocks(b); kb += nsplit) {
+        k.kv_block(p, unit(group, kb, r, acc, scratch));
+      }
+    }
+    const std::int64_t row_chunks = (p.seqlen_q + kReduceChunk - 1) / kReduceChunk;
+    const std::int64_t per_group = p.group_size() * row_chunks;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t item = 0; item < groups * per_group; ++item) {
+      const std::int64_t group = item / per_group;
+      const std::int64_t b = group / p.num_kv_heads;
+      const std::int64_t len_q = p.q_len(b);
+      const std::int64_t g = item % per_group / row_chunks;
+      const std::int64_t t0 = item % row_chunks * kReduceChunk;
+      if (t0 >= len_q) continue;
+      float* first = buffer(group * nsplit) + (g * len_q + t0) * p.head_dim;
+      k.store_dq(p, b, group % p.num_kv_heads * p.group_size() + g, t0, std::min(len_q, t0 + kReduceChunk),
+                 first, nsplit, plan.buffer_floats);
+    }
+  }
+
   // Split mode: one group at a time, all threads on it.
   void split_groups(float* scratch) const {
     const std::int64_t nsplit = plan.buffers;
@@ -336,7 +398,9 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
 #pragma omp barrier
     // Every thread sees the same flag here, so all skip or all enter the worksharing loops.
     if (!failed.load()) {
-      if (plan.split) {
+      if (plan.concurrent) {
+        run.concurrent_groups(scratch);
+      } else if (plan.split) {
         run.split_groups(scratch);
       } else {
         run.owner_groups(scratch);
