@@ -66,6 +66,76 @@ struct AmxPlan {
   }
 };
 
+#if defined(__AVX512BW__)
+// r[i] = row i of a 16 x 16 matrix of 32-bit words -> r[c] = column c.
+inline void transpose_words_16x16(__m512i* r) {
+  __m512i t[16], u[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4g + m]: lane L holds column 4L + m of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // v[m] (rows 0-7) and v[8 + m] (rows 8-15): lanes (col m rows 0-3, col m + 8 rows 0-3,
+  // col m rows 4-7, col m + 8 rows 4-7) for m < 4; m >= 4: columns m - 4 + 4, m - 4 + 12.
+  __m512i v[16];
+  for (int m = 0; m < 4; ++m) {
+    v[m] = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
+    v[4 + m] = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
+    v[8 + m] = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
+    v[12 + m] = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
+  }
+  for (int m = 0; m < 8; ++m) {
+    r[m] = _mm512_shuffle_i32x4(v[m], v[8 + m], 0x88);
+    r[m + 8] = _mm512_shuffle_i32x4(v[m], v[8 + m], 0xdd);
+  }
+}
+#endif
+
+// V^T columns [t0, t0 + n) of one head: vt[c * ld + i] = rows[i][c] for c < d (a multiple of
+// 32), n <= 32. With AVX-512 a full block of 32 tokens goes through registers, 32 dims at a
+// time: token pairs interleaved into 32-bit words (vpermt2w), then a 16 x 16 transpose of
+// those words, whose rows are 32 consecutive tokens of one dim; else element by element.
+inline void transpose_v_block(const std::uint16_t* const* rows, std::int64_t n, std::int64_t d, std::uint16_t* vt,
+                              std::int64_t ld) {
+#if defined(__AVX512BW__)
+  if (n == 32) {
+    alignas(64) std::uint16_t lo_idx[32], hi_idx[32];
+    for (int i = 0; i < 16; ++i) {
+      lo_idx[2 * i] = static_cast<std::uint16_t>(i);
+      lo_idx[2 * i + 1] = static_cast<std::uint16_t>(32 + i);
+      hi_idx[2 * i] = static_cast<std::uint16_t>(16 + i);
+      hi_idx[2 * i + 1] = static_cast<std::uint16_t>(48 + i);
+    }
+    const __m512i lo_sel = _mm512_load_si512(lo_idx), hi_sel = _mm512_load_si512(hi_idx);
+    for (std::int64_t c0 = 0; c0 < d; c0 += 32) {
+      __m512i w_lo[16], w_hi[16];  // word (pair u, dim c0 + c): c < 16 in w_lo, else w_hi
+      for (int u = 0; u < 16; ++u) {
+        const __m512i a = _mm512_loadu_si512(rows[2 * u] + c0);
+        const __m512i b = _mm512_loadu_si512(rows[2 * u + 1] + c0);
+        w_lo[u] = _mm512_permutex2var_epi16(a, lo_sel, b);
+        w_hi[u] = _mm512_permutex2var_epi16(a, hi_sel, b);
+      }
+      transpose_words_16x16(w_lo);
+      transpose_words_16x16(w_hi);
+      for (int c = 0; c < 16; ++c) {
+        _mm512_storeu_si512(vt + (c0 + c) * ld, w_lo[c]);
+        _mm512_storeu_si512(vt + (c0 + 16 + c) * ld, w_hi[c]);
+      }
+    }
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t c = 0; c < d; ++c) vt[c * ld + i] = rows[i][c];
+  }
+}
+
 // Copies K rows and V^T of KV heads [head_begin, head_end) into packed. Tokens that belong to
 // no sequence (varlen) and the pad are zero. Called by every thread of a parallel region.
 inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, std::int64_t head_end, void* packed) {
@@ -79,12 +149,14 @@ inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, st
   const bool varlen = p.is_varlen();
   constexpr std::int64_t kBlock = 32;  // tokens per V^T block: 64-byte runs per row
   const std::int64_t blocks = (ld + kBlock - 1) / kBlock;
+  static const std::uint16_t kZeroRow[256] = {};  // head_dim <= 256
 #pragma omp for schedule(static)
   for (std::int64_t blk = 0; blk < blocks; ++blk) {
     const std::int64_t t0 = blk * kBlock, t1 = std::min(ld, t0 + kBlock);
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::int64_t kh = head_begin + h;
-      std::uint16_t* vt_head = vt_dst + h * d * ld;
+      // V row of each token of the block (kZeroRow outside every sequence and in the pad).
+      const std::uint16_t* v_rows[kBlock];
       for (std::int64_t t = t0; t < t1; ++t) {
         std::uint16_t* k_row = k_dst + (h * ld + t) * d;
         std::int64_t b = -1, j = t;
@@ -102,13 +174,13 @@ inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, st
         }
         if (b < 0) {
           std::memset(k_row, 0, static_cast<std::size_t>(d) * 2);
-          for (std::int64_t c = 0; c < d; ++c) vt_head[c * ld + t] = 0;
+          v_rows[t - t0] = kZeroRow;
           continue;
         }
         std::memcpy(k_row, k_src + p.offset_k(p.k, b, j, kh), static_cast<std::size_t>(d) * 2);
-        const std::uint16_t* v_row = v_src + p.offset_k(p.v, b, j, kh);
-        for (std::int64_t c = 0; c < d; ++c) vt_head[c * ld + t] = v_row[c];
+        v_rows[t - t0] = v_src + p.offset_k(p.v, b, j, kh);
       }
+      transpose_v_block(v_rows, t1 - t0, d, vt_dst + h * d * ld + t0, ld);
     }
   }
   AmxKv kv;
@@ -119,6 +191,12 @@ inline AmxKv stage_amx_kv(const AttentionProblem& p, std::int64_t head_begin, st
   return kv;
 }
 
+// GCC 12 reports _mm512_undefined_ps() inside _mm512_max_ps as used uninitialized once
+// inlined into softmax_group's register arrays (a false positive: the instruction ignores it).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 template <class V, class Engine>
 struct AmxOperands {
   using Kv = AmxKv;
@@ -139,6 +217,19 @@ struct AmxOperands {
     const std::int64_t d2 = p.head_dim / 2;
     const auto* q = static_cast<const std::uint16_t*>(p.q.data);
     auto* out = reinterpret_cast<std::uint32_t*>(panels);
+#if defined(__AVX512BW__)
+    // 16 queries x 16 words at a time through registers (d2 and cols are multiples of 16).
+    for (std::int64_t i0 = 0; i0 < cols; i0 += 16) {
+      const std::uint16_t* q_rows[16];
+      for (int i = 0; i < 16; ++i) q_rows[i] = i0 + i < rows ? q + p.offset_q(p.q, b, q0 + i0 + i, h) : nullptr;
+      for (std::int64_t r0 = 0; r0 < d2; r0 += 16) {
+        __m512i w[16];
+        for (int i = 0; i < 16; ++i) w[i] = q_rows[i] ? _mm512_loadu_si512(q_rows[i] + 2 * r0) : _mm512_setzero_si512();
+        transpose_words_16x16(w);
+        for (int r = 0; r < 16; ++r) _mm512_storeu_si512(out + (r0 + r) * cols + i0, w[r]);
+      }
+    }
+#else
     for (std::int64_t i = 0; i < cols; ++i) {
       if (i < rows) {
         std::uint32_t row[kMaxWords];
@@ -148,6 +239,7 @@ struct AmxOperands {
         for (std::int64_t r = 0; r < d2; ++r) out[r * cols + i] = 0;
       }
     }
+#endif
   }
   static constexpr std::int64_t kMaxWords = 128;  // head_dim <= 256
 
@@ -177,76 +269,140 @@ struct AmxOperands {
     // ---- online softmax, P^T packed as key pairs (k_first + 2r, + 1) for r < n16.
     const std::int64_t shift = k_lo & 1, k_first = k_lo - shift;
     const std::int64_t n16 = round_up((kn + shift + 1) / 2, 16);
-    const bool moved = softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha,
+    const std::uint64_t moved = softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha,
                                         reinterpret_cast<std::uint32_t*>(s.pairs));
-    if (moved) rescale(sb.acc, d, cols, sb.alpha);
+    if (moved) rescale(sb.acc, d, cols, sb.alpha, moved);
 
     // ---- O^T (d, cols) += V^T_tile (d, 2 n16) P^T pairs (n16, cols)
     amx::gemm_bf16<Engine>(d, cols, 2 * n16, kv.vt_col(p, b, k_first, kv_head), kv.ld,
                            reinterpret_cast<const std::uint32_t*>(s.pairs), cols, sb.acc, cols, true);
   }
 
-  // For each column vector: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
+  // For each query column: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
   // l = alpha l + sum_j p_j (as online_softmax_update), with P written as bf16 pairs:
   // pairs[r * cols + i] = (P(2r - shift, i), P(2r + 1 - shift, i)), rows outside [0, kn) = 0.
-  // Returns whether any alpha differs from 1 (O needs rescaling).
-  static bool softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+  // Returns which column vectors (bit c / kWidth) have an alpha other than 1 (O^T to rescale).
+  // Column groups of up to kGroup vectors keep their statistics in registers while both passes
+  // stream through the tile row by row (the tile is 32-96 KiB: sequential rows keep the
+  // prefetchers ahead where a column-at-a-time walk missed L1).
+  static constexpr int kGroup = 6;
+  static std::uint64_t softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
                                std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha,
                                std::uint32_t* pairs) {
-    using vec = typename V::vec;
     constexpr int W = V::kWidth;
-    const vec neg_inf = V::set1(-std::numeric_limits<float>::infinity());
-    const vec sv = V::set1(scale);
-    const vec one = V::set1(1.0f);
-    bool moved = false;
-    for (std::int64_t c0 = 0; c0 < cols; c0 += W) {
-      vec mx = neg_inf;
-      for (std::int64_t j = 0; j < kn; ++j) mx = V::max(mx, V::load(scores + j * cols + c0));
-      const vec m_old = V::load(row_max + c0);
-      const vec m_new = V::max(m_old, V::mul(mx, sv));
-      const vec m_use = V::select_eq(m_new, neg_inf, V::zero(), m_new);
-      const vec neg_m = V::sub(V::zero(), m_use);
-      vec sum0 = V::zero(), sum1 = V::zero();
-      auto* out = reinterpret_cast<float*>(pairs) + c0;
-      std::int64_t r = 0;
-      if (shift) {  // pair 0 = (0, score row 0)
-        const vec hi = simd::exp2<V>(V::fmadd(V::load(scores + c0), sv, neg_m));
-        sum1 = V::add(sum1, hi);
-        V::store(out, V::pack_pairs(V::zero(), hi));
-        r = 1;
+    std::uint64_t moved = 0;
+    for (std::int64_t c0 = 0; c0 < cols; c0 += kGroup * W) {
+      const std::int64_t bit = c0 / W;  // beyond 64 vectors: every vector counts as moved
+      const auto set = [&](std::uint64_t m) { moved |= bit + kGroup <= 64 ? m << bit : ~std::uint64_t{0}; };
+      const std::int64_t nv = std::min<std::int64_t>(kGroup, (cols - c0) / W);
+      const float* sc = scores + c0;
+      float* out = reinterpret_cast<float*>(pairs) + c0;
+      switch (nv) {
+        case 6: set(softmax_group<6>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 5: set(softmax_group<5>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 4: set(softmax_group<4>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 3: set(softmax_group<3>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 2: set(softmax_group<2>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        default: set(softmax_group<1>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
       }
-      for (; 2 * r + 1 - shift < kn; ++r) {  // both keys in the tile
-        const float* lo_row = scores + (2 * r - shift) * cols + c0;
-        const vec lo = simd::exp2<V>(V::fmadd(V::load(lo_row), sv, neg_m));
-        const vec hi = simd::exp2<V>(V::fmadd(V::load(lo_row + cols), sv, neg_m));
-        sum0 = V::add(sum0, lo);
-        sum1 = V::add(sum1, hi);
-        V::store(out + r * cols, V::pack_pairs(lo, hi));
-      }
-      if (r < n16 && 2 * r - shift < kn) {  // an odd last key: (row, 0)
-        const vec lo = simd::exp2<V>(V::fmadd(V::load(scores + (2 * r - shift) * cols + c0), sv, neg_m));
-        sum0 = V::add(sum0, lo);
-        V::store(out + r * cols, V::pack_pairs(lo, V::zero()));
-        ++r;
-      }
-      for (; r < n16; ++r) V::store(out + r * cols, V::zero());
-      const vec a = simd::exp2<V>(V::sub(m_old, m_use));
-      V::store(alpha + c0, a);
-      V::store(row_sum + c0, V::fmadd(a, V::load(row_sum + c0), V::add(sum0, sum1)));
-      V::store(row_max + c0, m_new);
-      alignas(64) float lanes[W];
-      V::store(lanes, V::sub(a, one));
-      for (int i = 0; i < W; ++i) moved |= lanes[i] != 0.0f;
     }
     return moved;
   }
 
-  // O^T row c *= alpha (lane-wise over the columns).
-  static void rescale(float* acc, std::int64_t d, std::int64_t cols, const float* alpha) {
+  // 2^x for the softmax: simd::exp2, or on AVX-512 the same polynomial scaled by vscalefps
+  // (fewer instructions; x <= -160 gives exactly 0, so masked keys weigh 0 and rows that saw
+  // no key keep l = 0).
+  static typename V::vec exp2_fast(typename V::vec x) {
+#if defined(__AVX512F__)
+    if constexpr (V::kWidth == 16) {
+      x = V::max(x, V::set1(-160.0f));  // also maps NaN to -160
+      // (the masked forms: GCC 12's unmasked ones warn about their undefined source operand)
+      const __m512 n = _mm512_mask_roundscale_ps(x, 0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 f = _mm512_sub_ps(x, n);
+      __m512 q = _mm512_set1_ps(1.326471882e-03f);
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.671513746e-03f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.550733776e-02f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.402224206e-01f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931469776e-01f));
+      const __m512 pf = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0f));
+      return _mm512_mask_scalef_ps(pf, 0xffff, pf, n);
+    }
+#endif
+    return simd::exp2<V>(x);
+  }
+
+  template <int NV>
+  static std::uint64_t softmax_group(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+                            std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha, float* out) {
+    using vec = typename V::vec;
+    constexpr int W = V::kWidth;
+    const vec neg_inf = V::set1(-std::numeric_limits<float>::infinity());
+    const vec sv = V::set1(scale);
+    vec mx[NV], neg_m[NV], sum[NV];
+    for (int v = 0; v < NV; ++v) mx[v] = neg_inf;
+    for (std::int64_t j = 0; j < kn; ++j) {
+      const float* row = scores + j * cols;
+      for (int v = 0; v < NV; ++v) mx[v] = V::max(mx[v], V::load(row + v * W));
+    }
+    std::uint64_t moved = 0;
+    for (int v = 0; v < NV; ++v) {
+      const vec m_old = V::load(row_max + v * W);
+      const vec m_new = V::max(m_old, V::mul(mx[v], sv));
+      const vec m_use = V::select_eq(m_new, neg_inf, V::zero(), m_new);
+      neg_m[v] = V::sub(V::zero(), m_use);
+      const vec a = exp2_fast(V::sub(m_old, m_use));
+      V::store(alpha + v * W, a);
+      V::store(row_max + v * W, m_new);
+      alignas(64) float lanes[W];
+      V::store(lanes, a);
+      bool any = false;
+      for (int i = 0; i < W; ++i) any |= lanes[i] != 1.0f;
+      moved |= static_cast<std::uint64_t>(any) << v;
+      sum[v] = V::zero();
+    }
+    std::int64_t r = 0;
+    if (shift) {  // pair 0 = (key before the tile: 0, score row 0)
+      for (int v = 0; v < NV; ++v) {
+        const vec hi = exp2_fast(V::fmadd(V::load(scores + v * W), sv, neg_m[v]));
+        sum[v] = V::add(sum[v], hi);
+        V::store(out + v * W, V::pack_pairs(V::zero(), hi));
+      }
+      r = 1;
+    }
+    for (; 2 * r + 1 - shift < kn; ++r) {  // both keys in the tile
+      const float* lo_row = scores + (2 * r - shift) * cols;
+      for (int v = 0; v < NV; ++v) {
+        const vec lo = exp2_fast(V::fmadd(V::load(lo_row + v * W), sv, neg_m[v]));
+        const vec hi = exp2_fast(V::fmadd(V::load(lo_row + cols + v * W), sv, neg_m[v]));
+        sum[v] = V::add(sum[v], V::add(lo, hi));
+        V::store(out + r * cols + v * W, V::pack_pairs(lo, hi));
+      }
+    }
+    if (r < n16 && 2 * r - shift < kn) {  // an odd last key: (row, 0)
+      for (int v = 0; v < NV; ++v) {
+        const vec lo = exp2_fast(V::fmadd(V::load(scores + (2 * r - shift) * cols + v * W), sv, neg_m[v]));
+        sum[v] = V::add(sum[v], lo);
+        V::store(out + r * cols + v * W, V::pack_pairs(lo, V::zero()));
+      }
+      ++r;
+    }
+    for (; r < n16; ++r) {
+      for (int v = 0; v < NV; ++v) V::store(out + r * cols + v * W, V::zero());
+    }
+    for (int v = 0; v < NV; ++v) {
+      V::store(row_sum + v * W, V::fmadd(V::load(alpha + v * W), V::load(row_sum + v * W), sum[v]));
+    }
+    return moved;
+  }
+
+  // O^T row c *= alpha (lane-wise over the columns), in the column vectors of `moved`.
+  static void rescale(float* acc, std::int64_t d, std::int64_t cols, const float* alpha, std::uint64_t moved) {
     constexpr int W = V::kWidth;
     for (std::int64_t c = 0; c < d; ++c) {
       float* row = acc + c * cols;
-      for (std::int64_t i = 0; i < cols; i += W) V::store(row + i, V::mul(V::load(row + i), V::load(alpha + i)));
+      for (std::int64_t i = 0; i < cols; i += W) {
+        if (i / W >= 64 || ((moved >> (i / W)) & 1u)) V::store(row + i, V::mul(V::load(row + i), V::load(alpha + i)));
+      }
     }
   }
 
@@ -265,6 +421,9 @@ struct AmxOperands {
     write_output_rows<V>(p, rows, b, h, sb.q0, sb.rows);
   }
 };
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace FASTATTN_SIMD_NAMESPACE
 }  // namespace fastattn::cpu::forward_detail

@@ -42,7 +42,7 @@ def test_import_succeeds_with_a_bad_variable_and_the_first_call_names_it():
     """, FASTATTN_CPU_ISA="bogus")
     assert r.returncode == 0, r.stderr
     assert "imported " + fastattn.__version__ in r.stdout
-    assert ("raised: FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, got 'bogus'"
+    assert ("raised: FASTATTN_CPU_ISA: expected one of none, avx2, avx512, avx512bf16, amx, got 'bogus'"
             in r.stdout), r.stdout
 
 
