@@ -110,6 +110,12 @@ TEST(AmxBackwardDispatch, Bf16TakesAmxWhereItRunsAndSaysWhy) {
     EXPECT_NE(c.reason.find("avx2"), std::string::npos) << c.describe();
   }
   if (cpu::amx::amx_available()) {
+    {  // native asked for explicitly on a capped ISA: an error, as in the forward
+      const auto env = amx_env("native");
+      const ScopedEnv isa("FASTATTN_CPU_ISA", std::string("avx512bf16"));
+      expect_error([&] { backward_choice_of(bf16); }, ErrorCode::unsupported,
+                   "FASTATTN_CPU_AMX=native: expected the CPU ISA amx, got avx512bf16 (FASTATTN_CPU_ISA caps it)");
+    }
     const auto env = amx_env("");  // unset: native where AMX runs
     const KernelChoice c = backward_choice_of(bf16);
     EXPECT_NE(c.kernel.find(".amx.bf16.d128"), std::string::npos) << c.describe();

@@ -353,6 +353,11 @@ amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why) {
       return amx::AmxMode::off;
     }
     if (requested == amx::AmxMode::native && isa != Isa::amx) {
+      if (amx::amx_mode_from_environment()) {  // as the forward (forward_amx_mode)
+        throw Error(ErrorCode::unsupported,
+                    std::string("FASTATTN_CPU_AMX=native: expected the CPU ISA amx, got ") + to_string(isa) +
+                        " (FASTATTN_CPU_ISA caps it)");
+      }
       note = std::string("f32 FMA products (ISA capped at ") + to_string(isa) + ", below amx)";
       return amx::AmxMode::off;
     }
