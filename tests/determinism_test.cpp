@@ -2,9 +2,9 @@
 //
 // The CPU forward pass gives every output row to exactly one thread, so it is reproducible
 // across repeats and thread counts. The deterministic backward sums every dQ row in an order
-// fixed by the problem and the thread count (src/cpu/backward.cpp: owner mode or round-robin
-// split mode), so repeats with the same thread count are bitwise equal; different thread
-// counts may choose different modes and are not promised to agree bitwise.
+// fixed by the problem and the thread count (src/cpu/backward.cpp: owner mode, round-robin
+// split mode or concurrent split mode), so repeats with the same thread count are bitwise equal;
+// different thread counts may choose different modes and are not promised to agree bitwise.
 #include <gtest/gtest.h>
 
 #include <cstdint>
