@@ -34,7 +34,7 @@ struct Detection {
   std::string reason;
 };
 
-#if defined(__x86_64__) || defined(__i386__)
+#if FASTATTN_HAVE_AMX && (defined(__x86_64__) || defined(__i386__))
 unsigned long long read_xcr0() {
   unsigned eax = 0, edx = 0;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
