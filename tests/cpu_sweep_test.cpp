@@ -54,6 +54,9 @@ const char* const kChosenCases[] = {
     "b=2 sq=45 sk=77 h=6 hkv=3 d=72 dtype=f16 mask=none layout=strided det=1 threads=2 seed=29",
     "b=1 sq=77 sk=45 h=4 hkv=1 d=96 dtype=bf16 mask=causal layout=strided det=1 threads=1 seed=30",
     "b=1 sq=50 sk=50 h=2 hkv=2 d=64 dtype=f32 mask=window wl=-1 wr=0 layout=strided threads=2 seed=31",
+    // Fewer groups than threads (concurrent split mode), varlen with a one-key sequence.
+    "lens_q=120,7,60 lens_k=300,9,1 h=4 hkv=2 d=64 dtype=f32 mask=causal threads=8 seed=33",
+    "b=1 sq=300 sk=500 h=8 hkv=2 d=128 dtype=bf16 mask=none threads=5 det=1 seed=34",
 };
 
 class CpuChosen : public ::testing::TestWithParam<const char*> {};

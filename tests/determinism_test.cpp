@@ -2,9 +2,9 @@
 //
 // The CPU forward pass gives every output row to exactly one thread, so it is reproducible
 // across repeats and thread counts. The deterministic backward sums every dQ row in an order
-// fixed by the problem and the thread count (src/cpu/backward.cpp: owner mode or round-robin
-// split mode), so repeats with the same thread count are bitwise equal; different thread
-// counts may choose different modes and are not promised to agree bitwise.
+// fixed by the problem and the thread count (src/cpu/backward.cpp: owner mode, round-robin
+// split mode or concurrent split mode), so repeats with the same thread count are bitwise equal;
+// different thread counts may choose different modes and are not promised to agree bitwise.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -50,6 +50,8 @@ const char* const kCases[] = {
     "b=2 sq=130 sk=300 h=4 hkv=2 d=32 dtype=bf16 mask=causal align=top_left det=1 seed=42",
     "lens_q=90,0,150 lens_k=300,7,260 h=2 hkv=2 d=64 dtype=f16 mask=window wl=100 wr=20 det=1 "
     "layout=strided seed=43",
+    // 2 groups: 3 threads run the concurrent split mode (both groups at once, 2 splits each).
+    "b=2 sq=150 sk=400 h=2 hkv=1 d=64 dtype=bf16 mask=causal det=1 seed=44",
 };
 
 class Determinism : public ::testing::TestWithParam<const char*> {};

@@ -52,6 +52,13 @@ Tiles cpu_backward_tiles(cpu::Isa isa, DType dtype, std::int64_t head_dim) {
   return {24, 96};
 }
 
+// Tiles of the AMX bf16 backward (src/cpu/backward_amx.hpp): multiples of 32 (the tiles' k step)
+// on both sides, since queries are the k of dV^T += dO^T P and keys the k of dQ = dS K. Measured
+// (docs/cpu-amx.md, Sapphire Rapids, 1 thread, d = 128, b1 h8/2 s2048 causal): 128 x 128 ~1.5x
+// 64 x 64, ahead of 64 x 128 and 128 x 64 (longer k loops per dK^T / dV^T tile load and store,
+// fewer passes over the dq rows).
+constexpr Tiles kAmxBackwardTiles{128, 128};
+
 // "(vdpbf16ps measured 0.45x the FMA rate; the pair kernel needs >= 1.25x)" for the reason.
 std::string fmt_ratio(double ratio) {
   char text[128];
@@ -231,10 +238,11 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
 
   // CPU.
   cpu::Isa isa = cpu_isa_for(p.dtype);
-  // AMX: only the bf16 forward has a kernel (Isa::amx); everything else runs avx512bf16's.
+  // AMX: the bf16 forward and backward have kernels (Isa::amx); everything else runs avx512bf16's.
   std::string amx_note;
-  const cpu::amx::AmxMode amx =
-      direction == Direction::forward ? cpu::forward_amx_mode(isa, p.dtype, p.head_dim, &amx_note) : cpu::amx::AmxMode::off;
+  const cpu::amx::AmxMode amx = direction == Direction::forward
+                                    ? cpu::forward_amx_mode(isa, p.dtype, p.head_dim, &amx_note)
+                                    : cpu::backward_amx_mode(isa, p.dtype, &amx_note);
   if (isa == cpu::Isa::amx && amx != cpu::amx::AmxMode::native) isa = cpu::Isa::avx512bf16;
   if (isa == cpu::Isa::none) {
     throw Error(ErrorCode::unsupported,
@@ -247,6 +255,10 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   c.block_q = t.block_q;
   c.block_k = t.block_k;
   c.num_threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+  if (direction == Direction::backward && amx != cpu::amx::AmxMode::off) {
+    c.block_q = kAmxBackwardTiles.block_q;
+    c.block_k = kAmxBackwardTiles.block_k;
+  }
   // (read even when AMX runs, so that a bad FASTATTN_CPU_BF16_DOT is an error either way)
   cpu::Bf16Dot dot = direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
   if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;

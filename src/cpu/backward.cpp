@@ -13,16 +13,26 @@
 //     Deterministic: block kb goes to split kb % nsplit (round-robin keeps causal masks
 //     balanced) and split s always fills buffer s. Otherwise blocks are taken dynamically and
 //     each thread adds into its own buffer.
-// In owner mode and in deterministic split mode every dQ row is summed in an order fixed by the
-// problem and the thread count alone, so results are bitwise repeatable across runs.
+//   - concurrent split mode, split mode's form when there are fewer groups than threads but more
+//     than one (b1 h32/8: 8 groups on 16 threads): every group is staged into its own slot, then
+//     the (group, split) items, ceil(threads / groups) splits per group, run in any order, split
+//     s of a group taking its key blocks s, s + nsplit, ... into its own buffer, and every dq
+//     row is the sum of its group's partials in split order. Fewer partial buffers to zero and
+//     sum than with all threads on each group in turn (16 of the group's dQ size per group at 16
+//     threads), and no barriers per group; costs one staged slot per group.
+// In owner mode and in (deterministic, or concurrent) split mode every dQ row is summed in an
+// order fixed by the problem and the thread count alone, so results are bitwise repeatable.
 //
 // Workspace (bytes), from backward_workspace_bytes:
-//   4 * ( slots   * (2 * lines(G * seqlen_q * head_dim) + 2 * lines(G * seqlen_q))   staged rows
-//       + buffers * lines(G * seqlen_q * head_dim) )                                 dQ in f32
-// with G = group_size, seqlen_q the longest sequence, lines(n) = n rounded up to 16 floats;
+//   4 * ( slots   * (2 * R + 2 * lines(G * seqlen_q))            staged rows
+//       + buffers * lines(G * seqlen_q * head_dim) )             dQ in f32
+// with G = group_size, seqlen_q the longest sequence, lines(n) = n rounded up to 16 floats and
+// R = the kernels' staged_row_floats(G, seqlen_q, head_dim): lines(G * seqlen_q * head_dim) for
+// the FMA kernels' f32 rows, about as much for the AMX kernels' bf16 rows and transposes;
 // owner mode: slots = buffers = threads; split mode: slots = 1, buffers = nsplit = threads,
 // capped so the partials stay within max(256 MiB, 2 x the f32 size of dq) (and at the number of
-// key blocks). The kernel's per-thread tiles (a few hundred KiB) come from thread_scratch.
+// key blocks); concurrent split mode: slots = groups, buffers = groups x ceil(threads / groups)
+// (capped at the key blocks), when that fits the same budget (else split mode). The kernel's per-thread tiles (a few hundred KiB) come from thread_scratch.
 #include <omp.h>
 
 #include <algorithm>
@@ -57,6 +67,8 @@ struct BackwardPlan {
   std::int64_t block_q = kDefaultBlockQ;
   std::int64_t block_k = kDefaultBlockK;
   bool split = false;          // split mode (see the file comment)
+  bool concurrent = false;     // split mode with every group at once (see the file comment)
+  std::int64_t group_splits = 1;  // concurrent: splits (dQ buffers) per group
   std::int64_t slots = 1;      // staged-row slots in the workspace
   std::int64_t buffers = 1;    // f32 dQ accumulators (= nsplit in split mode)
   std::int64_t rows_floats = 0;  // G * seqlen_q * head_dim, in lines: one of q / dout
@@ -87,7 +99,8 @@ bool owner_mode_balances(const AttentionProblem& p, const std::vector<std::int64
   return makespan <= 1.15 * total / threads;
 }
 
-BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
+BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice,
+                       const BackwardKernels& k) {
   BackwardPlan plan;
   plan.threads = p.num_threads > 0 ? p.num_threads
                                    : (choice.num_threads > 0 ? choice.num_threads
@@ -107,7 +120,7 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
                (groups < plan.threads || !owner_mode_balances(p, plan.group_order, plan.threads));
 
   const std::int64_t rows = p.group_size() * p.seqlen_q;
-  plan.rows_floats = lines(rows * p.head_dim);
+  plan.rows_floats = k.staged_row_floats(p.group_size(), p.seqlen_q, p.head_dim);
   plan.stat_floats = lines(rows);
   plan.slot_floats = 2 * plan.rows_floats + 2 * plan.stat_floats;
   plan.buffer_floats = lines(rows * p.head_dim);
@@ -123,6 +136,16 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
         std::max<std::size_t>(static_cast<std::size_t>(plan.buffer_floats) * sizeof(float), 1);
     const auto fit = static_cast<std::int64_t>(budget / buffer_bytes);
     plan.buffers = std::max<std::int64_t>(1, std::min({plan.buffers, key_blocks, fit}));
+    // Fewer groups than threads, more than one: every group at once, ceil(threads / groups)
+    // splits each, when their buffers fit the same budget.
+    const std::int64_t per_group =
+        std::min<std::int64_t>((plan.threads + groups - 1) / std::max<std::int64_t>(groups, 1), key_blocks);
+    if (groups > 1 && groups < plan.threads && groups * per_group <= fit) {
+      plan.concurrent = true;
+      plan.group_splits = std::max<std::int64_t>(per_group, 1);
+      plan.slots = groups;
+      plan.buffers = groups * plan.group_splits;
+    }
   }
   plan.workspace_bytes =
       static_cast<std::size_t>(plan.slots * plan.slot_floats + plan.buffers * plan.buffer_floats) *
@@ -130,19 +153,27 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice) {
   return plan;
 }
 
-BackwardKernels kernels_for(const KernelChoice& choice) {
+BackwardKernels kernels_for(const AttentionProblem& p, const KernelChoice& choice) {
   const Isa isa = isa_from_string(choice.isa);
   if (isa == Isa::none || static_cast<int>(isa) > static_cast<int>(detect_isa())) {
     throw Error(ErrorCode::unsupported,
                 "cpu backward: expected an ISA this CPU and build run (at most " +
                     std::string(to_string(detect_isa())) + "), got " + choice.isa);
   }
+#if FASTATTN_HAVE_AVX512 && FASTATTN_HAVE_AMX
+  const amx::AmxMode amx = backward_amx_mode(isa, p.dtype, nullptr);
+  if (amx != amx::AmxMode::off) {
+    return backward_detail::backward_kernels_amx(amx == amx::AmxMode::native);
+  }
+#else
+  (void)p;
+#endif
   switch (isa) {
     case Isa::avx2:
       return backward_detail::backward_kernels_avx2();
     case Isa::avx512:
     case Isa::avx512bf16:
-    case Isa::amx:  // no AMX backward yet: the AVX-512 kernel
+    case Isa::amx:  // f32 and f16 (and bf16 with FASTATTN_CPU_AMX=off): the AVX-512 kernels
 #if FASTATTN_HAVE_AVX512
       return backward_detail::backward_kernels_avx512();
 #else
@@ -223,6 +254,48 @@ struct BackwardRun {
     }
   }
 
+  // Concurrent split mode: every group at once, plan.group_splits splits each; group i's split s
+  // fills buffer i * group_splits + s with key blocks s, s + group_splits, ... in order.
+  void concurrent_groups(float* scratch) const {
+    const std::int64_t groups = p.batch * p.num_kv_heads;
+    const std::int64_t nsplit = plan.group_splits;
+    const std::int64_t stage_chunks = (p.seqlen_q + kStageChunk - 1) / kStageChunk;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t item = 0; item < groups * stage_chunks; ++item) {
+      const std::int64_t group = item / stage_chunks;
+      const std::int64_t b = group / p.num_kv_heads;
+      const GroupRows r = rows(group, b);
+      const std::int64_t t0 = item % stage_chunks * kStageChunk;
+      if (t0 >= r.len_q) continue;
+      k.stage_rows(p, b, group % p.num_kv_heads, t0, std::min(r.len_q, t0 + kStageChunk), r);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < groups * nsplit; ++item) {
+      const std::int64_t group = item / nsplit;
+      const std::int64_t b = group / p.num_kv_heads;
+      const GroupRows r = rows(group, b);
+      float* acc = buffer(item);
+      zero_buffer(acc, b);
+      for (std::int64_t kb = item % nsplit; kb < key_blocks(b); kb += nsplit) {
+        k.kv_block(p, unit(group, kb, r, acc, scratch));
+      }
+    }
+    const std::int64_t row_chunks = (p.seqlen_q + kReduceChunk - 1) / kReduceChunk;
+    const std::int64_t per_group = p.group_size() * row_chunks;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t item = 0; item < groups * per_group; ++item) {
+      const std::int64_t group = item / per_group;
+      const std::int64_t b = group / p.num_kv_heads;
+      const std::int64_t len_q = p.q_len(b);
+      const std::int64_t g = item % per_group / row_chunks;
+      const std::int64_t t0 = item % row_chunks * kReduceChunk;
+      if (t0 >= len_q) continue;
+      float* first = buffer(group * nsplit) + (g * len_q + t0) * p.head_dim;
+      k.store_dq(p, b, group % p.num_kv_heads * p.group_size() + g, t0, std::min(len_q, t0 + kReduceChunk),
+                 first, nsplit, plan.buffer_floats);
+    }
+  }
+
   // Split mode: one group at a time, all threads on it.
   void split_groups(float* scratch) const {
     const std::int64_t nsplit = plan.buffers;
@@ -268,15 +341,48 @@ struct BackwardRun {
 
 }  // namespace
 
+amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why) {
+  std::string note;
+  const amx::AmxMode mode = [&] {
+    if (dtype != DType::bf16 || isa == Isa::none) return amx::AmxMode::off;
+    const amx::AmxMode requested = amx::amx_mode();  // throws on a bad value
+    if (requested == amx::AmxMode::off) {
+      note = amx::amx_mode_from_environment() ? "f32 FMA products (FASTATTN_CPU_AMX=off)"
+                                              : std::string("f32 FMA products (no AMX: ") +
+                                                    amx::amx_unavailable_reason() + ")";
+      return amx::AmxMode::off;
+    }
+    if (requested == amx::AmxMode::native && isa != Isa::amx) {
+      if (amx::amx_mode_from_environment()) {  // as the forward (forward_amx_mode)
+        throw Error(ErrorCode::unsupported,
+                    std::string("FASTATTN_CPU_AMX=native: expected the CPU ISA amx, got ") + to_string(isa) +
+                        " (FASTATTN_CPU_ISA caps it)");
+      }
+      note = std::string("f32 FMA products (ISA capped at ") + to_string(isa) + ", below amx)";
+      return amx::AmxMode::off;
+    }
+    if (static_cast<int>(isa) < static_cast<int>(Isa::avx512) || !amx::amx_compiled()) {
+      note = std::string("f32 FMA products (the AMX backward needs ISA avx512 and a build with the AMX kernels; got ") +
+             to_string(isa) + (amx::amx_compiled() ? ")" : ", no AMX kernels)");
+      return amx::AmxMode::off;
+    }
+    note = "bf16 products on AMX tiles, f32 accumulation, P and dS rounded to bf16";
+    if (requested == amx::AmxMode::emulated) note += " (tiles emulated: FASTATTN_CPU_AMX=emulated, a test path)";
+    return requested;
+  }();
+  if (why) *why = note;
+  return mode;
+}
+
 std::size_t backward_workspace_bytes(const AttentionProblem& p, const KernelChoice& choice) {
   if (p.batch == 0 || p.num_heads == 0 || (p.total_q == 0 && p.total_k == 0)) return 0;
-  return make_plan(p, choice).workspace_bytes;
+  return make_plan(p, choice, kernels_for(p, choice)).workspace_bytes;
 }
 
 void backward(const AttentionProblem& p, const KernelChoice& choice) {
-  const BackwardKernels k = kernels_for(choice);
+  const BackwardKernels k = kernels_for(p, choice);
   if (p.batch == 0 || p.num_heads == 0 || (p.total_q == 0 && p.total_k == 0)) return;
-  const BackwardPlan plan = make_plan(p, choice);
+  const BackwardPlan plan = make_plan(p, choice, k);
   HostScratch workspace(p.workspace, plan.workspace_bytes);
   float* base = static_cast<float*>(workspace.data());
   const BackwardRun run{p, plan, k, base, base + plan.slots * plan.slot_floats};
@@ -297,7 +403,9 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
 #pragma omp barrier
     // Every thread sees the same flag here, so all skip or all enter the worksharing loops.
     if (!failed.load()) {
-      if (plan.split) {
+      if (plan.concurrent) {
+        run.concurrent_groups(scratch);
+      } else if (plan.split) {
         run.split_groups(scratch);
       } else {
         run.owner_groups(scratch);

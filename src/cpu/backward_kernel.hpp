@@ -65,6 +65,9 @@ struct BackwardKernels {
   // Role 1: rows, lse and D of tokens [t0, t1) of every query head of group (b, kv_head).
   void (*stage_rows)(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head,
                      std::int64_t t0, std::int64_t t1, const GroupRows& rows);
+  // Floats of each of the q and dout regions of a slot, for `group` heads of up to len_q tokens
+  // (the layout of those regions is the kernels' own; lse and D follow as f32 rows).
+  std::int64_t (*staged_row_floats)(std::int64_t group, std::int64_t len_q, std::int64_t head_dim);
   // Per-thread scratch of kv_block.
   std::size_t (*scratch_bytes)(std::int64_t head_dim, std::int64_t block_q, std::int64_t block_k);
   // Role 2: dk, dv of the unit's keys (written in the problem dtype) and dQ partial sums.
@@ -78,6 +81,8 @@ struct BackwardKernels {
 BackwardKernels backward_kernels_avx2();
 #if FASTATTN_HAVE_AVX512
 BackwardKernels backward_kernels_avx512();
+// The bf16 AMX kernels (backward_amx.hpp): native tiles, or their emulated twin (any AVX-512 CPU).
+BackwardKernels backward_kernels_amx(bool native);
 #endif
 
 // ---- the kernels, instantiated per ISA -------------------------------------------------------
@@ -431,10 +436,17 @@ void store_dq(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::in
   }
 }
 
+// GroupRows.q / .dout of the FMA kernels: (group, len_q, head_dim) f32.
+template <class V>
+std::int64_t staged_row_floats(std::int64_t group, std::int64_t len_q, std::int64_t head_dim) {
+  return BackwardTiles<V>::lines(group * len_q * head_dim);
+}
+
 template <class V>
 BackwardKernels make_kernels() {
   BackwardKernels k{};
   k.stage_rows = &stage_rows<V>;
+  k.staged_row_floats = &staged_row_floats<V>;
   k.scratch_bytes = &scratch_bytes<V>;
   k.kv_block = &kv_block<V>;
   k.store_dq = &store_dq<V>;

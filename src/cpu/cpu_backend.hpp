@@ -52,6 +52,13 @@ Bf16Dot bf16_dot_of(const KernelChoice& choice);
 amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why);
 // The forward's kernel name and ISA carry the choice: isa "amx" (native) or ".amx-emulated.".
 amx::AmxMode amx_of(const KernelChoice& choice);
+// Whether the backward runs the bf16 kernels on AMX tiles (backward_amx.hpp): native on Isa::amx
+// for bf16 (any head_dim: the kernels pad it) unless FASTATTN_CPU_AMX=off, so FASTATTN_CPU_ISA
+// capped below amx turns it off (an error with FASTATTN_CPU_AMX=native, as in the forward); emulated with FASTATTN_CPU_AMX=emulated on an ISA of at least
+// avx512 (the kernels' element-wise math is AVX-512); off for f32 and f16 (their products stay
+// f32). *why gets the reason for the choice or against AMX ("" for non-bf16). The dispatcher
+// names the choice (isa "amx" or ".amx-emulated.") and backward() runs the same decision.
+amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why);
 
 // ---- the decode kernel (decode_kernel.hpp): short queries over a long KV cache ------------
 // Chosen for seqlen_q <= kDecodeMaxQueries (FASTATTN_CPU_DECODE=on/off forces it either way).

@@ -96,7 +96,7 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
       } else if (isa != cpu::Isa::amx) {
         use = std::string("not used (FASTATTN_CPU_ISA caps the ISA at ") + cpu::to_string(isa) + ")";
       } else {
-        use = "used by the bf16 forward (head_dim a multiple of 32)";
+        use = "used by the bf16 forward (head_dim a multiple of 32) and backward";
       }
     } catch (const Error& e) {
       use = e.what();
