@@ -149,6 +149,34 @@ def render_server_cpu(result):
     return "\n".join(out)
 
 
+def render_server_cpu_issue19(result):
+    """bench/server_cpu.py --suite issue19: the issue-19 bar shapes, fastattn beside PyTorch's CPU
+    SDPA in one process, each row with its bar."""
+    ctx = result.get("context", {})
+    out = [f"### Issue-19 suite (AMX, decode) on {result['machine']}, {result.get('threads', '?')} threads", ""]
+    out += [f"- Date (UTC): {ctx.get('timestamp_utc', '?')}",
+            f"- CPU: {ctx.get('cpu_model', '?')}; PyTorch {ctx.get('torch_version', '?')}; fastattn "
+            f"{ctx.get('fastattn_version', '?')} (ISA {ctx.get('fastattn_isa', '?')})",
+            f"- Command: `{ctx.get('command', '?')}`",
+            f"- Memory read bandwidth (fastattn's peak, best over the run): {fmt(result.get('mem_read_gbs'))} GB/s",
+            ""]
+    rows = []
+    for r in result.get("rows", []):
+        bars = r.get("bars", {})
+        bar = ", ".join(([f">= {bars['ratio']}x torch"] if "ratio" in bars else []) +
+                        ([f">= {100 * bars['read']:.0f}% read"] if "read" in bars else [])) or "(report)"
+        result_text = "-" if not bars else ("PASS" if r.get("bar_pass") else "FAIL")
+        rows.append([r["name"], r["shape"], r["dtype"], r["mask"], r["pass"], fmt(r.get("fastattn_ms"), 3),
+                     fmt(r.get("torch_ms"), 3), fmt(r.get("ratio"), 2, "x"), bar, result_text,
+                     f"`{r.get('fastattn_kernel', '')}`"])
+    out += [table(["row", "shape", "dtype", "mask", "pass", "fastattn ms", "torch ms",
+                   "torch time / fastattn time", "bar", "result", "fastattn kernel"], rows,
+                  right=(5, 6, 7)), ""]
+    if result.get("notes"):
+        out += [f"- {n}" for n in result["notes"]] + [""]
+    return "\n".join(out)
+
+
 def block_id(result):
     return f"{result['kind']}:{result['machine']}"
 
@@ -162,6 +190,8 @@ def render(result):
         from render_cuda import render_cuda_bench  # imported late: it imports this module
 
         return render_cuda_bench(result)
+    if result.get("kind") == "server_cpu_issue19":
+        return render_server_cpu_issue19(result)
     if result.get("kind") == "cuda_decode":
         from render_decode import render_cuda_decode
 

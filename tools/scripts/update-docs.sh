@@ -11,7 +11,7 @@
 #                                                           # JSON gives (nothing written)
 #
 # Which JSON: of the top-level bench/results/*.json, the newest (context timestamp) of each kind
-# (bench_cpu, server_cpu, cuda_bench, cuda_decode) and machine. Quick runs are refused. Then review and commit
+# (bench_cpu, server_cpu, server_cpu_issue19, cuda_bench, cuda_decode) and machine. Quick runs are refused. Then review and commit
 # bench/results/, docs/performance.md and README.md together.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -44,7 +44,7 @@ for path in sorted(glob.glob("bench/results/*.json")):
         r = json.load(open(path))
     except (OSError, ValueError):
         continue
-    if not isinstance(r, dict) or r.get("kind") not in ("bench_cpu", "server_cpu", "cuda_bench", "cuda_decode") or r.get("quick"):
+    if not isinstance(r, dict) or r.get("kind") not in ("bench_cpu", "server_cpu", "server_cpu_issue19", "cuda_bench", "cuda_decode") or r.get("quick"):
         continue
     key = (r["kind"], r.get("machine"))
     stamp = r.get("context", {}).get("timestamp_utc", "")
