@@ -41,6 +41,7 @@
 // backward_kernel.hpp (simd.hpp) first: it must be the first include of <immintrin.h>.
 #include "cpu/backward_kernel.hpp"
 #include "cpu/amx.hpp"
+#include "cpu/transpose16.hpp"
 
 namespace fastattn::cpu::backward_detail {
 inline namespace FASTATTN_SIMD_NAMESPACE {
@@ -185,32 +186,6 @@ inline std::size_t scratch_bytes(std::int64_t head_dim, std::int64_t block_q, st
          sizeof(float);
 }
 
-// dst (16, 16) = src (16, 16)^T, 32-bit elements (bits moved, never converted), rows ld apart.
-inline void transpose16(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: (a0 b0 a1 b1), (a2 b2 a3 b3)
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {  // per lane: (a0 b0 c0 d0), (a1 ..), (a2 ..), (a3 ..)
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int h = 0; h < 16; h += 8) {  // lanes (0, 2) and (1, 3) of row groups 0-3 / 4-7
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {  // columns i (i < 4: 0-3, else 4-7) and i + 8
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
-}
 
 // K or V rows as bf16 (ld_s, dp), zero past kn rows and d dims -> the transpose in pairs along
 // the head dim (dp / 2, ld_s) words: word (i, j) = (row j dim 2i, row j dim 2i + 1), which is

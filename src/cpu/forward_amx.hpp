@@ -30,6 +30,7 @@
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
 #include "cpu/amx.hpp"
+#include "cpu/transpose16.hpp"
 #include "cpu/forward_kernel.hpp"
 
 namespace fastattn::cpu::forward_detail {
@@ -66,36 +67,6 @@ struct AmxPlan {
   }
 };
 
-#if defined(__AVX512BW__)
-// r[i] = row i of a 16 x 16 matrix of 32-bit words -> r[c] = column c.
-inline void transpose_words_16x16(__m512i* r) {
-  __m512i t[16], u[16];
-  for (int k = 0; k < 8; ++k) {
-    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-  // u[4g + m]: lane L holds column 4L + m of rows 4g .. 4g + 3.
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  // v[m] (rows 0-7) and v[8 + m] (rows 8-15): lanes (col m rows 0-3, col m + 8 rows 0-3,
-  // col m rows 4-7, col m + 8 rows 4-7) for m < 4; m >= 4: columns m - 4 + 4, m - 4 + 12.
-  __m512i v[16];
-  for (int m = 0; m < 4; ++m) {
-    v[m] = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
-    v[4 + m] = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
-    v[8 + m] = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
-    v[12 + m] = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
-  }
-  for (int m = 0; m < 8; ++m) {
-    r[m] = _mm512_shuffle_i32x4(v[m], v[8 + m], 0x88);
-    r[m + 8] = _mm512_shuffle_i32x4(v[m], v[8 + m], 0xdd);
-  }
-}
-#endif
 
 // V^T columns [t0, t0 + n) of one head: vt[c * ld + i] = rows[i][c] for c < d (a multiple of
 // 32), n <= 32. With AVX-512 a full block of 32 tokens goes through registers, 32 dims at a
