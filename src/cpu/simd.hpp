@@ -19,13 +19,15 @@
 // The traits are stateless; everything is a static function on a `vec` of kWidth floats.
 #pragma once
 
-// GCC 12's AVX-512 intrinsics start from `__m512 __Y = __Y;` (_mm512_undefined_ps), which
-// -Wmaybe-uninitialized reports at every inlined use (GCC bug 105593). The warning is located
-// in the intrinsics header, so silencing it around this (first) include is enough; keep
-// simd.hpp the first include of <immintrin.h> in kernel files.
+// GCC 12's AVX-512 intrinsics start from `__m512 __Y = __Y;` (_mm512_undefined_ps / _epi32),
+// which -Wmaybe-uninitialized, and in some inlining contexts (the integer unpacks under ASan at
+// -O2) -Wuninitialized, report at every inlined use (GCC bug 105593). The warning is located in
+// the intrinsics header, so silencing it around this (first) include is enough; keep simd.hpp
+// the first include of <immintrin.h> in kernel files.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 #if defined(__GNUC__) && !defined(__clang__)
