@@ -175,7 +175,8 @@ def test_any_dlpack_producer_is_accepted(rng):
 
 
 def test_plan_describes_the_kernel_without_running(rng):
-    q = rng.standard_normal((2, 16, 4, 64)).astype(np.float32)
+    # 64 query rows: a prefill call (16 or fewer would take the decode kernel, cpu.decode.*)
+    q = rng.standard_normal((2, 64, 4, 64)).astype(np.float32)
     choice = fastattn.plan(q, q, q, causal=True)
     assert isinstance(choice, fastattn.KernelChoice)
     assert choice.backend == "cpu"
