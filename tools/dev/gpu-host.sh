@@ -51,6 +51,12 @@ if has issue19; then
   note "== issue-19 suite beside PyTorch CPU SDPA, $threads threads"
   cli=build/main/tools/cli/fastattn
   [ -x "$cli" ] || cli=build/host-cpu/tools/cli/fastattn
+  if [ ! -x "$cli" ]; then  # a fresh machine with STAGES=issue19: build the CLI alone
+    cmake -S . -B build/host-cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_CUDA=OFF \
+      -DFASTATTN_BUILD_BENCH=OFF -DFASTATTN_BUILD_TESTS=OFF > /tmp/host-cli-build.log 2>&1 &&
+      cmake --build build/host-cpu -j 16 --target fastattn_cli >> /tmp/host-cli-build.log 2>&1 ||
+      tail -20 /tmp/host-cli-build.log
+  fi
   "$cli" info --threads "$threads" > "$out/issue19.log" 2>&1
   timeout 300 "$python" bench/server_cpu.py --fastattn "$cli" --threads "$threads" --suite issue19 \
     --out /tmp/gpu-host-issue19 >> "$out/issue19.log" 2>&1
