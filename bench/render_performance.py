@@ -166,11 +166,13 @@ def render_server_cpu_issue19(result):
         bar = ", ".join(([f">= {bars['ratio']}x torch"] if "ratio" in bars else []) +
                         ([f">= {100 * bars['read']:.0f}% read"] if "read" in bars else [])) or "(report)"
         result_text = "-" if not bars else ("PASS" if r.get("bar_pass") else "FAIL")
+        rr = r.get("ratio_rounds") or []
+        ratio = fmt(r.get("ratio"), 2, "x") + (f" ({min(rr):.2f}–{max(rr):.2f})" if len(rr) > 1 else "")
         rows.append([r["name"], r["shape"], r["dtype"], r["mask"], r["pass"], fmt(r.get("fastattn_ms"), 3),
-                     fmt(r.get("torch_ms"), 3), fmt(r.get("ratio"), 2, "x"), bar, result_text,
+                     fmt(r.get("torch_ms"), 3), ratio, bar, result_text,
                      f"`{r.get('fastattn_kernel', '')}`"])
     out += [table(["row", "shape", "dtype", "mask", "pass", "fastattn ms", "torch ms",
-                   "torch time / fastattn time", "bar", "result", "fastattn kernel"], rows,
+                   "torch time / fastattn time (range over rounds)", "bar", "result", "fastattn kernel"], rows,
                   right=(5, 6, 7)), ""]
     if result.get("notes"):
         out += [f"- {n}" for n in result["notes"]] + [""]

@@ -47,6 +47,8 @@ def parse_args():
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed calls per row")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per row, at least")
     p.add_argument("--machine", help="name for the result (default: from the CPU model)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="--suite: rounds per row, each fastattn then torch (the ratio is their median)")
     p.add_argument("--suite", choices=["issue19"],
                    help="run a preset instead of the shape options: issue19 = the CPU decode / GQA bars")
     return p.parse_args()
@@ -295,15 +297,30 @@ def run_suite_issue19(args):
              f"torch.set_num_threads({args.threads}); fastattn through `fastattn bench` with OMP_NUM_THREADS="
              f"{args.threads}; rows interleaved fastattn then torch"]
     rows, mem_read, context = [], None, None
+    notes.append(f"{args.rounds} rounds per row, each fastattn then torch; times are the medians of the "
+                 "rounds' medians, the ratio is the median of the rounds' ratios (each round's pair ran "
+                 "back to back, so drift in the host's speed cancels), with its range over the rounds")
     for i, (name, sq, sk, heads, kv_heads, dtype, causal, pass_name, bars) in enumerate(ISSUE19):
-        fa = run_fastattn_row(args, out_dir, i, sq, sk, heads, kv_heads, dtype, causal, pass_name)
-        context = context or fa.pop("context")
-        fa.pop("context", None)
-        if fa.get("mem_read_gbs"):
-            mem_read = max(mem_read or 0.0, fa["mem_read_gbs"])
-        t = run_torch_row(args, sq, sk, heads, kv_heads, dtype, causal, pass_name, notes)
-        print(f"torch {name} {dtype} {pass_name}: {t.get('median_s', float('nan')) * 1e3:.3f} ms "
-              f"{t.get('error', '')}", file=sys.stderr, flush=True)
+        fa_rounds, t_rounds = [], []
+        for r in range(args.rounds):
+            fa = run_fastattn_row(args, out_dir, f"{i}_{r}", sq, sk, heads, kv_heads, dtype, causal, pass_name)
+            context = context or fa.pop("context")
+            fa.pop("context", None)
+            if fa.get("mem_read_gbs"):
+                mem_read = max(mem_read or 0.0, fa["mem_read_gbs"])
+            t = run_torch_row(args, sq, sk, heads, kv_heads, dtype, causal, pass_name, notes)
+            print(f"torch {name} {dtype} {pass_name} round {r}: {t.get('median_s', float('nan')) * 1e3:.3f} ms "
+                  f"{t.get('error', '')}", file=sys.stderr, flush=True)
+            fa_rounds.append(fa)
+            t_rounds.append(t)
+        round_ratios = [tt["median_s"] / ff["median_s"] for ff, tt in zip(fa_rounds, t_rounds)
+                        if ff.get("median_s") and tt.get("median_s")]
+        fa = dict(fa_rounds[0])
+        t = dict(t_rounds[0])
+        fa_times = [x["median_s"] for x in fa_rounds if x.get("median_s")]
+        t_times = [x["median_s"] for x in t_rounds if x.get("median_s")]
+        fa["median_s"] = statistics.median(fa_times) if fa_times else None
+        t["median_s"] = statistics.median(t_times) if t_times else None
         kvb = kv_bytes(sk, kv_heads, args.head_dim, dtype)
         row = {"name": name, "shape": f"b1 h{heads}/{kv_heads} s{sq}x{sk} d{args.head_dim}", "dtype": dtype,
                "mask": "causal (bottom-right)" if causal else "none", "pass": pass_name, "bars": bars,
@@ -315,7 +332,10 @@ def run_suite_issue19(args):
             err = (fa if side == "fastattn" else t).get("error")
             if err:
                 row[f"{side}_error"] = err
-        row["ratio"] = row["torch_ms"] / row["fastattn_ms"] if row["torch_ms"] and row["fastattn_ms"] else None
+        row["ratio"] = statistics.median(round_ratios) if round_ratios else None
+        row["ratio_rounds"] = round_ratios
+        row["fastattn_ms_rounds"] = [x * 1e3 for x in fa_times]
+        row["torch_ms_rounds"] = [x * 1e3 for x in t_times]
         if pass_name == "fwd" and sq <= 16:
             row["fastattn_kv_gbs"] = kvb / fa["median_s"] / 1e9 if fa.get("median_s") else None
             row["torch_kv_gbs"] = kvb / t["median_s"] / 1e9 if t.get("median_s") else None
@@ -357,8 +377,10 @@ def run_suite_issue19(args):
         verdict = "-" if r["bar_pass"] is None else ("PASS" if r["bar_pass"] else "FAIL")
         failed |= r["bar_pass"] is False
         pct = f(100 * r["read_fraction"], 1) if r.get("read_fraction") else "-"
+        rr = r.get("ratio_rounds") or []
+        ratio = f"{f(r['ratio'])} ({f(min(rr))}-{f(max(rr))})" if len(rr) > 1 else f(r["ratio"])
         print(f"| {r['name']} | {r['shape']} | {r['dtype']} | {r['mask']} | {r['pass']} | {f(r['fastattn_ms'], 3)} | "
-              f"{f(r['torch_ms'], 3)} | {f(r['ratio'])} | {f(r.get('fastattn_kv_gbs'), 1)} | "
+              f"{f(r['torch_ms'], 3)} | {ratio} | {f(r.get('fastattn_kv_gbs'), 1)} | "
               f"{f(r.get('torch_kv_gbs'), 1)} | {pct} | {bar} | {verdict} |")
     print(f"\nwrote {path}")
     return 1 if failed else 0

@@ -5,7 +5,8 @@
 # SDPA in one process (bench/server_cpu.py --suite issue19).
 #
 # Device call (debs as in gpu-main.sh): carry ["build/debs"], command "bash tools/dev/gpu-host.sh"
-# Environment: STAGES (default "main cputests issue19"), THREADS (default 16).
+# Environment: STAGES (default "main cputests issue19"), THREADS (default 16), ROUNDS (default
+# 3: rounds per issue-19 row), MIN_TIME (default 0.5: seconds of timed calls per measurement).
 # $OUT gets: summary.txt, run-main.log, main.json, main-summary.md, ctest-cpu.log,
 # server_cpu.json, issue19.log.
 set -uo pipefail
@@ -58,8 +59,8 @@ if has issue19; then
       tail -20 /tmp/host-cli-build.log
   fi
   "$cli" info --threads "$threads" > "$out/issue19.log" 2>&1
-  timeout 300 "$python" bench/server_cpu.py --fastattn "$cli" --threads "$threads" --suite issue19 \
-    --out /tmp/gpu-host-issue19 >> "$out/issue19.log" 2>&1
+  timeout 400 "$python" bench/server_cpu.py --fastattn "$cli" --threads "$threads" --suite issue19 \
+    --rounds "${ROUNDS:-3}" --min-time "${MIN_TIME:-0.5}" --out /tmp/gpu-host-issue19 >> "$out/issue19.log" 2>&1
   status+=("issue19: rc=$?")
   cp /tmp/gpu-host-issue19/*.json "$out/" 2>/dev/null
   tail -30 "$out/issue19.log"
