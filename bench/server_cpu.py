@@ -32,6 +32,18 @@ import time
 PASSES = ("fwd", "bwd", "fwd+bwd")
 
 
+
+def run_bench(args, cmd, json_path):
+    """Run a `fastattn bench ... --json json_path` command line with args.threads OpenMP threads;
+    its JSON."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout, file=sys.stderr)
+    if not json_path.exists():
+        raise SystemExit(f"server_cpu.py: fastattn bench failed (exit {proc.returncode})")
+    return json.loads(json_path.read_text())
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fastattn", required=True, help="the fastattn CLI binary")
@@ -89,13 +101,7 @@ def run_fastattn(args, out_dir, causal):
            "--json", str(json_path)]
     if causal:
         cmd.append("--causal")
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(proc.stdout, file=sys.stderr)
-    if not json_path.exists():
-        raise SystemExit(f"server_cpu.py: fastattn bench failed (exit {proc.returncode})")
-    return json.loads(json_path.read_text()), " ".join(cmd)
+    return run_bench(args, cmd, json_path), " ".join(cmd)
 
 
 # ---- PyTorch ----------------------------------------------------------------------------------
@@ -229,13 +235,7 @@ def run_fastattn_row(args, out_dir, i, sq, sk, heads, kv_heads, dtype, causal, p
            "--json", str(json_path)]
     if causal:
         cmd.append("--causal")
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(proc.stdout, file=sys.stderr)
-    if not json_path.exists():
-        raise SystemExit(f"server_cpu.py: fastattn bench failed (exit {proc.returncode})")
-    data = json.loads(json_path.read_text())
+    data = run_bench(args, cmd, json_path)
     r = data["results"][0]
     peaks = data.get("peaks_by_threads", {}).get(str(args.threads), {})
     return {"median_s": r.get("median_s"), "kernel": r.get("kernel", {}).get("kernel"),

@@ -259,6 +259,29 @@ void accumulate_pv(float* o, std::int64_t rows, std::int64_t dp, const float* pm
   }
 }
 
+// Epilogue of a unit: its split's partial out = O / l and lse = (m + log2 l) ln 2 for the rows
+// [0, rows) of each of `heads` heads (state row x = head * row_stride + i); a row that saw no key
+// of the split gets out 0 and lse -inf (merge_weights then gives it weight 0).
+template <class V>
+void write_partials(const DecodeScratch& s, std::int64_t heads, std::int64_t row_stride, std::int64_t rows,
+                    std::int64_t d, std::int64_t dp, float* part_out, float* part_lse) {
+  for (std::int64_t hh = 0; hh < heads; ++hh) {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t x = hh * row_stride + i;
+      const float l = s.row_sum[x];
+      float* o = part_out + x * dp;
+      if (l == 0.0f) {
+        simd::zero_row<V>(o, d);
+        part_lse[x] = -std::numeric_limits<float>::infinity();
+      } else {
+        const float inv = 1.0f / l;
+        for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[x * dp + c] * inv;
+        part_lse[x] = (s.row_max[x] + std::log2(l)) * kLn2;
+      }
+    }
+  }
+}
+
 // Rows of one unit: [r0, r0 + rows) of the (b, kv_head) tile of group * len_q rows.
 struct UnitRows {
   std::int64_t r0 = 0, rows = 0;
@@ -362,21 +385,7 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
     }
   }
 
-  for (std::int64_t hh = 0; hh < heads; ++hh) {
-    for (std::int64_t i = 0; i < ur.rows; ++i) {
-      const std::int64_t x = hh * g.rows + i;
-      const float l = s.row_sum[x];
-      float* o = part_out + x * dp;
-      if (l == 0.0f) {
-        simd::zero_row<V>(o, d);
-        part_lse[x] = -std::numeric_limits<float>::infinity();
-      } else {
-        const float inv = 1.0f / l;
-        for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[x * dp + c] * inv;
-        part_lse[x] = (s.row_max[x] + std::log2(l)) * kLn2;
-      }
-    }
-  }
+  write_partials<V>(s, heads, g.rows, ur.rows, d, dp, part_out, part_lse);
 }
 
 // ---- AMX form (plan.amx != off: bf16, head_dim % 32 == 0, >= kDecodeAmxMinRows rows per head) --
@@ -530,21 +539,7 @@ void decode_unit_amx(const AttentionProblem& p, const DecodePlan& plan, const De
     }
   }
 
-  for (std::int64_t hh = 0; hh < heads; ++hh) {
-    for (std::int64_t i = 0; i < ur.rows; ++i) {
-      const std::int64_t x = hh * rp + i;
-      const float l = s.row_sum[x];
-      float* o = part_out + x * dp;
-      if (l == 0.0f) {
-        simd::zero_row<V>(o, d);
-        part_lse[x] = -std::numeric_limits<float>::infinity();
-      } else {
-        const float inv = 1.0f / l;
-        for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[x * dp + c] * inv;
-        part_lse[x] = (s.row_max[x] + std::log2(l)) * kLn2;
-      }
-    }
-  }
+  write_partials<V>(s, heads, rp, ur.rows, d, dp, part_out, part_lse);
 }
 
 // Folds the splits of (b, kv_head, chunk) in split order with merge_states' weights and writes
