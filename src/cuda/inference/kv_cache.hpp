@@ -1,0 +1,33 @@
+// kv_cache.hpp — the CUDA KV-cache attention's plan and entry points (plain C++: no CUDA
+// headers, so the API layer and host-only tests include it). Kernels in src/cuda/inference/.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "inference/kv_cache_problem.hpp"
+
+namespace fastattn::cuda {
+
+// The launch plan of a KV-cache call: made on the host once (KVCachePlan) or per eager call,
+// from the shape only (never from seqlens / block_table values), so a run can be captured in a
+// CUDA graph. The kernel names and split heuristic live in src/cuda/inference/.
+struct KVCacheLaunch {
+  int num_splits = 1;             // key splits per (batch, KV head); 1: no combine kernel
+  int rows_per_tile = 0;          // query rows (GQA-packed heads x tokens) per CTA tile
+  int block_k = 0;                // keys per tile
+  std::size_t scratch_bytes = 0;  // split partials (0 when num_splits == 1), 256-byte aligned
+  std::string kernel;             // e.g. "cuda.kv_cache.sm80.bf16.d128.gqa4.split8"
+  std::string reason;             // why this kernel and split count, in one sentence
+};
+
+// Plans from the shape in p (its seqlens / block_table pointers are not read);
+// max_cache_len: the longest cache the plan will see (sizes num_splits).
+KVCacheLaunch kv_cache_plan(const KVCacheProblem& p, std::int64_t max_cache_len);
+
+// Appends k_new / v_new (when p.seqlen_new > 0) at seqlens[b], then attends; asynchronous on
+// p.attn.cuda_stream, no allocation, no host synchronisation. scratch: launch.scratch_bytes of
+// device memory (null when 0). Throws Error(device_error) when a CUDA call or launch fails.
+void kv_cache_forward(const KVCacheProblem& p, const KVCacheLaunch& launch, void* scratch);
+
+}  // namespace fastattn::cuda
