@@ -7,8 +7,9 @@ What is compared, on the same tiny problem and the same arrays:
 * Python: ``fastattn.attention(q, k, v, ...)`` called in a Python loop: keyword handling, output
   allocation in q's framework, DLPack import of every array, the GIL release, the same C++ call.
 * With torch (``torch_*`` keys): ``fastattn.torch.attention`` on tensors that need no gradient
-  (the eager path: the extension called directly), the custom op ``torch.ops.fastattn.forward``
-  that autograd and torch.compile use, and ``scaled_dot_product_attention`` on the same tensors.
+  (the eager path: the extension called directly), ``fastattn.attention`` on the same tensors,
+  the custom op ``torch.ops.fastattn.forward`` that autograd and torch.compile use, and
+  ``scaled_dot_product_attention`` on the same tensors.
 
 overhead = Python per-call time - C++ per-call time. Each is the minimum over many short repeats
 (a few milliseconds each) of the mean per call: the minimum is the repeat least disturbed by other
@@ -56,6 +57,9 @@ def _torch_rows(q, k, v, backend: str, num_threads: int, iterations: int, repeat
     def eager():
         fat.attention(q, k, v, backend=backend, num_threads=num_threads)
 
+    def api():
+        _api.attention(q, k, v, backend=backend, num_threads=num_threads)
+
     def custom_op():
         torch.ops.fastattn.forward(q, k, v, None, None, False, -1, -1, None, 0.0, 0, 0,
                                    "bottom_right", backend, num_threads, False)
@@ -65,13 +69,13 @@ def _torch_rows(q, k, v, backend: str, num_threads: int, iterations: int, repeat
     def sdpa():
         torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
 
-    for fn in (eager, custom_op, sdpa):  # warm-up: first-call costs (kernel loads, caches)
+    for fn in (eager, api, custom_op, sdpa):  # warm-up: first-call costs (kernel loads, caches)
         for _ in range(20):
             fn()
     sync()
     return {name: _per_call(fn, iterations, repeats, sync) * 1e6
-            for name, fn in (("torch_eager_us", eager), ("torch_custom_op_us", custom_op),
-                             ("torch_sdpa_us", sdpa))}
+            for name, fn in (("torch_eager_us", eager), ("torch_api_us", api),
+                             ("torch_custom_op_us", custom_op), ("torch_sdpa_us", sdpa))}
 
 
 def measure(framework: str = "numpy", shape=DEFAULT_SHAPE, backend: str = "cpu",

@@ -185,7 +185,8 @@ def attention_mask(batch_size: int, q_length: Optional[int] = None,
     if batch_size == 1:
         used_i32 = torch.as_tensor(used, device=device).to(torch.int32).reshape(1)
         zero = torch.zeros(1, dtype=torch.int32, device=device)
-        cu_q = torch.tensor([0, q_length], dtype=torch.int32, device=device)
+        # arange, not torch.tensor([0, q_length]): no host-to-device copy inside a capture.
+        cu_q = torch.arange(2, dtype=torch.int32, device=device) * q_length
         info.cu_seqlens = (cu_q, torch.cat([zero, used_i32]))
     return _with_info(mask, info)
 
