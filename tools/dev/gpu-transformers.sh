@@ -5,7 +5,8 @@
 #      bf16, 2000-call host-bound loop) and the cost of each step of the eager path
 #      (tools/dev/profile/py_overhead_cuda.py), on an idle GPU;
 #   2. tests: tests/python/test_transformers.py (tiny models, fp32, CPU) with this machine's
-#      transformers, and tests/python/test_torch.py (the eager path and the custom op, CUDA cases);
+#      transformers, test_torch.py and test_torch_eager.py (the eager path and the custom op, CUDA
+#      cases);
 #   3. bench: bench/cuda/transformers_llama.py, the Llama-2-7B-shaped model with "fastattn" and
 #      "sdpa" in one process (prefill 2k/8k/16k, CUDA-graph decode at 4k/32k).
 #
@@ -74,7 +75,8 @@ if has overhead; then
 fi
 if has tests; then
   run tests 120 bash -c "'$python' -m pytest -q -ra -p no:cacheprovider -m 'not slow' \
-      tests/python/test_transformers.py tests/python/test_torch.py > '$out/pytest.log' 2>&1"
+      tests/python/test_transformers.py tests/python/test_torch.py tests/python/test_torch_eager.py \
+      > '$out/pytest.log' 2>&1"
   tail -8 "$out/pytest.log"
 fi
 if has bench; then
