@@ -293,3 +293,24 @@ def test_mask_kinds():
         batch_size=1, q_length=5, kv_length=5,
         mask_function=sliding_window_causal_mask_function(3))
     assert window._fastattn.kind == "all" and window._fastattn.window == 3
+
+
+def test_static_cache_decode_reads_nothing_back(monkeypatch):
+    """The decode step over a StaticCache at batch 1 without a mask reads no tensor value on the
+    host (what capturing it in a CUDA graph needs): Tensor.item/__bool__/... raise meanwhile."""
+    from transformers import StaticCache
+
+    model = llama(2, seed=10)
+    model.set_attn_implementation("fastattn")
+    cache = StaticCache(config=model.config, max_cache_len=32)
+    calls = counting(monkeypatch)
+    with torch.no_grad():
+        model(input_ids=tokens(1, 7, 13), past_key_values=cache, use_cache=True)
+        for name in ("__bool__", "__int__", "__index__", "__float__", "item", "tolist"):
+            def read(self, *args, _name=name, **kwargs):
+                raise AssertionError(f"a host read (Tensor.{_name}) in the decode step")
+            monkeypatch.setattr(torch.Tensor, name, read)
+        model(input_ids=tokens(1, 1, 14), past_key_values=cache, use_cache=True,
+              position_ids=torch.tensor([[7]]))
+        monkeypatch.undo()
+    assert "cu_seqlens_k" in calls[-1]
