@@ -70,14 +70,17 @@ def _warn_once(key: str, message: str) -> None:
 def register(name: str = NAME) -> str:
     """Registers fastattn with transformers under ``name``; returns the name to pass as
     ``attn_implementation``. Raises ImportError when transformers (>= 5) is not installed."""
+    message = ("fastattn.integrations.transformers.register: needs transformers >= 5 "
+               "(AttentionInterface, masking_utils.AttentionMaskInterface with q_length / "
+               "q_offset); pip install 'transformers>=5'")
     try:
+        import transformers
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
     except ImportError as e:
-        raise ImportError(
-            "fastattn.integrations.transformers.register: needs transformers >= 5 "
-            "(AttentionInterface and masking_utils.AttentionMaskInterface): pip install transformers"
-        ) from e
+        raise ImportError(message) from e
+    if int(transformers.__version__.split(".")[0]) < 5:
+        raise ImportError(f"{message}; found transformers {transformers.__version__}")
     AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, attention_mask)
     return name
@@ -142,8 +145,8 @@ def _with_info(mask: Tensor, info: MaskInfo) -> Tensor:
     return mask
 
 
-def attention_mask(batch_size: int, q_length: Optional[int] = None,
-                   kv_length: Optional[int] = None, q_offset: Union[int, Tensor] = 0,
+def attention_mask(batch_size: int, q_length: int, kv_length: int,
+                   q_offset: Union[int, Tensor] = 0,
                    kv_offset: int = 0, mask_function=None,
                    attention_mask: Optional[Tensor] = None, **kwargs) -> Optional[Tensor]:
     """transformers' mask function for "fastattn" (AttentionMaskInterface); see the module doc.
@@ -151,9 +154,6 @@ def attention_mask(batch_size: int, q_length: Optional[int] = None,
     q_length queries at positions q_offset.. attend over kv_length key slots starting at position
     kv_offset; attention_mask is the 2-D padding mask (True: real token) over positions 0.. or None.
     """
-    if q_length is None:  # the interface of transformers < 5 passed cache_position instead
-        cache_position = kwargs.pop("cache_position")
-        q_length, q_offset = cache_position.shape[0], cache_position[0]
     pattern = _pattern(mask_function)
     if pattern is None:
         # No fastattn kernel for this pattern: the exact boolean mask, for the SDPA fallback.
