@@ -195,7 +195,13 @@ def decode(model, args, timer, device, errors) -> List[Dict[str, Any]]:
                         runs.append(timer(lambda: [step() for _ in range(args.steps)]))
                     out["eager_step_ms"] = statistics.median(runs) / args.steps * 1e3
                     if timer.cuda:
-                        out.update(graph_steps(step, cache, context, args.steps, timer))
+                        try:  # a failed capture keeps the eager figure
+                            out.update(graph_steps(step, cache, context, args.steps, timer))
+                        except Exception as e:  # noqa: BLE001
+                            out["graph_error"] = f"{type(e).__name__}: {e}"
+                            errors.append({"pass": "decode_graph", "impl": impl,
+                                           "context": context,
+                                           "traceback": traceback.format_exc(limit=6)})
                 return out
             rows.append(run_point(errors, {"pass": "decode", "impl": impl, "context": context},
                                   measure))
