@@ -8,25 +8,26 @@
 #      transformers, test_torch.py and test_torch_eager.py (the eager path and the custom op, CUDA
 #      cases);
 #   3. bench: bench/cuda/transformers_llama.py, the Llama-2-7B-shaped model with "fastattn" and
-#      "sdpa" in one process (prefill 2k/8k/16k, CUDA-graph decode at 4k/32k).
+#      "sdpa" in one process (prefill 2k/8k/16k, CUDA-graph decode at 4k/32k); bench_gqa: the
+#      same with 8 KV heads (prefill 8k, decode 4k/32k).
 #
 # Device call (from /work/main, this tree copied to build/carry-hf):
 #   carry ["build/carry-hf", "build/debs"], command
 #   "cd build/carry-hf && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-transformers.sh"
 #
-# Environment: STAGES (default "pybuild overhead tests bench"; leave pybuild out where the package
+# Environment: STAGES (default "pybuild overhead tests bench bench_gqa"; leave pybuild out where the package
 # is installed already), PYTHON (default
 # /opt/torch/.venv/bin/python3 when it exists), BUDGET_S (default 560), BENCH_ARGS (extra
 # arguments for transformers_llama.py, e.g. "--kv-heads 8").
 # $OUT gets: summary.txt (the stages' status last), pip.log, overhead.json, overhead.log,
-# pytest.log, transformers_llama.json, transformers_llama.log.
+# pytest.log, transformers_llama[_gqa8].json and .log.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
-stages=${STAGES:-"pybuild overhead tests bench"}
+stages=${STAGES:-"pybuild overhead tests bench bench_gqa"}
 budget=${BUDGET_S:-560}
 if [ -z "${PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ]; then PYTHON=/opt/torch/.venv/bin/python3; fi
 python=${PYTHON:-python3}
@@ -85,6 +86,12 @@ if has bench; then
       '$out/transformers_llama.json' ${BENCH_ARGS:-} > '$out/transformers_llama.log' 2>&1"
   grep -E "^(model|prefill|decode|attention|wrote)" "$out/transformers_llama.log"
   grep -E "Error|error" "$out/transformers_llama.log" | head -5
+fi
+if has bench_gqa; then  # the same model with 8 KV heads (Llama-3/Mistral-style GQA 32/8)
+  run bench_gqa 150 bash -c "cd /tmp && '$python' '$root/bench/cuda/transformers_llama.py' \
+      '$out/transformers_llama_gqa8.json' --kv-heads 8 --prefill 8192 \
+      > '$out/transformers_llama_gqa8.log' 2>&1"
+  grep -E "^(prefill|decode|attention|wrote)" "$out/transformers_llama_gqa8.log"
 fi
 echo
 echo "== stages"
