@@ -15,10 +15,9 @@
 #   carry ["build/carry-hf", "build/debs"], command
 #   "cd build/carry-hf && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-transformers.sh"
 #
-# Environment: STAGES (default "pybuild overhead tests bench bench_gqa"; leave pybuild out where the package
-# is installed already), PYTHON (default
-# /opt/torch/.venv/bin/python3 when it exists), BUDGET_S (default 560), BENCH_ARGS (extra
-# arguments for transformers_llama.py, e.g. "--kv-heads 8").
+# Environment: STAGES (default "pybuild overhead tests bench bench_gqa"; leave pybuild out where
+# the package is installed already), PYTHON (default /opt/torch/.venv/bin/python3 when it exists),
+# BUDGET_S (default 560), BENCH_ARGS (extra arguments for the bench stage's transformers_llama.py).
 # $OUT gets: summary.txt (the stages' status last), pip.log, overhead.json, overhead.log,
 # pytest.log, transformers_llama[_gqa8].json and .log.
 set -uo pipefail
