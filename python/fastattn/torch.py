@@ -162,14 +162,6 @@ _contiguous = torch.contiguous_format
 _empty_like = torch.empty_like
 
 
-def _eager_inference(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """True when a call can skip the custom op: not traced by torch.compile, plain tensors (not a
-    subclass such as FakeTensor or DTensor), and no gradient to record."""
-    return (not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor
-            and type(v) is _Tensor
-            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)))
-
-
 def _forward_eager(q: Tensor, k: Tensor, v: Tensor, causal, window, scale, softcap, cu_seqlens_q,
                    cu_seqlens_k, max_seqlen_q, max_seqlen_k, alignment, return_lse, backend,
                    num_threads):
@@ -222,7 +214,9 @@ def attention(
     require grad) outside torch.compile calls the library directly instead of through the custom
     op: the same result for a fraction of the host time.
     """
-    # _eager_inference(q, k, v), inline: a Python call is a measurable part of a tiny call.
+    # The eager path when nothing needs the custom op: not traced by torch.compile, plain tensors
+    # (not a subclass such as FakeTensor or DTensor), no gradient to record. Inline: one more
+    # Python call is a measurable part of a tiny call.
     if (not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
             and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
         return _forward_eager(q, k, v, causal, window, scale, softcap, cu_seqlens_q, cu_seqlens_k,
