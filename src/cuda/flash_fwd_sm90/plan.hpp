@@ -1,0 +1,56 @@
+// plan.hpp — the sm90 (Hopper) forward's tile shapes and which calls it serves; host-only, no
+// CUDA headers (the dispatcher's heuristics, flash_fwd/heuristics.hpp, and the CPU unit tests
+// include it). kernel.cuh's traits are built from these values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/problem.hpp"
+
+namespace fastattn::cuda {
+
+// A CTA: one producer warpgroup (TMA) and block_m / 64 consumer warpgroups (wgmma, 64 query
+// rows each), a `stages`-deep ring of (K, V) tiles of block_n keys.
+struct Sm90ForwardBlocks {
+  int block_m, block_n, stages, threads;
+};
+
+// Head dims with an sm90 kernel (tools/gen_cuda_kernels.py writes their units); the others
+// run on the sm80 kernels, and KernelChoice::reason says so.
+constexpr bool sm90_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// 128 x 128 tiles (two consumer warpgroups of 64 rows); d = 64 has the shared memory for a
+// third (K, V) stage. First shapes, not tuned yet (FA3 uses 192 x 128 at d = 64 and 128 x 176
+// at d = 128 non-causal: docs/cuda.md).
+constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
+  return head_dim <= 64 ? Sm90ForwardBlocks{128, 128, 3, 384} : Sm90ForwardBlocks{128, 128, 2, 384};
+}
+
+// Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align
+// the tiles to the 1024-byte swizzle atom.
+constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
+  return static_cast<int>((b.block_m + 2 * b.stages * b.block_n) * head_dim * 2) + 2048;
+}
+
+// Whether TMA can describe an operand: 16-byte aligned base, and for every dimension of extent
+// > 1 a positive stride that is a multiple of 16 bytes and below 2^40 bytes (the
+// cuTensorMapEncodeTiled rules). Extent-1 dimensions get a synthetic stride (tensor_map.hpp).
+inline bool sm90_tma_describes(const Operand& op, std::int64_t batch, std::int64_t seqlen, std::int64_t heads) {
+  if (reinterpret_cast<std::uintptr_t>(op.data) % 16 != 0) return false;
+  auto ok = [](std::int64_t stride_elems, std::int64_t extent) {
+    if (extent <= 1) return true;
+    const std::int64_t bytes = stride_elems * 2;
+    return bytes > 0 && bytes % 16 == 0 && bytes < (std::int64_t{1} << 40);
+  };
+  return ok(op.stride.token, seqlen) && ok(op.stride.head, heads) && ok(op.stride.batch, batch);
+}
+
+// q, k, v (the TMA-loaded operands) of a padded-batch problem.
+inline bool sm90_tma_describes(const AttentionProblem& p) {
+  return sm90_tma_describes(p.q, p.batch, p.seqlen_q, p.num_heads) &&
+         sm90_tma_describes(p.k, p.batch, p.seqlen_k, p.num_kv_heads) &&
+         sm90_tma_describes(p.v, p.batch, p.seqlen_k, p.num_kv_heads);
+}
+
+}  // namespace fastattn::cuda
