@@ -2,7 +2,8 @@
 // `gpu`. Skipped unless the device's path is sm90 (a build with FASTATTN_CUDA_ARCHS containing
 // 90, on a compute capability 9.0 GPU, FASTATTN_CUDA_PATH unset or sm90).
 //
-//   * odd shapes against float64: seqlen 17, 1023, 4097; seqlen_q != seqlen_k both ways with
+//   * odd shapes against float64 (one split forced, so the few-CTA ones stay on sm90), with the
+//     softmax/GEMM overlap and without: seqlen 17, 1023, 4097; seqlen_q != seqlen_k both ways with
 //     causal masks in which whole rows see no key; windows; GQA 7:1; soft-cap; large logits;
 //     both dtypes, every sm90 head dim; the kernel must be the sm90 one;
 //   * calls the sm90 kernel does not serve (seqlen_q <= 16, varlen, head dims without a unit)
@@ -62,6 +63,8 @@ void expect_sm90(const std::string& text) {
 }
 
 TEST_F(CudaSm90, OddShapesMatchFloat64) {
+  // One split: the heuristic would hand the few-CTA shapes here to sm80's split-KV.
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   for (int d : dims_) {
     const std::string hd = " d=" + std::to_string(d);
     for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
@@ -93,6 +96,20 @@ TEST_F(CudaSm90, SmallShapesMatchFloat64) {
     expect_sm90("b=1 sq=17 sk=300 h=2 hkv=1" + hd + " dtype=bf16 mask=none");
     expect_sm90("b=1 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
     expect_sm90("b=1 sq=257 sk=513 h=2 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
+  }
+}
+
+// The consumer loop without the softmax/GEMM overlap (FASTATTN_CUDA_SM90_OVERLAP=0, the A/B
+// baseline) computes the same function.
+TEST_F(CudaSm90, PlainLoopMatchesFloat64) {
+  const ScopedEnv plain("FASTATTN_CUDA_SM90_OVERLAP", std::string("0"));
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    const std::string hd = " d=" + std::to_string(d);
+    expect_sm90("b=1 sq=1023 sk=1023 h=2 hkv=1" + hd + " dtype=bf16 mask=causal");
+    expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
+    expect_sm90("b=1 sq=257 sk=513 h=3 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
+    expect_sm90("b=1 sq=129 sk=4099 h=2 hkv=2" + hd + " dtype=f16 mask=none qk_std=4");
   }
 }
 

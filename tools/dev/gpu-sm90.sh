@@ -6,7 +6,7 @@
 # FASTATTN_CUDA_PATH=sm80.
 #   carry ["build/carry-sm90", "build/debs"]; command:
 #   cd build/carry-sm90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90.sh
-# STAGES (default "build sass sm90 bench"): also "suite" (ctest -L gpu, then the forward suites
+# STAGES (default "build sass sm90 bench"; run in the order build sass sm90 bench suite sanitize): also "suite" (ctest -L gpu, then the forward suites
 # with FASTATTN_CUDA_PATH=sm80) and "sanitize" (memcheck/racecheck/synccheck of the small set).
 # BUDGET_S (default 285) caps the whole job. $OUT: summary.txt, build.log, sass.txt, *.log,
 # bench.jsonl.
@@ -50,7 +50,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 if has build; then
   run build 170 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
       -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=64;128' > '$out/build.log' 2>&1 &&
-    cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench fastattn_cli >> '$out/build.log' 2>&1"
+    cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli >> '$out/build.log' 2>&1"
   tail -3 "$out/build.log"
   grep -E "ptxas (warning|error)|C75(08|10|17|19)" "$out/build.log" | head -5
 fi
@@ -63,6 +63,11 @@ if has sass; then
         "WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' /tmp/sass_one.txt)"
     done
     cuobjdump --dump-resource-usage "$build"/CMakeFiles/fastattn_cuda_sm90.dir/src/cuda/generated/*bf16_hdim128*.o
+    # ptxas reports injected waits / serialised wgmma (C7510/C7517/C7519) and ignored setmaxnreg
+    # (C7508) as info lines under -v: one unit compiled again with -v, they must be absent.
+    nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -Iinclude -Isrc \
+      -DFASTATTN_HAVE_CUDA=1 -c src/cuda/generated/flash_fwd_sm90_bf16_hdim128.cu -o /tmp/ptxas_check.o 2>&1 |
+      grep -E "C75(08|10|17|19)|registers|spill" | sort | uniq -c
   } > "$out/sass.txt" 2>&1
   cat "$out/sass.txt" | head -12
 fi
@@ -71,6 +76,31 @@ if has sm90; then
   run sm90 120 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90.*:CudaBackend.BuildReportsCuda' > '$out/sm90-tests.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/sm90-tests.log" | head -20
   grep -B2 -A12 "Failure" "$out/sm90-tests.log" | head -60
+  run cpu_plan 30 bash -c "'$build/tests/fastattn_tests' --gtest_brief=1 \
+      --gtest_filter='CudaForwardPath.*:CudaHeuristics.*:Environment.*:CudaBackwardPlan.*' > '$out/cpu-plan-tests.log' 2>&1"
+  tail -3 "$out/cpu-plan-tests.log"
+fi
+if has bench; then
+  bench="$build/bench/cuda/fastattn_cuda_bench"
+  run bench_sm90 60 bash -c "'$bench' hopper > '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_plain 60 bash -c "FASTATTN_CUDA_SM90_OVERLAP=0 '$bench' hopper | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-no-overlap\"/' >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_sm80 60 bash -c "FASTATTN_CUDA_PATH=sm80 '$bench' hopper | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm80\"/' >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py hopper --backends cudnn,flash --no-gemm >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  "$python" - "$out/bench.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+key = lambda r: (r.get("b"), r.get("h"), r.get("hkv"), r.get("sq"), r.get("d"), r.get("causal"))
+table = {}
+for r in rows:
+    if r.get("kind") == "device" or "tflops" not in r: continue
+    who = r.get("variant", "fastattn") if r["source"] == "fastattn" else r.get("backend")
+    table.setdefault(key(r), {})[who] = r["tflops"]
+print("b h hkv s d causal | fastattn(sm90) | sm90 no overlap | sm80 forced | cudnn | flash | /cudnn")
+for k, v in table.items():
+    f, c = v.get("fastattn"), v.get("cudnn")
+    print(k, "|", *(f"{v.get(x, float('nan')):.0f}" for x in ("fastattn", "sm90-no-overlap", "sm80", "cudnn", "flash")),
+          "|", f"{f / c:.2f}" if f and c else "-")
+PY
 fi
 if has suite; then
   run suite 150 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
@@ -85,27 +115,6 @@ if has sanitize; then
         --gtest_filter='CudaSm90.SmallShapesMatchFloat64' > '$out/$tool.log' 2>&1"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|PASSED|FAILED" "$out/$tool.log" | head -3
   done
-fi
-if has bench; then
-  bench="$build/bench/cuda/fastattn_cuda_bench"
-  run bench_sm90 60 bash -c "'$bench' hopper > '$out/bench.jsonl' 2>> '$out/bench.err'"
-  run bench_sm80 60 bash -c "FASTATTN_CUDA_PATH=sm80 '$bench' hopper | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"forced_path\":\"sm80\"/' >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py hopper --backends cudnn,flash --no-gemm >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  "$python" - "$out/bench.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-key = lambda r: (r.get("b"), r.get("h"), r.get("hkv"), r.get("sq"), r.get("d"), r.get("causal"))
-table = {}
-for r in rows:
-    if r.get("kind") == "device" or "tflops" not in r: continue
-    who = ("sm80" if r.get("forced_path") else "fastattn") if r["source"] == "fastattn" else r.get("backend")
-    table.setdefault(key(r), {})[who] = r["tflops"]
-print("b h hkv s d causal | fastattn(sm90) | sm80 forced | cudnn | flash | /cudnn")
-for k, v in table.items():
-    f, c = v.get("fastattn"), v.get("cudnn")
-    print(k, "|", *(f"{v.get(x, float('nan')):.0f}" for x in ("fastattn", "sm80", "cudnn", "flash")),
-          "|", f"{f / c:.2f}" if f and c else "-")
-PY
 fi
 echo "== stages"
 printf '%s\n' "${status[@]}"

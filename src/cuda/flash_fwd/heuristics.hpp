@@ -77,6 +77,7 @@ struct ForwardPlan {
   // Non-empty when the device's path is sm90 but this call runs the sm80 plan: why.
   std::string sm90_declined;
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
+  bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
 };
 
 // flash-attn 2's num_splits_heuristic (csrc/flash_attn/flash_api.cpp), with `slots` for its
@@ -142,6 +143,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   plan.path_forced = s.path_forced;
   plan.blocks = {b.block_m, b.block_n, b.threads};
   plan.sm90_stages = b.stages;
+  plan.sm90_overlap = sm90_overlap();
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -220,6 +222,8 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
+           (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs"
+                              : std::string(", GEMMs and softmax in turn (") + kSm90OverlapEnv + "=0)") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
   }

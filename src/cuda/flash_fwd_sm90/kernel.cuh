@@ -26,7 +26,7 @@
 
 namespace fastattn::cuda {
 
-template <class T, bool kSoftcap>
+template <class T, bool kSoftcap, bool kOverlap>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ CUtensorMap map_q,
                               const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
     Sm90ConsumerState<T> state;
-    consume<T, kSoftcap>(state, smem, p, w, warpgroup - 1, warp_in_wg, lane);
+    consume<T, kSoftcap, kOverlap>(state, smem, p, w, warpgroup - 1, warp_in_wg, lane);
     store_output_sm90<T>(state, p, w, warpgroup - 1, warp_in_wg, lane);
   }
 #endif

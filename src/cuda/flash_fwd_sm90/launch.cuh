@@ -11,6 +11,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/flash_fwd_sm90/kernel.cuh"
 #include "cuda/flash_fwd_sm90/launch.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
 #include "cuda/flash_fwd_sm90/traits.cuh"
 #include "cuda/sm90/tensor_map.hpp"
 
@@ -31,9 +32,14 @@ void run_forward_sm90(const ForwardParams& p, cudaStream_t stream) {
   const CUtensorMap map_v = sm90::make_token_tensor_map(
       {p.v, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
-  auto kernel = p.softcap > 0.0f ? flash_forward_sm90_kernel<T, true> : flash_forward_sm90_kernel<T, false>;
+  // The dispatcher's plan read the same variable (flash_fwd/heuristics.hpp: sm90_overlap).
+  const bool overlap = sm90_overlap();
+  const bool softcap = p.softcap > 0.0f;
+  auto kernel = overlap ? (softcap ? flash_forward_sm90_kernel<T, true, true> : flash_forward_sm90_kernel<T, false, true>)
+                        : (softcap ? flash_forward_sm90_kernel<T, true, false> : flash_forward_sm90_kernel<T, false, false>);
   const std::string name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " +
-                           std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) + ">";
+                           std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) +
+                           (overlap ? ", overlap>" : ">");
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", name);
   kernel<<<Sm90TileScheduler<T>::grid(p), T::kThreads, T::kSmemBytes, stream>>>(p, map_q, map_k, map_v);

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/environment.hpp"
 #include "common/problem.hpp"
+#include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
 
@@ -25,6 +27,18 @@ constexpr bool sm90_has_head_dim(std::int64_t head_dim) { return head_dim == 64 
 // at d = 128 non-causal: docs/cuda.md).
 constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
   return head_dim <= 64 ? Sm90ForwardBlocks{128, 128, 3, 384} : Sm90ForwardBlocks{128, 128, 2, 384};
+}
+
+// The consumer loop's schedule (consumer.cuh): with overlap (the default), tile i's S = Q K^T
+// is issued before tile i - 1's O += P V, and the softmax of tile i runs while that P V is on
+// the tensor cores (FA3's intra-warpgroup overlap); without, each GEMM is waited for before the
+// softmax. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain loop, for A/B measurements.
+constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
+inline bool sm90_overlap() {
+  const char* text = env_value(EnvVar::cuda_sm90_overlap);
+  if (text == nullptr || *text == '\0' || std::string(text) == "1") return true;
+  if (std::string(text) == "0") return false;
+  throw Error(ErrorCode::invalid_argument, std::string(kSm90OverlapEnv) + ": expected 0 or 1, got \"" + text + "\"");
 }
 
 // Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align
