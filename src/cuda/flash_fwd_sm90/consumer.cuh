@@ -9,7 +9,7 @@
 //   max moved
 //   P to 16-bit in registers: two n8 fragments of S are one k16 A fragment (wgmma.cuh)
 //   wait v_full[s]; O += P V: kBlockN / 16 wgmma m64n{head_dim}k16, A from registers (RS), V
-//   MN-major (trans-b); wait; arrive on kv_empty[s]
+//   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed)
 // With kOverlap (the default) the softmax of tile i runs while tile i - 1's P V is on the tensor
 // cores (consume() below). Not yet here (docs/cuda.md): pingpong ordering of the two consumer
 // warpgroups.
@@ -116,8 +116,8 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
 // sm90_overlap):
 //   false  per tile: S = Q K^T, wait; softmax; O += P V, wait; release the stage
 //   true   tile 0's S and softmax first; then per tile i >= 1: issue S_i = Q K_i^T, issue
-//          O += P_{i-1} V_{i-1}, wait for S_i alone (wait_group 1), softmax of S_i while the P V
-//          runs, wait for it, release stage i - 1, rescale O, pack P_i; last, O += P V of the
+//          O += P_{i-1} V_{i-1}, wait for S_i alone (wait_group 1), release K_i, softmax of S_i
+//          while the P V runs, wait for it, release V_{i-1}, rescale O, pack P_i; last, O += P V of the
 //          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
 template <class T, bool kSoftcap, bool kOverlap>
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
@@ -143,6 +143,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(acc_s[0]);
+      sm90::mbarrier_arrive(smem.k_empty(stage));
       if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane)) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
       sm90::mbarrier_wait(smem.v_full(stage), parity(i));
@@ -153,7 +154,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
-      sm90::mbarrier_arrive(smem.kv_empty(stage));
+      sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
     sm90::mbarrier_wait(smem.k_full(0), parity(0));
@@ -161,6 +162,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     issue_qk<T>(acc_s[0], smem.q(), smem.k(0), wg);
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(acc_s[0]);
+    sm90::mbarrier_arrive(smem.k_empty(0));
     softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(0), lane);  // O is 0: no rescale
     pack_p<T>(a, acc_s[0]);
     for (int i = 1; i < tiles; ++i) {
@@ -178,11 +180,12 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       issue_pv<T>(st.acc_o[0], a, smem.v(prev));
       sm90::warpgroup_wait<1>();  // S_i landed; P_{i-1} V_{i-1} may still run
       sm90::fence_registers(acc_s[0]);
+      sm90::mbarrier_arrive(smem.k_empty(stage));
       const bool moved = softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
-      sm90::mbarrier_arrive(smem.kv_empty(prev));
+      sm90::mbarrier_arrive(smem.v_empty(prev));
       if (moved) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
     }
@@ -195,7 +198,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(st.acc_o[0]);
     sm90::fence_registers(a);
-    sm90::mbarrier_arrive(smem.kv_empty(last));
+    sm90::mbarrier_arrive(smem.v_empty(last));
   }
 }
 

@@ -5,10 +5,12 @@
 //   q_full         Q landed (one arrival with the byte count, then TMA's bytes)
 //   k_full[s]      K tile of stage s landed;  v_full[s] likewise for V, so S = Q K^T can start
 //                  while V is still in flight
-//   kv_empty[s]    every consumer thread is done with stage s (kConsumerThreads arrivals)
+//   k_empty[s]     every consumer thread is done with the K tile of stage s (kConsumerThreads
+//                  arrivals, as soon as its S = Q K^T landed); v_empty[s] likewise for V (after
+//                  O += P V). Separate, so the next K load starts a GEMM earlier than the V one.
 // Use u = i / kStages of stage s = i % kStages is phase u of its barriers: consumers wait on
 // k_full/v_full with parity u & 1; the producer, before refilling for use u >= 1, waits for
-// kv_empty's phase u - 1.
+// k_empty's / v_empty's phase u - 1.
 #pragma once
 
 #include <cuda.h>
@@ -31,7 +33,8 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t q_full() const { return base + T::kOffsetBarriers; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return q_full() + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t v_full(int stage) const { return q_full() + 8 * (1 + T::kStages + stage); }
-  __device__ __forceinline__ uint32_t kv_empty(int stage) const { return q_full() + 8 * (1 + 2 * T::kStages + stage); }
+  __device__ __forceinline__ uint32_t k_empty(int stage) const { return q_full() + 8 * (1 + 2 * T::kStages + stage); }
+  __device__ __forceinline__ uint32_t v_empty(int stage) const { return q_full() + 8 * (1 + 3 * T::kStages + stage); }
 
   __device__ __forceinline__ void init_barriers() const {
     sm90::mbarrier_init(q_full(), 1);
@@ -39,7 +42,8 @@ struct Sm90Smem {
     for (int s = 0; s < T::kStages; ++s) {
       sm90::mbarrier_init(k_full(s), 1);
       sm90::mbarrier_init(v_full(s), 1);
-      sm90::mbarrier_init(kv_empty(s), T::kConsumerThreads);
+      sm90::mbarrier_init(k_empty(s), T::kConsumerThreads);
+      sm90::mbarrier_init(v_empty(s), T::kConsumerThreads);
     }
     sm90::fence_barrier_init();
   }
@@ -69,9 +73,10 @@ __device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileW
   for (int i = 0; i < tiles; ++i) {
     const int stage = i % T::kStages, use = i / T::kStages;
     const int k0 = (w.n_end - 1 - i) * T::kBlockN;
-    if (use > 0) sm90::mbarrier_wait(smem.kv_empty(stage), (use - 1) & 1);
+    if (use > 0) sm90::mbarrier_wait(smem.k_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.k_full(stage), T::kSmemKV);
     tma_load_tile<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, w.batch);
+    if (use > 0) sm90::mbarrier_wait(smem.v_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.v_full(stage), T::kSmemKV);
     tma_load_tile<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, w.batch);
   }
