@@ -387,7 +387,7 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   for (const Decline& c : {Decline{hopper(2, 8, 1000, 1000, 96), "no sm90 kernel for head_dim 96"},
                            Decline{hopper(2, 8, 1000, 1000, 256), "no sm90 kernel for head_dim 256"},
                            Decline{varlen, "varlen"},
-                           Decline{strided, "TMA cannot load"},
+                           Decline{strided, "a q/k/v layout TMA cannot load"},
                            Decline{hopper(2, 8, 1000, 0, 128), "no keys"},
                            Decline{hopper(1, 32, 1, 65536, 128), "seqlen_q <= 16"},
                            Decline{hopper(1, 4, 200, 65536, 128), "split-KV"}}) {

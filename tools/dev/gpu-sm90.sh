@@ -6,8 +6,8 @@
 # FASTATTN_CUDA_PATH=sm80.
 #   carry ["build/carry-sm90", "build/debs"]; command:
 #   cd build/carry-sm90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90.sh
-# STAGES (default "build sass sm90 bench"; run in the order build sass sm90 bench suite sanitize): also "suite" (ctest -L gpu, then the forward suites
-# with FASTATTN_CUDA_PATH=sm80) and "sanitize" (memcheck/racecheck/synccheck of the small set).
+# STAGES (default "build sass sm90 bench"; run in the order build sass sm90 bench suite suite80 sanitize): also "suite" (ctest -L gpu, then the forward suites
+# with FASTATTN_CUDA_PATH=sm80; "suite80" that second part alone) and "sanitize" (memcheck/racecheck/synccheck of the small set).
 # BUDGET_S (default 285) caps the whole job. $OUT: summary.txt, build.log, sass.txt, *.log,
 # bench.jsonl.
 set -uo pipefail
@@ -105,13 +105,16 @@ fi
 if has suite; then
   run suite 150 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
   tail -6 "$out/ctest-gpu.log"
-  run suite_sm80 90 bash -c "FASTATTN_CUDA_PATH=sm80 '$build/tests/fastattn_gpu_tests' --gtest_brief=1 \
+fi
+if has suite80; then  # the CUDA forward suites and the sm90 ones (which then skip) with sm80 forced
+  run suite_sm80 110 bash -c "FASTATTN_CUDA_PATH=sm80 '$build/tests/fastattn_gpu_tests' --gtest_brief=1 \
       --gtest_filter='CudaBackend.*:CudaSm90.*' > '$out/suite-sm80.log' 2>&1"
   tail -4 "$out/suite-sm80.log"
+  grep -E "FAILED" "$out/suite-sm80.log" | head -5
 fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
-    run "$tool" 60 bash -c "compute-sanitizer --tool $tool --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+    run "$tool" 45 bash -c "compute-sanitizer --tool $tool --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
         --gtest_filter='CudaSm90.SmallShapesMatchFloat64' > '$out/$tool.log' 2>&1"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|PASSED|FAILED" "$out/$tool.log" | head -3
   done

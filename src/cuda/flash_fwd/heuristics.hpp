@@ -143,7 +143,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   plan.path_forced = s.path_forced;
   plan.blocks = {b.block_m, b.block_n, b.threads};
   plan.sm90_stages = b.stages;
-  plan.sm90_overlap = sm90_overlap();
+  plan.sm90_overlap = sm90_overlap(s.head_dim);
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -222,8 +222,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
-           (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs"
-                              : std::string(", GEMMs and softmax in turn (") + kSm90OverlapEnv + "=0)") +
+           (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
   }

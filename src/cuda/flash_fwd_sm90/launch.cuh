@@ -33,10 +33,12 @@ void run_forward_sm90(const ForwardParams& p, cudaStream_t stream) {
       {p.v, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
   // The dispatcher's plan read the same variable (flash_fwd/heuristics.hpp: sm90_overlap).
-  const bool overlap = sm90_overlap();
+  const bool overlap = sm90_overlap(kHeadDim);
   const bool softcap = p.softcap > 0.0f;
-  auto kernel = overlap ? (softcap ? flash_forward_sm90_kernel<T, true, true> : flash_forward_sm90_kernel<T, false, true>)
-                        : (softcap ? flash_forward_sm90_kernel<T, true, false> : flash_forward_sm90_kernel<T, false, false>);
+  auto kernel = softcap ? flash_forward_sm90_kernel<T, true, false> : flash_forward_sm90_kernel<T, false, false>;
+  if constexpr (sm90_overlap_fits(kHeadDim)) {  // no spilling overlap kernels compiled otherwise
+    if (overlap) kernel = softcap ? flash_forward_sm90_kernel<T, true, true> : flash_forward_sm90_kernel<T, false, true>;
+  }
   const std::string name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " +
                            std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) +
                            (overlap ? ", overlap>" : ">");

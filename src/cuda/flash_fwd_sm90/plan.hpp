@@ -22,23 +22,30 @@ struct Sm90ForwardBlocks {
 // run on the sm80 kernels, and KernelChoice::reason says so.
 constexpr bool sm90_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
-// 128 x 128 tiles (two consumer warpgroups of 64 rows); d = 64 has the shared memory for a
-// third (K, V) stage. First shapes, not tuned yet (FA3 uses 192 x 128 at d = 64 and 128 x 176
-// at d = 128 non-causal: docs/cuda.md).
+// d = 128: 128 x 128 tiles, two consumer warpgroups of 64 rows, a 2-stage (K, V) ring.
+// d = 64: 192 x 128, three consumer warpgroups (the GEMMs per softmax are half as long at
+// d = 64, so more rows per K/V tile), 3 stages. First shapes (FA3 uses 192 x 128 at d = 64 and
+// 128 x 176 at d = 128 non-causal: docs/cuda.md); measured in docs/cuda.md.
 constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
-  return head_dim <= 64 ? Sm90ForwardBlocks{128, 128, 3, 384} : Sm90ForwardBlocks{128, 128, 2, 384};
+  return head_dim <= 64 ? Sm90ForwardBlocks{192, 128, 3, 512} : Sm90ForwardBlocks{128, 128, 2, 384};
 }
 
-// The consumer loop's schedule (consumer.cuh): with overlap (the default), tile i's S = Q K^T
-// is issued before tile i - 1's O += P V, and the softmax of tile i runs while that P V is on
-// the tensor cores (FA3's intra-warpgroup overlap); without, each GEMM is waited for before the
-// softmax. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain loop, for A/B measurements.
+// The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
+// before tile i - 1's O += P V, and the softmax of tile i runs while that P V is on the tensor
+// cores (FA3's intra-warpgroup overlap); without, each GEMM is waited for before the softmax.
+// Overlap keeps S, P and O live at once: it fits the 240 registers of a 2-consumer-warpgroup
+// tile (d = 128), not the 160 of a 3-warpgroup one (d = 64: ptxas spilled 68-160 bytes), so it
+// is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
+// loop there too, for A/B measurements.
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
-inline bool sm90_overlap() {
+constexpr bool sm90_overlap_fits(std::int64_t head_dim) { return sm90_forward_blocks(head_dim).block_m == 128; }
+inline bool sm90_overlap(std::int64_t head_dim) {
   const char* text = env_value(EnvVar::cuda_sm90_overlap);
-  if (text == nullptr || *text == '\0' || std::string(text) == "1") return true;
-  if (std::string(text) == "0") return false;
-  throw Error(ErrorCode::invalid_argument, std::string(kSm90OverlapEnv) + ": expected 0 or 1, got \"" + text + "\"");
+  const bool unset = text == nullptr || *text == '\0';
+  if (!unset && std::string(text) != "0" && std::string(text) != "1") {
+    throw Error(ErrorCode::invalid_argument, std::string(kSm90OverlapEnv) + ": expected 0 or 1, got \"" + text + "\"");
+  }
+  return sm90_overlap_fits(head_dim) && (unset || std::string(text) == "1");
 }
 
 // Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align

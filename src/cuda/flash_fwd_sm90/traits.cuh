@@ -33,10 +33,11 @@ struct Sm90ForwardTraits {
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64, k16, n <= 256");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte swizzle panels");
 
-  // setmaxnreg (multiples of 8): the producer warpgroup keeps 24, the consumers take the rest
-  // of the 64K registers: 128 * 24 + 256 * 240 = 64512.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // setmaxnreg (multiples of 8): the producer warpgroup keeps few, the consumers take the rest
+  // of the 64K registers: 2 consumer warpgroups 128 * 24 + 256 * 240 = 64512; 3: 128 * 32 +
+  // 384 * 160 = 65536.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "register file");
 
   static constexpr int kPanels = kHeadDim / 64;
