@@ -8,8 +8,8 @@
 #   cd build/carry-sm90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90.sh
 # STAGES (default "build sass sm90 bench"; run in the order build sass sm90 bench suite suite80 sanitize): also "suite" (ctest -L gpu, then the forward suites
 # with FASTATTN_CUDA_PATH=sm80; "suite80" that second part alone) and "sanitize" (memcheck/racecheck/synccheck of the small set).
-# BUDGET_S (default 285) caps the whole job. $OUT: summary.txt, build.log, sass.txt, *.log,
-# bench.jsonl.
+# BUDGET_S (default 285) caps the whole job. $OUT (8 files at most): summary.txt, build.log,
+# sass.txt, sm90-tests.log, ctest-gpu.log or suite-sm80.log, sanitize.log, bench.jsonl, bench.err.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -77,8 +77,8 @@ if has sm90; then
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/sm90-tests.log" | head -20
   grep -B2 -A12 "Failure" "$out/sm90-tests.log" | head -60
   run cpu_plan 30 bash -c "'$build/tests/fastattn_tests' --gtest_brief=1 \
-      --gtest_filter='CudaForwardPath.*:CudaHeuristics.*:Environment.*:CudaBackwardPlan.*' > '$out/cpu-plan-tests.log' 2>&1"
-  tail -3 "$out/cpu-plan-tests.log"
+      --gtest_filter='CudaForwardPath.*:CudaHeuristics.*:Environment.*:CudaBackwardPlan.*' >> '$out/sm90-tests.log' 2>&1"
+  tail -3 "$out/sm90-tests.log"
 fi
 if has bench; then
   bench="$build/bench/cuda/fastattn_cuda_bench"
@@ -115,8 +115,8 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     run "$tool" 45 bash -c "compute-sanitizer --tool $tool --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
-        --gtest_filter='CudaSm90.SmallShapesMatchFloat64' > '$out/$tool.log' 2>&1"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|PASSED|FAILED" "$out/$tool.log" | head -3
+        --gtest_filter='CudaSm90.SmallShapesMatchFloat64' >> '$out/sanitize.log' 2>&1"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|PASSED|FAILED" "$out/sanitize.log" | tail -3
   done
 fi
 echo "== stages"
