@@ -52,11 +52,15 @@ TEST_F(CudaBackend, BuildReportsCuda) {
   for (const std::string& arch : info.cuda_archs_compiled) arch_80_or_newer |= std::atoi(arch.c_str() + 2) >= 80;
   const auto& paths = info.cuda_paths_compiled;
   EXPECT_EQ(std::find(paths.begin(), paths.end(), "sm80") != paths.end(), arch_80_or_newer);
-  // One path (or the reason there is none) per device; an H100/H200 takes sm80 unless forced.
+  // One path (or the reason there is none) per device; an H100/H200 takes sm90 when the build
+  // has its units (FASTATTN_CUDA_ARCHS with 90), else sm80, unless forced.
   EXPECT_EQ(info.cuda_device_paths.size(), info.cuda_devices.size());
+  const bool sm90_built = std::find(paths.begin(), paths.end(), "sm90") != paths.end();
   if (std::getenv("FASTATTN_CUDA_PATH") == nullptr) {
-    for (const std::string& path : info.cuda_device_paths) {
-      EXPECT_EQ(path, arch_80_or_newer ? "sm80" : "sm80; not in this build");
+    for (std::size_t i = 0; i < info.cuda_device_paths.size(); ++i) {
+      const bool hopper = info.cuda_devices[i].find("(sm90,") != std::string::npos;
+      EXPECT_EQ(info.cuda_device_paths[i],
+                !arch_80_or_newer ? "sm80; not in this build" : sm90_built && hopper ? "sm90" : "sm80");
     }
   }
 }

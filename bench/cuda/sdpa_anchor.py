@@ -45,6 +45,11 @@ MODES = {
                 for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
                 for sk in (4096, 8192, 32768, 65536, 131072) if 4.0 * b * sk * hkv * 128 <= 4.5e9],
                ("fwd",)),
+    # Issue 15's rows (the sm90 forward), forward only.
+    "hopper": ([("hopper", 2, 8192, 8192, 16, 16, 128, False), ("hopper", 2, 8192, 8192, 16, 16, 128, True),
+                ("hopper", 4, 8192, 8192, 32, 32, 64, False), ("hopper", 1, 16384, 16384, 32, 8, 128, True),
+                ("hopper", 8, 2048, 2048, 32, 8, 128, True), ("hopper", 1, 32768, 32768, 16, 16, 128, False)],
+               ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
 }

@@ -123,7 +123,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
   }
   // Path: the forward's (compute capability or FASTATTN_CUDA_PATH, forward_path.hpp); one
   // backward kernel design with sm80, sm75 and sm70 parts (flash_bwd/kernel.cuh).
-  const cuda::ForwardPath path = cuda::forward_path(p.device.index);
+  const cuda::ForwardPath path = cuda::backward_path(p.device.index);
   if (path != cuda::ForwardPath::sm80) {
     const std::string name = cuda::to_string(path);
     const std::string arch = path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
@@ -185,7 +185,7 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
   // Path (compute capability or FASTATTN_CUDA_PATH: forward_path.hpp), kernel (main or 16-row
   // short-query) and split-KV count: flash_fwd/heuristics.hpp.
   const cuda::ForwardPlan plan = cuda::forward_plan(p);
-  if (plan.path != cuda::ForwardPath::sm80) {
+  if (plan.path != cuda::ForwardPath::sm80 && plan.path != cuda::ForwardPath::sm90) {
     const std::string path = cuda::to_string(plan.path);
     const std::string arch = plan.path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
     if (!cuda::path_supports(plan.path, p.dtype == DType::bf16, p.head_dim)) {

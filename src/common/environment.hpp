@@ -28,8 +28,9 @@ enum class EnvVar {
   device_memory_limit,  // FASTATTN_DEVICE_MEMORY_LIMIT src/api/device_memory.cpp
   cpu_decode,           // FASTATTN_CPU_DECODE         src/cpu/decode_plan.cpp
   cpu_decode_splits,    // FASTATTN_CPU_DECODE_SPLITS  src/cpu/decode_plan.cpp
+  cuda_sm90_overlap,    // FASTATTN_CUDA_SM90_OVERLAP  src/cuda/flash_fwd_sm90/plan.hpp
 };
-inline constexpr std::size_t kEnvVarCount = 10;
+inline constexpr std::size_t kEnvVarCount = 11;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -18,6 +18,8 @@
 #include "cuda/flash_fwd/launch.hpp"
 #include "cuda/flash_fwd/query_groups.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
+#include "cuda/flash_fwd_sm90/launch.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -165,9 +167,30 @@ void forward_lowres(ForwardPath path, const ForwardParams& f, std::int64_t head_
                                        std::to_string(head_dim));
 }
 
-// KernelChoice::isa names the forward path ("sm80", "sm75", "sm70").
+// The Hopper kernels (flash_fwd_sm90/), compiled when FASTATTN_CUDA_ARCHS has 90: head dims 64
+// and 128 (the plan sends the others to sm80).
+template <typename Element>
+void forward_sm90(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
+  (void)f;
+  (void)stream;
+  switch (head_dim) {
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
+    case 64: return run_forward_sm90<Element, 64>(f, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
+    case 128: return run_forward_sm90<Element, 128>(f, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda forward: no sm90 launcher for head_dim " + std::to_string(head_dim));
+}
+
+// KernelChoice::isa names the forward path ("sm80", "sm75", "sm70", "sm90").
 ForwardPath choice_path(const KernelChoice& choice) {
-  return choice.isa == "sm75" ? ForwardPath::sm75 : choice.isa == "sm70" ? ForwardPath::sm70 : ForwardPath::sm80;
+  return choice.isa == "sm75"   ? ForwardPath::sm75
+         : choice.isa == "sm70" ? ForwardPath::sm70
+         : choice.isa == "sm90" ? ForwardPath::sm90
+                                : ForwardPath::sm80;
 }
 
 }  // namespace
@@ -210,6 +233,7 @@ bool path_compiled(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return FASTATTN_CUDA_PATH_SM75 != 0;
     case ForwardPath::sm70: return FASTATTN_CUDA_PATH_SM70 != 0;
+    case ForwardPath::sm90: return FASTATTN_CUDA_PATH_SM90 != 0;
     default: return FASTATTN_CUDA_PATH_SM80 != 0;
   }
 }
@@ -218,6 +242,7 @@ std::string path_archs(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return FASTATTN_CUDA_ARCHS_SM75;
     case ForwardPath::sm70: return FASTATTN_CUDA_ARCHS_SM70;
+    case ForwardPath::sm90: return FASTATTN_CUDA_ARCHS_SM90;
     default: return FASTATTN_CUDA_ARCHS_SM80;
   }
 }
@@ -225,7 +250,7 @@ std::string path_archs(ForwardPath path) {
 bool path_runs_on(ForwardPath path, int device) {
   // Decided once per (path, device) and cached: the dispatcher asks on every call.
   constexpr int kMaxDevices = 64;
-  static std::atomic<signed char> cache[3][kMaxDevices] = {};  // 0 unknown, 1 runs, -1 does not
+  static std::atomic<signed char> cache[4][kMaxDevices] = {};  // 0 unknown, 1 runs, -1 does not
   const int index = static_cast<int>(path);
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached) {
@@ -237,9 +262,14 @@ bool path_runs_on(ForwardPath path, int device) {
   return runs;
 }
 
+// Whether this build's sm90 units run on the device (sm_90a: compute capability 9.0 alone).
+bool sm90_runs_on(int device) { return path_compiled(ForwardPath::sm90) && path_runs_on(ForwardPath::sm90, device); }
+
 ForwardPath forward_path(int device) {
-  return select_forward_path(device_shape(device).compute_capability, forward_path_request());
+  return select_forward_path(device_shape(device).compute_capability, forward_path_request(), sm90_runs_on(device));
 }
+
+ForwardPath backward_path(int device) { return backward_path_for(forward_path(device)); }
 
 bool has_forward_kernel(DType dtype, std::int64_t head_dim) {
   if (dtype != DType::f16 && dtype != DType::bf16) return false;
@@ -281,9 +311,11 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.multiprocessors = device.multiprocessors;
   s.smem_per_multiprocessor = device.smem_per_multiprocessor;
   const ForwardPathRequest request = forward_path_request();
-  s.path = select_forward_path(device.compute_capability, request);
+  s.path = select_forward_path(device.compute_capability, request, sm90_runs_on(p.device.index));
   s.path_forced = !request.automatic;
   s.query_group = packed_query_group(call);
+  s.varlen = p.is_varlen();
+  s.tma_describes = sm90_tma_describes(p);
   return cuda::plan_forward(s);
 }
 
@@ -321,7 +353,13 @@ void forward(const AttentionProblem& call, const KernelChoice& choice) {
     f.oaccum = scratch.at<float>(0);
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
-  if (plan.path != ForwardPath::sm80) {
+  if (plan.path == ForwardPath::sm90) {
+    if (p.dtype == DType::bf16) {
+      forward_sm90<__nv_bfloat16>(f, p.head_dim, stream);
+    } else {
+      forward_sm90<__half>(f, p.head_dim, stream);
+    }
+  } else if (plan.path != ForwardPath::sm80) {
     forward_lowres(plan.path, f, p.head_dim, stream);  // f16 only: the dispatcher checked
   } else if (p.dtype == DType::bf16) {
     forward_for_dtype<__nv_bfloat16>(f, p.head_dim, stream);

@@ -36,6 +36,8 @@ bool has_forward_kernel(DType dtype, std::int64_t head_dim);
 // FASTATTN_CUDA_ARCHS; sm75 / sm70: FASTATTN_CUDA_LOWRES_PATHS or their architecture), and the
 // CMake architectures they were compiled for ("75;90"; forward_path.hpp: archs_run_on).
 ForwardPath forward_path(int device);
+// The backward's path: forward_path's, with sm90 mapped to sm80 (forward_path.hpp: backward_path_for).
+ForwardPath backward_path(int device);
 bool path_compiled(ForwardPath path);
 std::string path_archs(ForwardPath path);
 // archs_run_on(path_archs(path), the device's compute capability), cached per (path, device).

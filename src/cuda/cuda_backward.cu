@@ -140,7 +140,7 @@ BackwardPlan backward_plan(const AttentionProblem& p) {
   const int sms = multiprocessor_count(p.device.index);
   BackwardPlan plan = plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k,
                                     total_q, p.deterministic, p.deterministic ? sms : 0,
-                                    shared_memory_per_block(p.device.index), forward_path(p.device.index));
+                                    shared_memory_per_block(p.device.index), backward_path(p.device.index));
   // Tiles of equal work only (plan.hpp: plan_tile_grid).
   if (!p.is_varlen() && !p.deterministic && p.window_left < 0 && p.window_right < 0) {
     plan_tile_grid(plan, static_cast<int>(p.head_dim), p.batch, p.num_kv_heads, p.group_size(), p.seqlen_q,
