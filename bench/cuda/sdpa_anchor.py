@@ -47,6 +47,16 @@ MODES = {
                ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
+    # Issue 17's decode bar (kv_cache_bench.cpp decode): kv 4k, 32k, 128k, K+V up to 40 GB
+    # (device-filled there, torch.randn here).
+    "kv_decode": ([("kv_decode", b, 1, sk, h, hkv, 128, True)
+                   for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
+                   for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9],
+                  ("fwd",)),
+    # Multi-token decode (kv_cache_bench.cpp multitoken): seqlen_q 1..16, b8 kv 8k, GQA 32/8.
+    # SDPA's causal mask is top-left aligned, so these rows are timed unmasked (see forward()).
+    "kv_multitoken": ([("kv_multitoken", 8, sq, 8192, 32, 8, 128, True) for sq in (1, 2, 4, 8, 16)],
+                      ("fwd",)),
 }
 
 
@@ -149,7 +159,7 @@ def run_point(mode, point, pass_, backends, args):
                     max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)))
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
             row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
-            if tag in ("splitkv", "decode"):
+            if tag in ("splitkv", "decode", "kv_decode", "kv_multitoken"):
                 kv_bytes = 2.0 * b * sk * hkv * d * 2
                 row.update(kv_bytes=kv_bytes, kv_gbs=kv_bytes / (ms / 1e3) / 1e9)
         except Exception as e:  # a backend that refuses a shape (or runs out of memory) is a row

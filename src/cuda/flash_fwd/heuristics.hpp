@@ -68,7 +68,20 @@ struct ForwardPlan {
   bool forced = false;       // by FASTATTN_CUDA_NUM_SPLITS
   float wave_efficiency = 0.0f;
   std::size_t workspace_bytes = 0;
+  // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
+  // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
+  bool kv_cache_kernel = false;
+  std::string kv_cache_reason;
 };
+
+// 5. Short queries (seqlen_q <= kDecodeMaxSeqlenQ) of a padded (not varlen) batch on the sm80
+//    path run on the KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh: every query head of
+//    a KV head and every query token packed as rows of one tile, any mask, 4 warps, a 3-stage
+//    cp.async ring), their K/V taken as a contiguous cache (kv_cache_forward.hpp). Varlen calls
+//    and the sm75 / sm70 paths keep the kernels above.
+inline bool forward_uses_kv_cache_kernel(ForwardPath path, bool varlen, std::int64_t seqlen_q) {
+  return path == ForwardPath::sm80 && !varlen && seqlen_q >= 1 && seqlen_q <= kDecodeMaxSeqlenQ;
+}
 
 // flash-attn 2's num_splits_heuristic (csrc/flash_attn/flash_api.cpp), with `slots` for its
 // num_SMs (it passes 2 * SMs for two CTAs per SM). Split counts that give the same tiles per
@@ -157,6 +170,10 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
 
 // The plan in words, for KernelChoice::reason.
 inline std::string describe_plan(const ForwardPlan& plan) {
+  if (plan.kv_cache_kernel) {
+    return (plan.path_forced ? std::string("path forced by ") + kForwardPathEnv + ", " : std::string()) +
+           plan.kv_cache_reason;
+  }
   std::string r = plan.path == ForwardPath::sm75
                       ? "sm75 path (Turing): mma.sync m16n8k8, register-staged prefetch, "
                   : plan.path == ForwardPath::sm70
