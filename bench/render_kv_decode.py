@@ -64,6 +64,12 @@ def render(rows):
             lines.append(f"| {r['sq']} | {r['b']} | {r['sk'] // 1024}k | {r['ms']:.4f} | {r['kv_gbs']:.0f} | "
                          f"{cudnn or 0:.4f} | {ratio(cudnn, r['ms'])} | {flash or 0:.4f} | {ratio(flash, r['ms'])} "
                          f"| `{r.get('kernel', '')}` |")
+    splits = [r for r in ours if r["tag"] == "kv_splits" and "ms" in r]
+    if splits:
+        lines += ["", "| heads q/kv | batch | kv | splits | ms | K+V GB/s | kernel |", "|---|---:|---:|---:|---:|---:|---|"]
+        for r in splits:
+            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r.get('splits')} | {r['ms']:.4f} | "
+                         f"{r['kv_gbs']:.0f} | `{r['kernel']}` |")
     return "\n".join(lines)
 
 

@@ -9,6 +9,8 @@
 //               the end, contiguous and paged with page sizes 1, 16, 64, 256 (pages shuffled
 //               through the block table): GQA 32/8, (b16, kv 32k) and (b1, kv 128k)
 //   multitoken  forward(), seqlen_q 1, 2, 4, 8, 16, causal, b8 kv 8k, GQA 32/8
+//   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
+//               heuristic's choice) on a few decode shapes: the split heuristic's calibration
 // and the device-to-device copy bandwidth (hbm_bandwidth.hpp) before and after, in the same
 // process. Tensors are filled on the device (random bf16, never zero), so 34 GB caches take no
 // host time. sdpa_anchor.py kv_decode / kv_multitoken times PyTorch on the same shapes; the rows
@@ -115,8 +117,9 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
 }
 
 // kv_cache_forward on a cache filled to the end: page_size 0 is the contiguous cache.
-void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream) {
-  nlohmann::json row = shape_row("kv_paged", s);
+void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream,
+                   const char* tag = "kv_paged") {
+  nlohmann::json row = shape_row(tag, s);
   row["page_size"] = page_size;
   try {
     const std::int64_t d = s.d, per_token = s.hkv * d;
@@ -169,6 +172,7 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
     add_timing(row, t, s, hbm_gbs);
     row["kernel"] = launch.kernel;
     row["reason"] = launch.reason;
+    row["splits"] = launch.num_splits;
   } catch (const Error& e) {
     row["error"] = e.what();
   }
@@ -215,6 +219,20 @@ int run(int argc, char** argv) {
     } else if (mode == "paged") {
       for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
         for (const std::int64_t page : {0, 1, 16, 64, 256}) run_paged_row(s, page, hbm, max_seconds, stream);
+    } else if (mode == "splits") {  // the split heuristic's calibration: forced counts on a contiguous cache
+      for (const Shape& s : {Shape{1, 1, 131072, 32, 8}, Shape{16, 1, 32768, 32, 8}, Shape{64, 1, 4096, 32, 8},
+                             Shape{16, 1, 4096, 32, 32}, Shape{1, 1, 4096, 32, 8}})
+        for (const int n : {0, 1, 2, 4, 8, 16, 33, 64}) {
+          if (n > 0) {
+            setenv("FASTATTN_CUDA_NUM_SPLITS", std::to_string(n).c_str(), 1);
+          } else {
+            unsetenv("FASTATTN_CUDA_NUM_SPLITS");
+          }
+          reload_environment();
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_splits");
+        }
+      unsetenv("FASTATTN_CUDA_NUM_SPLITS");
+      reload_environment();
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
