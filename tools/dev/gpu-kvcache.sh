@@ -5,7 +5,7 @@
 #
 # Device call (from a carry copy, see helper rules): carry [<this tree>, "build/debs"],
 #   command "cd <this tree> && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-kvcache.sh"
-# Environment: STAGES (default "build test bench anchor"), GTEST_FILTER, HEAD_DIMS (64;128),
+# Environment: STAGES (default "build test bench anchor sanitize"), GTEST_FILTER, HEAD_DIMS (64;128),
 # BENCH_MODES (decode paged multitoken), MAX_SECONDS (per row, 0.5), BUDGET_S (280).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
@@ -14,7 +14,7 @@ cd "$root" || exit 2
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
-stages=${STAGES:-"build test bench anchor"}
+stages=${STAGES:-"build test bench anchor sanitize"}
 head_dims=${HEAD_DIMS:-"64;128"}
 budget=${BUDGET_S:-280}
 filter=${GTEST_FILTER:-"KVCache*:CudaKVCacheKernel.*:CudaBackend.*:CudaHardening.*:CudaMemoryCap.*"}
@@ -57,13 +57,8 @@ if has build; then
   tail -2 "$out/build.log"
 fi
 if has test; then
-  run test 110 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
+  run test 100 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
   tail -40 "$out/tests.log" | cut -c1-1500
-fi
-if has sanitize; then
-  run sanitize 60 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
-      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*' > '$out/sanitize.log' 2>&1"
-  tail -5 "$out/sanitize.log"
 fi
 if has bench; then
   # shellcheck disable=SC2086
@@ -74,6 +69,11 @@ if has anchor; then
   run anchor 100 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode kv_multitoken --backends cudnn,flash \
       --no-gemm --max-seconds $max_seconds >> '$out/kv.jsonl' 2> '$out/anchor.err'"
   tail -3 "$out/anchor.err"
+fi
+if has sanitize; then
+  run sanitize 45 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*' > '$out/sanitize.log' 2>&1"
+  tail -5 "$out/sanitize.log"
 fi
 if [ -f "$out/kv.jsonl" ]; then
   python3 bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md" 2>&1 || "$python" bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md"
