@@ -592,7 +592,14 @@ TEST_F(CudaKVCacheKernel, GraphReplayWithChangedSeqlensIsBitwiseEager) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  cuda::kv_cache_forward(call.problem, launch, scratch.data);
+  try {
+    cuda::kv_cache_forward(call.problem, launch, scratch.data);
+  } catch (...) {  // end the capture, so the thread's later CUDA calls (other tests) still work
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
   cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
 
