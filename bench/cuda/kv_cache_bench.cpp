@@ -9,6 +9,7 @@
 //               the end, contiguous and paged with page sizes 1, 16, 64, 256 (pages shuffled
 //               through the block table): GQA 32/8, (b16, kv 32k) and (b1, kv 128k)
 //   multitoken  forward(), seqlen_q 1, 2, 4, 8, 16, causal, b8 kv 8k, GQA 32/8
+//   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
 //               heuristic's choice) on a few decode shapes: the split heuristic's calibration
 // and the device-to-device copy bandwidth (hbm_bandwidth.hpp) before and after, in the same
@@ -216,6 +217,8 @@ int run(int argc, char** argv) {
       for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
         for (const std::int64_t b : {1, 16, 64})
           for (const std::int64_t sk : {4096, 32768, 131072}) run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream);
+    } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
+      run_forward_row("kv_decode", {16, 1, 32768, 32, 8}, hbm, max_seconds, stream);
     } else if (mode == "paged") {
       for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
         for (const std::int64_t page : {0, 1, 16, 64, 256}) run_paged_row(s, page, hbm, max_seconds, stream);

@@ -5,7 +5,7 @@
 #
 # Device call (from a carry copy, see helper rules): carry [<this tree>, "build/debs"],
 #   command "cd <this tree> && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-kvcache.sh"
-# Environment: STAGES (default "build test bench anchor sanitize"), GTEST_FILTER, HEAD_DIMS (64;128),
+# Environment: STAGES (default "build test bench anchor sanitize ncu"), GTEST_FILTER, HEAD_DIMS (64;128),
 # BENCH_MODES (decode paged multitoken), MAX_SECONDS (per row, 0.5), BUDGET_S (280).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
@@ -14,7 +14,7 @@ cd "$root" || exit 2
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
-stages=${STAGES:-"build test bench anchor sanitize"}
+stages=${STAGES:-"build test bench anchor sanitize ncu"}
 head_dims=${HEAD_DIMS:-"64;128"}
 budget=${BUDGET_S:-280}
 filter=${GTEST_FILTER:-"KVCache*:CudaKVCacheKernel.*:CudaBackend.*:CudaHardening.*:CudaMemoryCap.*"}
@@ -74,6 +74,13 @@ if has sanitize; then
   run sanitize 45 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
       --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*' > '$out/sanitize.log' 2>&1"
   tail -5 "$out/sanitize.log"
+fi
+if has ncu; then
+  # DRAM bytes of one decode call (b16 kv 32k GQA 32/8: K+V = 2147483648 bytes) against its K+V bytes.
+  run ncu 40 bash -c "ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+      -k regex:kv_cache_attention -c 1 '$build/bench/cuda/fastattn_kv_cache_bench' one --max-seconds 0.05 \
+      > '$out/ncu.log' 2>&1"
+  grep -E "dram__bytes|kv_cache_attention|ERR" "$out/ncu.log" | head -6
 fi
 if [ -f "$out/kv.jsonl" ]; then
   python3 bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md" 2>&1 || "$python" bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md"
