@@ -54,12 +54,16 @@ TEST(KVCacheHeuristics, RowTilesPackTheGroupAndTokens) {
       EXPECT_EQ(t.row_warps * t.key_warps, 4);
       EXPECT_EQ(t.rows, t.row_warps * t.m_tiles * 16);
       EXPECT_EQ(cuda::kv_block_n(d) % (16 * t.key_warps), 0) << "whole k16 steps per key warp";
-      EXPECT_LE(cuda::kv_smem_bytes(t, d), 227 * 1024) << "d " << d << " rows " << t.rows;
+      EXPECT_LE(cuda::kv_smem_bytes(t, d, cuda::kv_stages(d)), 227 * 1024) << "d " << d << " rows " << t.rows;
+      if (t.rows == 16 && cuda::kv_deep_stages(d) > 0) {
+        EXPECT_LE(cuda::kv_smem_bytes(t, d, cuda::kv_deep_stages(d)), 227 * 1024) << "deep ring, d " << d;
+      }
     }
   }
   // Two decode CTAs per H200 SM (228 KiB): 64 KiB of K/V in flight each.
   for (std::int64_t rows : {1, 17, 33}) {
-    const int smem = cuda::kv_smem_bytes(cuda::kv_row_tile(rows, 128), 128) + cuda::kKVSmemReservedPerCta;
+    const int smem = cuda::kv_smem_bytes(cuda::kv_row_tile(rows, 128), 128, cuda::kv_stages(128)) +
+                     cuda::kKVSmemReservedPerCta;
     EXPECT_GE(228 * 1024 / smem, 2) << rows;
   }
 }
@@ -69,18 +73,20 @@ cuda::KVSplitShape h200_split(std::int64_t batch, std::int64_t kv_heads, std::in
   s.units = batch * kv_heads;
   s.tiles = (keys + 63) / 64;
   s.multiprocessors = 132;
-  s.ctas_per_sm = 2;
+  s.ctas_per_sm = 1;  // as kv_cache_plan counts
   return s;
 }
 
 TEST(KVCacheHeuristics, SplitsFillTheGpuOnceAndNoMore) {
-  // b1, 8 KV heads: splits until the 264 slots are full.
+  // b1, 8 KV heads: 16 splits, one CTA per SM (the measured best of 1..64).
   const cuda::KVSplitChoice one = cuda::choose_kv_splits(h200_split(1, 8, 131072));
-  EXPECT_GT(one.splits, 16);
-  EXPECT_LE(8 * one.splits, 264);
+  EXPECT_EQ(one.splits, 16);
   EXPECT_NE(one.reason.find("key splits"), std::string::npos) << one.reason;
-  // b16 GQA: 128 CTAs, two splits make one wave.
-  EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 8, 32768)).splits, 2);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(1, 8, 4096)).splits, 16);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(1, 32, 131072)).splits, 4);
+  // b16 GQA: 128 CTAs already fill the SMs once.
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 8, 32768)).splits, 1);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 8, 131072)).splits, 1);
   // Enough CTAs: no split.
   EXPECT_EQ(cuda::choose_kv_splits(h200_split(64, 8, 4096)).splits, 1);
   EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 32, 4096)).splits, 1);
@@ -383,14 +389,16 @@ HostReference host_problem(const KVCase& c, const KVRun& r) {
 }
 
 // Runs the case (plan + forward on a non-default stream) and judges it; returns the failures.
-std::string run_and_judge(const KVCase& c) {
+// stages > 0: that K/V ring instead of the plan's (kv_cache_heuristics.hpp: the deep ring).
+std::string run_and_judge(const KVCase& c, int stages = 0) {
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::string failures;
   try {
     const KVRun r = make_inputs(c);
     DeviceCall call(c, r, stream);
-    const cuda::KVCacheLaunch launch = cuda::kv_cache_plan(call.problem, r.cache.capacity);
+    cuda::KVCacheLaunch launch = cuda::kv_cache_plan(call.problem, r.cache.capacity);
+    if (stages > 0) launch.stages = stages;
     DeviceBuffer scratch(launch.scratch_bytes);
     cuda::kv_cache_forward(call.problem, launch, scratch.data);
     cuda_ok(cudaStreamSynchronize(stream), "kv_cache_forward");
@@ -540,6 +548,20 @@ TEST_F(CudaKVCacheKernel, ChosenCasesMatchFloat64) {
     for (const KVCase& c : chosen_cases(d)) {
       const std::string failures = run_and_judge(c);
       EXPECT_TRUE(failures.empty()) << c.describe() << ":" << failures;
+    }
+  }
+#endif
+}
+
+// The deep K/V ring (kv_deep_stages) of the 16-row tile on the chosen cases that use that tile.
+TEST_F(CudaKVCacheKernel, DeepRingMatchesFloat64) {
+#if FASTATTN_TESTS_CUDA
+  for (int d : build_info().cuda_head_dims) {
+    if (cuda::kv_deep_stages(d) == 0) continue;
+    for (const KVCase& c : chosen_cases(d)) {
+      if (cuda::kv_row_tile(c.heads / c.kv_heads * c.seqlen_q, d).rows != 16) continue;
+      const std::string failures = run_and_judge(c, cuda::kv_deep_stages(d));
+      EXPECT_TRUE(failures.empty()) << c.describe() << " deep ring:" << failures;
     }
   }
 #endif

@@ -35,7 +35,7 @@ template void run_forward<{path}, {ctype}, {head_dim}>(const ForwardParams&, cud
 KV_CACHE = """#include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {{
-template void run_kv_cache<{ctype}, {head_dim}>(const KVCacheParams&, int, cudaStream_t);
+template void run_kv_cache<{ctype}, {head_dim}>(const KVCacheParams&, int, int, cudaStream_t);
 }}  // namespace fastattn::cuda
 """
 

@@ -9,19 +9,23 @@
 //               the end, contiguous and paged with page sizes 1, 16, 64, 256 (pages shuffled
 //               through the block table): GQA 32/8, (b16, kv 32k) and (b1, kv 128k)
 //   multitoken  forward(), seqlen_q 1, 2, 4, 8, 16, causal, b8 kv 8k, GQA 32/8
+//   decode2     the decode rows again (field "repeat": 2), for the run-to-run spread
+//   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
 //               heuristic's choice) on a few decode shapes: the split heuristic's calibration
 // and the device-to-device copy bandwidth (hbm_bandwidth.hpp) before and after, in the same
 // process. Tensors are filled on the device (random bf16, never zero), so 34 GB caches take no
 // host time. sdpa_anchor.py kv_decode / kv_multitoken times PyTorch on the same shapes; the rows
-// join on (tag, b, sq, sk, h, hkv, d, causal). Timing: cuda_timing.hpp (3 warm-up calls, >= 20
+// join on (tag, b, sq, sk, h, hkv, d, causal). Timing: >= 30 ms of warm-up calls (the clocks
+// drop while the host sets the next shape up), then cuda_timing.hpp (3 more warm-up calls, >= 20
 // timed calls back to back between events, median; fewer, >= 5, past --max-seconds).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
@@ -31,6 +35,7 @@
 
 #include "bench_rows.hpp"
 #include "cuda/inference/kv_cache.hpp"
+#include "cuda/inference/kv_cache_heuristics.hpp"
 #include "cuda_timing.hpp"
 #include "device_fill.hpp"
 #include "fastattn/fastattn.hpp"
@@ -81,9 +86,32 @@ perf::cuda::EventTimingOptions timing(double max_seconds) {
   return o;
 }
 
+// The GPU's clocks drop while the host allocates and fills the next shape's tensors: calls for
+// kWarmMs first (at least 3), then time_with_events (sdpa_anchor.py --warm-ms does the same).
+constexpr double kWarmMs = 30.0;
+perf::cuda::EventTiming time_warm(const std::function<void()>& fn, cudaStream_t stream, double max_seconds) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  fn();
+  check(cudaEventRecord(stop, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const int calls = std::clamp(static_cast<int>(kWarmMs / std::max(ms, 1e-3f)), 3, 5000);
+  for (int i = 0; i < calls; ++i) fn();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  return perf::cuda::time_with_events(fn, stream, timing(max_seconds));
+}
+
 // forward() over a contiguous [b, sk, hkv, d] cache, causal (bottom-right).
-void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max_seconds, cudaStream_t stream) {
+void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max_seconds, cudaStream_t stream,
+                     int repeat = 1) {
   nlohmann::json row = shape_row(tag, s);
+  if (repeat > 1) row["repeat"] = repeat;
   if (kv_bytes(s) > kMaxKvBytes) {
     row["skipped"] = "K+V " + std::to_string(kv_bytes(s) / 1e9) + " GB over the bench's " +
                      std::to_string(kMaxKvBytes / 1e9) + " GB limit";
@@ -106,8 +134,8 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
     o.causal = true;
     o.cuda_stream = stream;
     KernelChoice choice;
-    const perf::cuda::EventTiming t = perf::cuda::time_with_events(
-        [&] { choice = forward(tq, tk, tv, to, std::nullopt, o); }, stream, timing(max_seconds));
+    const perf::cuda::EventTiming t =
+        time_warm([&] { choice = forward(tq, tk, tv, to, std::nullopt, o); }, stream, max_seconds);
     add_timing(row, t, s, hbm_gbs);
     row["kernel"] = choice.kernel;
     row["reason"] = choice.reason;
@@ -119,7 +147,7 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
 
 // kv_cache_forward on a cache filled to the end: page_size 0 is the contiguous cache.
 void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream,
-                   const char* tag = "kv_paged") {
+                   const char* tag = "kv_paged", int stages = 0) {
   nlohmann::json row = shape_row(tag, s);
   row["page_size"] = page_size;
   try {
@@ -166,14 +194,16 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
     p.block_table_stride = pages_per_seq;
     p.max_pages_per_seq = pages_per_seq;
     p.seqlens = static_cast<const std::int32_t*>(seqlens.data);
-    const cuda::KVCacheLaunch launch = cuda::kv_cache_plan(p, s.sk);
+    cuda::KVCacheLaunch launch = cuda::kv_cache_plan(p, s.sk);
+    if (stages > 0) launch.stages = stages;
     DeviceArray scratch(launch.scratch_bytes);
-    const perf::cuda::EventTiming t = perf::cuda::time_with_events(
-        [&] { cuda::kv_cache_forward(p, launch, scratch.data); }, stream, timing(max_seconds));
+    const perf::cuda::EventTiming t =
+        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data); }, stream, max_seconds);
     add_timing(row, t, s, hbm_gbs);
     row["kernel"] = launch.kernel;
     row["reason"] = launch.reason;
     row["splits"] = launch.num_splits;
+    row["stages"] = launch.stages;
   } catch (const Error& e) {
     row["error"] = e.what();
   }
@@ -217,6 +247,17 @@ int run(int argc, char** argv) {
       for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
         for (const std::int64_t b : {1, 16, 64})
           for (const std::int64_t sk : {4096, 32768, 131072}) run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream);
+    } else if (mode == "decode2") {  // the decode rows again, after the anchors: the run-to-run spread
+      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
+        for (const std::int64_t b : {1, 16, 64})
+          for (const std::int64_t sk : {4096, 32768, 131072})
+            run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 2);
+    } else if (mode == "stages") {  // the 16-row tile's default ring against the deep one
+      for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{64, 1, 4096, 32, 8}, Shape{1, 1, 131072, 32, 8},
+                             Shape{1, 1, 32768, 64, 8}, Shape{16, 1, 4096, 32, 32}, Shape{16, 1, 131072, 32, 32},
+                             Shape{1, 1, 4096, 32, 8}})
+        for (const int stages : {cuda::kv_stages(128), cuda::kv_deep_stages(128)})
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_stages", stages);
     } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
       run_forward_row("kv_decode", {16, 1, 32768, 32, 8}, hbm, max_seconds, stream);
     } else if (mode == "paged") {

@@ -3,7 +3,7 @@ on the shapes of cuda_bench's modes, forward and forward+backward, in the same j
 bf16 GEMM ceiling. One JSON object per line on stdout; compare.py joins them with cuda_bench's.
 
     python3 bench/cuda/sdpa_anchor.py MODE [MODE ...] [--backends flash,cudnn,efficient,math]
-        [--repeats 20] [--max-seconds 6] [--no-gemm]
+        [--repeats 20] [--max-seconds 6] [--no-gemm] [--warm-ms 0]
 
 Timing is the same as cuda_bench's: 3 warm-up calls, then >= 20 calls enqueued back to back,
 each between two CUDA events, one synchronisation, the median (fewer calls, at least 5, only
@@ -72,8 +72,9 @@ MODE_LIMITS = {"long": {"warmup": 1, "max_seconds": 3.0, "backends": ("flash", "
 BACKEND_LIMITS = {"math": {"warmup": 1, "max_seconds": 1.5}}
 
 
-def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5):
-    """Median GPU milliseconds of fn over back-to-back calls between CUDA events."""
+def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5, warm_ms=0.0):
+    """Median GPU milliseconds of fn over back-to-back calls between CUDA events; warm_ms > 0:
+    calls for that long first (the clocks drop while the next shape's tensors are set up)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -83,6 +84,10 @@ def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5):
     stop.record()
     stop.synchronize()
     probe = max(start.elapsed_time(stop), 1e-3)
+    if warm_ms > 0:
+        for _ in range(min(5000, max(3, int(warm_ms / probe)))):
+            fn()
+        torch.cuda.synchronize()
     n = repeats
     if max_seconds > 0 and n * probe / 1e3 > max_seconds:
         n = max(floor, int(max_seconds * 1e3 / probe))
@@ -156,7 +161,8 @@ def run_point(mode, point, pass_, backends, args):
                 ms, min_ms, reps = time_events(
                     forward if pass_ == "fwd" else forward_backward,
                     warmup=limits.get("warmup", 3), repeats=args.repeats,
-                    max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)))
+                    max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)),
+                    warm_ms=args.warm_ms)
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
             row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
             if tag in ("splitkv", "decode", "kv_decode", "kv_multitoken"):
@@ -175,6 +181,8 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--max-seconds", type=float, default=6.0)
     p.add_argument("--no-gemm", action="store_true")
+    p.add_argument("--warm-ms", type=float, default=0.0,
+                   help="calls for this many ms before timing each row (kv_cache_bench uses 30)")
     args = p.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]

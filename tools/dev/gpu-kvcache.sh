@@ -5,8 +5,8 @@
 #
 # Device call (from a carry copy, see helper rules): carry [<this tree>, "build/debs"],
 #   command "cd <this tree> && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-kvcache.sh"
-# Environment: STAGES (default "build test bench anchor sanitize ncu"), GTEST_FILTER, HEAD_DIMS (64;128),
-# BENCH_MODES (decode paged multitoken), MAX_SECONDS (per row, 0.5), BUDGET_S (280).
+# Environment: STAGES (default "build test bench anchor bench2 sanitize ncu"), GTEST_FILTER, HEAD_DIMS (64;128),
+# BENCH_MODES (decode paged multitoken splits stages), MAX_SECONDS (per row, 0.5), BUDGET_S (280).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,11 +14,11 @@ cd "$root" || exit 2
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
-stages=${STAGES:-"build test bench anchor sanitize ncu"}
+stages=${STAGES:-"build test bench anchor bench2 sanitize ncu"}
 head_dims=${HEAD_DIMS:-"64;128"}
 budget=${BUDGET_S:-280}
 filter=${GTEST_FILTER:-"KVCache*:CudaKVCacheKernel.*:CudaBackend.*:CudaHardening.*:CudaMemoryCap.*"}
-modes=${BENCH_MODES:-"decode paged multitoken splits"}
+modes=${BENCH_MODES:-"decode paged multitoken splits stages"}
 max_seconds=${MAX_SECONDS:-0.5}
 python=${PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$python" ] || python=python3
@@ -67,12 +67,15 @@ if has bench; then
 fi
 if has anchor; then
   run anchor 100 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode kv_multitoken --backends cudnn,flash \
-      --no-gemm --max-seconds $max_seconds >> '$out/kv.jsonl' 2> '$out/anchor.err'"
+      --no-gemm --max-seconds $max_seconds --warm-ms 30 >> '$out/kv.jsonl' 2> '$out/anchor.err'"
   tail -3 "$out/anchor.err"
 fi
+if has bench2; then  # the decode rows again after the anchors: the run-to-run spread
+  run bench2 40 bash -c "'$build/bench/cuda/fastattn_kv_cache_bench' decode2 --max-seconds $max_seconds >> '$out/kv.jsonl' 2>> '$out/bench.err'"
+fi
 if has sanitize; then
-  run sanitize 45 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
-      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*' > '$out/sanitize.log' 2>&1"
+  run sanitize 60 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*:CudaKVCacheKernel.ChosenCases*:CudaKVCacheKernel.Graph*' > '$out/sanitize.log' 2>&1"
   tail -5 "$out/sanitize.log"
 fi
 if has ncu; then

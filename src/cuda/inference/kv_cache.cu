@@ -159,22 +159,23 @@ bool head_dim_compiled(std::int64_t head_dim) {
 }
 
 template <typename Element>
-void run_for_dtype(const KVCacheParams& f, int rows_per_tile, cudaStream_t stream) {
+void run_for_dtype(const KVCacheParams& f, int rows_per_tile, int stages, cudaStream_t stream) {
   (void)f;
   (void)rows_per_tile;
+  (void)stages;
   (void)stream;
   switch (f.head_dim) {
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
-    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stream);
+    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stages, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
-    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stream);
+    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stages, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
-    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stream);
+    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stages, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
-    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stream);
+    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stages, stream);
 #endif
     default: break;
   }
@@ -207,8 +208,7 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   s.units = p.batch * p.num_kv_heads * row_blocks;
   const int device = p.device.index;
   s.multiprocessors = multiprocessor_count(device);
-  const int smem = kv_smem_bytes(tile, d) + kKVSmemReservedPerCta;
-  s.ctas_per_sm = std::clamp(shared_memory_per_multiprocessor(device) / smem, 1, kv_launch_ctas_per_sm(tile));
+  s.ctas_per_sm = 1;  // one CTA per SM saturates the memory (kv_cache_heuristics.hpp)
   // Keys a row block sees at most: the longest cache, or a two-sided window's span.
   std::int64_t keys = max_cache_len > 0 ? std::min(max_cache_len, kp.capacity()) : kp.capacity();
   if (p.window_left >= 0 && p.window_right >= 0) {
@@ -229,6 +229,7 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   l.num_splits = split.splits;
   l.rows_per_tile = tile.rows;
   l.block_k = block_n;
+  l.stages = kv_stages(d);
   l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
   l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
              (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
@@ -258,9 +259,12 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
   check_kernel_limits(kp);
   const std::int64_t rows = p.group_size() * p.seqlen_q;
   const KVRowTile tile = kv_row_tile(rows, static_cast<int>(p.head_dim));
-  if (launch.rows_per_tile != tile.rows || launch.num_splits < 1 || launch.num_splits > kKVMaxSplits) {
+  const int stages = launch.stages > 0 ? launch.stages : kv_stages(static_cast<int>(p.head_dim));
+  if (launch.rows_per_tile != tile.rows || launch.num_splits < 1 || launch.num_splits > kKVMaxSplits ||
+      !kv_stages_valid(tile, static_cast<int>(p.head_dim), stages)) {
     throw Error(ErrorCode::internal, "cuda kv_cache: the launch (" + std::to_string(launch.rows_per_tile) + " rows, " +
-                                         std::to_string(launch.num_splits) + " splits) was planned for another shape");
+                                         std::to_string(stages) + " stages, " + std::to_string(launch.num_splits) +
+                                         " splits) was planned for another shape");
   }
   if (launch.num_splits > 1 && scratch == nullptr) {
     throw Error(ErrorCode::internal, "cuda kv_cache: a split launch needs its scratch");
@@ -298,9 +302,9 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
   }
   if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) return;
   if (p.dtype == DType::bf16) {
-    run_for_dtype<__nv_bfloat16>(f, tile.rows, stream);
+    run_for_dtype<__nv_bfloat16>(f, tile.rows, stages, stream);
   } else {
-    run_for_dtype<__half>(f, tile.rows, stream);
+    run_for_dtype<__half>(f, tile.rows, stages, stream);
   }
 }
 

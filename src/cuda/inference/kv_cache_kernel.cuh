@@ -40,7 +40,7 @@ namespace fastattn::cuda {
 
 // Tile shapes of one (element, head_dim, row tile); the members tile_ops.cuh's gemm_qk /
 // gemm_pv read are those of ForwardTraits (traits.cuh), for one warp's rows and keys.
-template <typename Element_, int kHeadDim_, int kRows_>
+template <typename Element_, int kHeadDim_, int kRows_, int kStages_ = kv_stages(kHeadDim_)>
 struct KVCacheTraits {
   using Element = Element_;
   using Arch = Sm80Forward;
@@ -57,7 +57,8 @@ struct KVCacheTraits {
   static constexpr int kBlockM = kTile.rows;
   static_assert(kBlockM == kRowWarps * kWarpRows, "row warps cover the tile");
   static constexpr int kBlockN = kv_block_n(kHeadDim);
-  static constexpr int kStages = kv_stages(kHeadDim);
+  static constexpr int kStages = kStages_;
+  static_assert(kv_stages_valid(kTile, kHeadDim_, kStages_), "a ring of kv_cache_heuristics.hpp");
   static constexpr int kWarpKeys = kBlockN / kKeyWarps;  // keys of a tile per key warp
   static_assert(kWarpKeys % 16 == 0, "whole k16 steps of P V per warp");
   static constexpr int kNTilesS = kWarpKeys / 8;
@@ -73,13 +74,24 @@ struct KVCacheTraits {
   static constexpr int kSmemKV = kBlockN * kRowBytes;
   static constexpr int kSmemStage = 2 * kSmemKV;  // K then V
   static constexpr int kOStride = kHeadDim + 8;   // f32 row stride of the epilogue partials
-  static constexpr int kSmemBytes = kv_smem_bytes(kTile, kHeadDim);
+  static constexpr int kSmemBytes = kv_smem_bytes(kTile, kHeadDim, kStages);
   static_assert(kSmemBytes >= kSmemQ + kStages * kSmemStage, "the ring fits");
   static_assert(kSmemBytes >= kSmemQ + kKeyWarps * kBlockM * (kOStride + 1) * 4, "the epilogue fits");
   static constexpr int kCopyIters = kBlockN * kChunks / kThreads;  // 16-byte copies per thread per tensor
   static_assert(kBlockN * kChunks % kThreads == 0, "whole copy passes");
-  static constexpr int kMinCtasPerSm = kv_launch_ctas_per_sm(kTile);
+  static constexpr int kMinCtasPerSm = kv_launch_ctas_per_sm(kTile, kStages);
 };
+
+// Block-table lines are prefetched into L2 this many tiles before their pages are read: a
+// table read that misses L2 under full memory load takes about as long as a tile, and the
+// cp.async of the tile after next waits for it (measured before the prefetch, H200 2026-12-01,
+// GQA 32/8 b16 kv 32k: page size 1 at 0.48x, 16 at 0.82x of the contiguous cache; 64 and 256,
+// one table read per tile, at 1.0x).
+constexpr int kTablePrefetchTiles = 4;
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
 
 // Where this thread's copies of one K/V tile come from: per copy, the page and the row in it.
 template <class T>
@@ -118,6 +130,20 @@ struct TileRows {
         row[it] = t - index * p.page_size;
       }
     }
+    if (p.block_table != nullptr) prefetch_table(p, b, n + kTablePrefetchTiles, len, tid);
+  }
+
+  // Prefetches the 128-byte lines of the block-table entries of tile m (if it holds keys), one
+  // line per thread; every address is an entry of the tile, so nothing outside the table.
+  __device__ __forceinline__ static void prefetch_table(const KVCacheParams& p, int b, int m, int len, int tid) {
+    const int k0 = m * T::kBlockN;
+    if (k0 >= len) return;
+    const std::int32_t* entries = p.block_table + static_cast<int64_t>(b) * p.block_table_stride;
+    const std::int32_t* first = entries + k0 / p.page_size;
+    const std::int32_t* last = entries + (min(k0 + T::kBlockN, len) - 1) / p.page_size;
+    const uintptr_t line = (reinterpret_cast<uintptr_t>(first) & ~uintptr_t{127}) + static_cast<uintptr_t>(tid) * 128;
+    const std::int32_t* at = tid == 0 ? first : reinterpret_cast<const std::int32_t*>(line);
+    if (at <= last) prefetch_l2(at);
   }
 };
 

@@ -23,6 +23,7 @@ void launch_kv_cache_attention(const KVCacheParams& p, cudaStream_t stream) {
                   static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
   const std::string name = "kv_cache_attention_kernel<d" + std::to_string(T::kHeadDim) + ", " +
                            std::to_string(T::kBlockM) + " rows x " + std::to_string(T::kBlockN) + " keys, " +
+                           std::to_string(T::kStages) + " stages, " +
                            std::to_string(p.num_splits) + " splits>";
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", name);
@@ -31,10 +32,23 @@ void launch_kv_cache_attention(const KVCacheParams& p, cudaStream_t stream) {
 }
 
 template <typename Element, int kHeadDim>
-void run_kv_cache(const KVCacheParams& p, int rows_per_tile, cudaStream_t stream) {
+void run_kv_cache(const KVCacheParams& p, int rows_per_tile, int stages, cudaStream_t stream) {
   if (p.batch == 0 || p.rows == 0 || p.num_kv_heads == 0) return;
+  constexpr int kDeep = kv_deep_stages(kHeadDim);
+  if (stages != kv_stages(kHeadDim) && !(rows_per_tile == 16 && kDeep != 0 && stages == kDeep)) {
+    throw Error(ErrorCode::internal, "kv_cache: no " + std::to_string(stages) + "-stage ring for " +
+                                         std::to_string(rows_per_tile) + " rows at head_dim " + std::to_string(kHeadDim));
+  }
   switch (rows_per_tile) {
-    case 16: launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16>>(p, stream); break;
+    case 16:
+      if constexpr (kDeep != 0) {
+        if (stages == kDeep) {
+          launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(p, stream);
+          break;
+        }
+      }
+      launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16>>(p, stream);
+      break;
     case 32: launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 32>>(p, stream); break;
     case 64: launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 64>>(p, stream); break;
     case 128:

@@ -8,9 +8,10 @@
 
 namespace fastattn::cuda {
 
-// Attention (and the split combine) of p with the plan's row tile (16, 32, 64 or 128 rows);
-// the append, when any, ran before on the same stream (kv_cache.cu).
+// Attention (and the split combine) of p with the plan's row tile (16, 32, 64 or 128 rows) and
+// K/V ring (kv_stages, or kv_deep_stages for 16 rows); the append, when any, ran before on the
+// same stream (kv_cache.cu).
 template <typename Element, int kHeadDim>
-void run_kv_cache(const KVCacheParams& p, int rows_per_tile, cudaStream_t stream);
+void run_kv_cache(const KVCacheParams& p, int rows_per_tile, int stages, cudaStream_t stream);
 
 }  // namespace fastattn::cuda
