@@ -3,7 +3,7 @@
 `bench/cuda/sdpa_anchor.py kv_decode kv_multitoken`, measured in the same job (joined on tag,
 b, sq, sk, h, hkv, d).
 
-    python3 bench/render_kv_decode.py ROWS.jsonl [--json OUT.json] [--machine nvidia-h200]
+    python3 bench/render_kv_decode.py ROWS.jsonl|RESULT.json [--json OUT.json] [--machine nvidia-h200]
 
 Tables: forward() decode on a contiguous cache (GB/s of K+V, % of the device-to-device copy
 bandwidth measured in the job, ratios to SDPA cuDNN and flash), the KV-cache kernel on paged
@@ -88,7 +88,11 @@ def main():
     p.add_argument("--machine", default="nvidia-h200")
     p.add_argument("--command", default="bash tools/dev/gpu-kvcache.sh")
     args = p.parse_args()
-    rows = [json.loads(line) for line in open(args.rows) if line.startswith("{")]
+    text = open(args.rows).read()
+    try:  # a saved result (bench/results/*kv_decode*.json) or the job's JSON lines
+        rows = json.loads(text)["rows"]
+    except (ValueError, KeyError, TypeError):
+        rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     if args.json:
         result = {"kind": "cuda_kv_decode", "machine": args.machine, "rows": rows,
                   "context": {"timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
