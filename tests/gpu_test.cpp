@@ -179,10 +179,11 @@ TEST_F(CudaBackend, DecodeShapesSplitByHeuristicMatchFloat64) {
 }
 
 
-// GQA decode (flash_fwd/query_groups.hpp): one query token whose row sees every key runs with
-// the query heads of a KV head packed as rows (kernel name ".gqaN"); calls whose row a window
-// or a top-left causal mask cuts are left as they are. Odd group sizes (7), groups above the
-// 16-row kernel (32), soft-cap, forced splits. (The harness's strided layout has rows the CUDA
+// GQA decode: padded decode calls run on the KV-cache kernel (src/cuda/inference,
+// flash_fwd/heuristics.hpp: forward_uses_kv_cache_kernel), which packs the query heads of a KV
+// head as rows (kernel name ".gqaN") whatever the mask: a window or a top-left causal mask is
+// applied per query token there. Odd group sizes (7), groups above 16 rows (32), soft-cap,
+// forced splits. (The harness's strided layout has rows the CUDA
 // kernels refuse, 16-byte alignment; the packed strides are checked on the CPU, in
 // cuda_heuristics_test.cpp.)
 TEST_F(CudaBackend, GqaDecodePacksQueryHeadsAndMatchesFloat64) {
@@ -200,8 +201,8 @@ TEST_F(CudaBackend, GqaDecodePacksQueryHeadsAndMatchesFloat64) {
         {"b=1 sq=1 sk=4097 h=16 hkv=4" + hd + " dtype=bf16 mask=causal softcap=30", 4},
         {"b=2 sq=1 sk=1000 h=8 hkv=2" + hd + " dtype=f16 mask=none", 4},
         {"b=1 sq=1 sk=1 h=8 hkv=1" + hd + " dtype=bf16 mask=causal", 8},
-        {"b=2 sq=1 sk=300 h=8 hkv=2" + hd + " dtype=bf16 mask=causal align=top_left", 1},
-        {"b=2 sq=1 sk=2000 h=8 hkv=1" + hd + " dtype=bf16 mask=window wl=50 wr=0", 1},
+        {"b=2 sq=1 sk=300 h=8 hkv=2" + hd + " dtype=bf16 mask=causal align=top_left", 4},
+        {"b=2 sq=1 sk=2000 h=8 hkv=1" + hd + " dtype=bf16 mask=window wl=50 wr=0", 8},
     };
     for (const Decode& c : cases) {
       const harness::CheckReport r = harness::check_case(harness::parse_case(c.text), Backend::cuda, forward_only());

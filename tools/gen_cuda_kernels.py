@@ -41,6 +41,15 @@ template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, cudaSt
 }}  // namespace fastattn::cuda
 """
 
+# The KV-cache attention (src/cuda/inference/kv_cache_launch.cuh): sm80 path, every dtype and
+# head_dim, in units of their own so they compile beside the forward and backward units.
+KV_CACHE = """#include "cuda/inference/kv_cache_launch.cuh"
+
+namespace fastattn::cuda {{
+template void run_kv_cache<{ctype}, {head_dim}>(const KVCacheParams&, int, int, cudaStream_t);
+}}  // namespace fastattn::cuda
+"""
+
 BACKWARD = """#include "cuda/flash_bwd/launch.cuh"
 
 namespace fastattn::cuda {{
@@ -60,6 +69,10 @@ def main() -> None:
                 text = HEADER.format(arch="sm80", direction=direction, dtype=dtype, head_dim=head_dim)
                 text += body.format(path=PATH_ENUM["sm80"], ctype=ctype, head_dim=head_dim)
                 (OUT / name).write_text(text)
+            name = f"flash_kvc_sm80_{dtype}_hdim{head_dim}.cu"
+            text = HEADER.format(arch="sm80", direction="KV-cache attention", dtype=dtype, head_dim=head_dim)
+            text += KV_CACHE.format(ctype=ctype, head_dim=head_dim)
+            (OUT / name).write_text(text)
     for arch, head_dims in LOWRES_FORWARD.items():
         for head_dim in head_dims:
             name = f"flash_fwd_{arch}_f16_hdim{head_dim}.cu"

@@ -20,6 +20,8 @@
 #include "cuda/flash_fwd/split_layout.hpp"
 #include "cuda/flash_fwd_sm90/launch.hpp"
 #include "cuda/flash_fwd_sm90/plan.hpp"
+#include "cuda/inference/kv_cache.hpp"
+#include "cuda/inference/kv_cache_forward.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -198,6 +200,7 @@ ForwardPath choice_path(const KernelChoice& choice) {
 int multiprocessor_count(int device) { return device_shape(device).multiprocessors; }
 int shared_memory_per_block(int device) { return device_shape(device).smem_per_block_optin; }
 int compute_capability(int device) { return device_shape(device).compute_capability; }
+int shared_memory_per_multiprocessor(int device) { return device_shape(device).smem_per_multiprocessor; }
 
 std::vector<int> compiled_head_dims() {
   std::vector<int> dims;
@@ -295,7 +298,34 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
+// Short padded queries on the sm80 path: the KV-cache kernel's plan as a ForwardPlan
+// (heuristics.hpp: forward_uses_kv_cache_kernel; kv_cache.hpp: kv_cache_plan).
+ForwardPlan kv_cache_forward_plan(const AttentionProblem& call, bool path_forced) {
+  const KVCacheLaunch launch = kv_cache_plan(kv_cache_view_of_forward(call), call.seqlen_k);
+  ForwardPlan plan;
+  plan.path = ForwardPath::sm80;
+  plan.path_forced = path_forced;
+  plan.query_group = call.num_kv_heads > 0 ? call.group_size() : 1;
+  plan.short_query = true;
+  plan.blocks = {launch.rows_per_tile, launch.block_k, 128};
+  plan.multiprocessors = device_shape(call.device.index).multiprocessors;
+  plan.num_splits = launch.num_splits;
+  plan.forced = forced_num_splits() > 0;
+  plan.workspace_bytes = launch.scratch_bytes;
+  plan.kv_cache_kernel = true;
+  plan.kv_cache_reason = launch.reason;
+  return plan;
+}
+
 ForwardPlan forward_plan(const AttentionProblem& call) {
+  {
+    const ForwardPathRequest request = forward_path_request();
+    const ForwardPath path = select_forward_path(device_shape(call.device.index).compute_capability, request,
+                                                 sm90_runs_on(call.device.index));
+    if (forward_uses_kv_cache_kernel(path, call.is_varlen(), call.seqlen_q)) {
+      return kv_cache_forward_plan(call, !request.automatic);
+    }
+  }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp); so does forward().
   const AttentionProblem p = with_packed_query_groups(call);
   const DeviceShape device = device_shape(p.device.index);
@@ -320,6 +350,22 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
 }
 
 void forward(const AttentionProblem& call, const KernelChoice& choice) {
+  if (choice_path(choice) == ForwardPath::sm80) {
+    const ForwardPlan plan = forward_plan(call);
+    if (plan.kv_cache_kernel) {  // short padded queries: the KV-cache kernel (forward_plan)
+      if (plan.workspace_bytes != choice.workspace_bytes) {
+        throw Error(ErrorCode::internal, "cuda forward: the launch plan changed since dispatch (workspace " +
+                                             std::to_string(plan.workspace_bytes) + " vs " +
+                                             std::to_string(choice.workspace_bytes) + " bytes)");
+      }
+      const KVCacheProblem kp = kv_cache_view_of_forward(call);
+      const KVCacheLaunch launch = kv_cache_plan(kp, call.seqlen_k);
+      const DeviceGuard device_guard(call.device.index);
+      DeviceScratch scratch(call, launch.scratch_bytes);  // checks a caller's Workspace
+      kv_cache_forward(kp, launch, scratch.data());
+      return;
+    }
+  }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp), as forward_plan says.
   const AttentionProblem p = with_packed_query_groups(call);
   check_row_alignment(p.q.data, p.q.stride, "q");

@@ -24,6 +24,7 @@ std::vector<DeviceInfo> devices();          // empty when no driver or GPU
 int multiprocessor_count(int device);       // cached; throws on a CUDA error
 int shared_memory_per_block(int device);   // opt-in maximum, bytes; cached; throws on a CUDA error
 int compute_capability(int device);        // major * 10 + minor; cached; throws on a CUDA error
+int shared_memory_per_multiprocessor(int device);  // bytes; cached; throws on a CUDA error
 std::vector<std::string> compiled_archs();  // e.g. {"sm80", "sm90"}
 std::vector<int> compiled_head_dims();      // forward head dims in this build
 

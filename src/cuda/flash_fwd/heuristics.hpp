@@ -78,7 +78,21 @@ struct ForwardPlan {
   std::string sm90_declined;
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
+  // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
+  // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
+  bool kv_cache_kernel = false;
+  std::string kv_cache_reason;
 };
+
+// 5. Short queries (seqlen_q <= kDecodeMaxSeqlenQ) of a padded (not varlen) batch on the sm80
+//    path, and on the sm90 path (which has no decode kernel of its own yet), run on the KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh: every query head of
+//    a KV head and every query token packed as rows of one tile, any mask, 4 warps, a 3-stage
+//    cp.async ring), their K/V taken as a contiguous cache (kv_cache_forward.hpp). Varlen calls
+//    and the sm75 / sm70 paths keep the kernels above.
+inline bool forward_uses_kv_cache_kernel(ForwardPath path, bool varlen, std::int64_t seqlen_q) {
+  return (path == ForwardPath::sm80 || path == ForwardPath::sm90) && !varlen && seqlen_q >= 1 &&
+         seqlen_q <= kDecodeMaxSeqlenQ;
+}
 
 // flash-attn 2's num_splits_heuristic (csrc/flash_attn/flash_api.cpp), with `slots` for its
 // num_SMs (it passes 2 * SMs for two CTAs per SM). Split counts that give the same tiles per
@@ -217,6 +231,10 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
 
 // The plan in words, for KernelChoice::reason.
 inline std::string describe_plan(const ForwardPlan& plan) {
+  if (plan.kv_cache_kernel) {
+    return (plan.path_forced ? std::string("path forced by ") + kForwardPathEnv + ", " : std::string()) +
+           plan.kv_cache_reason;
+  }
   if (plan.path == ForwardPath::sm90) {
     return std::string("sm90 path (Hopper): TMA loads by a producer warp, wgmma in ") +
            std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
