@@ -323,7 +323,9 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
     const ForwardPath path = select_forward_path(device_shape(call.device.index).compute_capability, request,
                                                  sm90_runs_on(call.device.index));
     if (forward_uses_kv_cache_kernel(path, call.is_varlen(), call.seqlen_q)) {
-      return kv_cache_forward_plan(call, !request.automatic);
+      ForwardPlan plan = kv_cache_forward_plan(call, !request.automatic);
+      if (path == ForwardPath::sm90) plan.sm90_declined = "seqlen_q <= 16 runs the KV-cache decode kernel";
+      return plan;
     }
   }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp); so does forward().

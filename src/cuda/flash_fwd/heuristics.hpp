@@ -145,7 +145,7 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
     return "a q/k/v layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)";
   }
   if (s.seqlen_k == 0) return "no keys";
-  if (sm80_plan.short_query) return "seqlen_q <= 16 runs the 16-row decode kernel";
+  if (sm80_plan.short_query) return "seqlen_q <= 16 runs the KV-cache decode kernel";
   if (sm80_plan.num_splits > 1) return "split-KV (too few CTAs for the SMs) has no sm90 kernel yet";
   return {};
 }
@@ -232,7 +232,9 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
 // The plan in words, for KernelChoice::reason.
 inline std::string describe_plan(const ForwardPlan& plan) {
   if (plan.kv_cache_kernel) {
-    return (plan.path_forced ? std::string("path forced by ") + kForwardPathEnv + ", " : std::string()) +
+    return (plan.sm90_declined.empty() ? std::string()
+                                       : "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): ") +
+           (plan.path_forced ? std::string("path forced by ") + kForwardPathEnv + ", " : std::string()) +
            plan.kv_cache_reason;
   }
   if (plan.path == ForwardPath::sm90) {
