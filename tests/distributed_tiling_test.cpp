@@ -1,0 +1,174 @@
+// distributed_tiling_test.cpp — tiling-AllReduce on CPU ranks (fastattn/distributed.hpp:
+// matmul_all_reduce, tiled_all_reduce): out = sum over ranks of attn_out_r @ w_o_r against a
+// float64 product of the unsplit matrices, on 1-8 ranks, f32 / bf16 / f16, odd sizes; overlapped
+// and sequential give the same bits; a producer that throws on one rank fails every rank.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.hpp"
+#include "fastattn/distributed.hpp"
+#include "harness/judge.hpp"
+#include "harness/random.hpp"
+#include "test_support.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+using distributed::Communicator;
+using distributed::CpuWorld;
+using distributed::TilingAllReduceOptions;
+using distributed::TilingAllReduceReport;
+
+struct TpProblem {
+  std::int64_t m, k_per_rank, n;
+  int world;
+  DType dtype;
+  std::vector<std::vector<std::uint8_t>> a, w;  // per rank: [M, K] and [K, N] in the dtype
+};
+
+TpProblem make_problem(std::int64_t m, std::int64_t k, std::int64_t n, int world, DType dtype) {
+  TpProblem p{m, k, n, world, dtype, {}, {}};
+  harness::Random rng(77 + static_cast<std::uint64_t>(world));
+  const std::size_t elem = dtype_size(dtype);
+  for (int r = 0; r < world; ++r) {
+    p.a.emplace_back(static_cast<std::size_t>(m * k) * elem);
+    p.w.emplace_back(static_cast<std::size_t>(k * n) * elem);
+    for (std::int64_t i = 0; i < m * k; ++i) store_element(p.a.back().data(), dtype, i, rng.normal());
+    for (std::int64_t i = 0; i < k * n; ++i) store_element(p.w.back().data(), dtype, i, rng.normal() / std::sqrt(double(k)));
+  }
+  return p;
+}
+
+// Runs matmul_all_reduce on every rank; returns each rank's out (dtype bytes).
+std::vector<std::vector<std::uint8_t>> run_tp(TpProblem& p, const TilingAllReduceOptions& o, TilingAllReduceReport* report = nullptr) {
+  std::vector<std::vector<std::uint8_t>> out(static_cast<std::size_t>(p.world),
+                                             std::vector<std::uint8_t>(static_cast<std::size_t>(p.m * p.n) * dtype_size(p.dtype), 0xff));
+  CpuWorld world(p.world);
+  const auto errors = world.run([&](Communicator& comm) {
+    const std::size_t r = static_cast<std::size_t>(comm.rank());
+    const TilingAllReduceReport rep = distributed::matmul_all_reduce(
+        comm, make_tensor(p.a[r].data(), p.dtype, {p.m, p.k_per_rank}), make_tensor(p.w[r].data(), p.dtype, {p.k_per_rank, p.n}),
+        make_tensor(out[r].data(), p.dtype, {p.m, p.n}), o);
+    if (r == 0 && report) *report = rep;
+  });
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
+class TilingAllReduce : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+// Error vs float64 <= 2 x that of the naive pipeline (each rank's f32 product rounded to the
+// dtype, summed in f32, rounded) + eps(dtype) |ref| + 4 sqrt(K) eps(f32) |terms| (harness.hpp's
+// rule for a K-long dot product); every rank bitwise equal; overlap on and off bitwise equal.
+TEST_P(TilingAllReduce, MatchesFloat64OnEveryRank) {
+  const auto [world_size, dtype] = GetParam();
+  TpProblem p = make_problem(67, 24, 40, world_size, dtype);
+  TilingAllReduceOptions o;
+  o.num_threads = 1;
+  TilingAllReduceReport report;
+  const auto overlapped = run_tp(p, o, &report);
+  EXPECT_TRUE(report.overlapped);
+  EXPECT_EQ(report.num_tiles, (67 + report.tile_rows - 1) / report.tile_rows);
+  EXPECT_GT(report.num_tiles, 1);
+  o.overlap = false;
+  const auto sequential = run_tp(p, o);
+  o.overlap = true;
+  o.tile_rows = 1;
+  const auto row_tiles = run_tp(p, o);
+  for (int r = 0; r < world_size; ++r) {
+    EXPECT_EQ(overlapped[static_cast<std::size_t>(r)], overlapped[0]) << "rank " << r;
+    EXPECT_EQ(sequential[static_cast<std::size_t>(r)], overlapped[0]) << "rank " << r << " sequential";
+    EXPECT_EQ(row_tiles[static_cast<std::size_t>(r)], overlapped[0]) << "rank " << r << " 1-row tiles";
+  }
+  const double eps = harness::epsilon(dtype), eps32 = 0x1.0p-23;
+  double err = 0, naive_err = 0, floor = 0;
+  for (std::int64_t i = 0; i < p.m; ++i)
+    for (std::int64_t c = 0; c < p.n; ++c) {
+      double ref = 0, terms = 0;
+      float naive = 0;
+      for (int r = 0; r < world_size; ++r) {
+        double part = 0;
+        float part32 = 0;
+        for (std::int64_t j = 0; j < p.k_per_rank; ++j) {
+          const double x = load_element(p.a[static_cast<std::size_t>(r)].data(), dtype, i * p.k_per_rank + j) *
+                           load_element(p.w[static_cast<std::size_t>(r)].data(), dtype, j * p.n + c);
+          part += x;
+          terms += std::fabs(x);
+          part32 += static_cast<float>(x);
+        }
+        ref += part;
+        std::uint8_t part_bytes[4];  // the rank's partial as its out buffer holds it
+        store_element(part_bytes, dtype, 0, part32);
+        naive += static_cast<float>(load_element(part_bytes, dtype, 0));
+      }
+      std::uint8_t naive_bytes[4];
+      store_element(naive_bytes, dtype, 0, naive);
+      const double got = load_element(overlapped[0].data(), dtype, i * p.n + c);
+      err = std::fmax(err, std::fabs(got - ref));
+      naive_err = std::fmax(naive_err, std::fabs(load_element(naive_bytes, dtype, 0) - ref));
+      floor = std::fmax(floor, eps * std::fabs(ref) + 4 * std::sqrt(double(p.k_per_rank * world_size)) * eps32 * terms);
+    }
+  EXPECT_LE(err, 2 * naive_err + floor) << "naive " << naive_err << " floor " << floor;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TilingAllReduce,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8), ::testing::Values(DType::f32, DType::bf16, DType::f16)));
+
+TEST(TilingAllReduceEdges, EmptyAndSingleRowOutputs) {
+  for (std::int64_t m : {0, 1}) {
+    TpProblem p = make_problem(m, 5, 3, 2, DType::f32);
+    TilingAllReduceReport report;
+    const auto out = run_tp(p, {}, &report);
+    EXPECT_EQ(report.num_tiles, m);
+    EXPECT_EQ(out[0], out[1]);
+  }
+}
+
+TEST(TilingAllReduceEdges, BadArgumentsNameTheArgument) {
+  CpuWorld world(1);
+  Communicator& comm = world.communicator(0);
+  std::vector<float> a(12), w(12), out(16);
+  expect_error([&] { distributed::matmul_all_reduce(comm, make_tensor(a.data(), DType::f32, {4, 3}), make_tensor(w.data(), DType::f32, {4, 3}), make_tensor(out.data(), DType::f32, {4, 3})); },
+               ErrorCode::invalid_argument, "matmul_all_reduce: w_o: expected shape[0] = attn_out.shape[1] = 3, got 4");
+  expect_error([&] { distributed::matmul_all_reduce(comm, make_tensor(a.data(), DType::f32, {4, 3}), make_tensor(w.data(), DType::f32, {3, 4}), make_tensor(out.data(), DType::f32, {4, 3})); },
+               ErrorCode::invalid_argument, "matmul_all_reduce: out: expected shape [4, 4], got [4, 3]");
+  expect_error([&] { distributed::matmul_all_reduce(comm, make_tensor(a.data(), DType::f32, {4, 3}), make_tensor(w.data(), DType::bf16, {3, 4}), make_tensor(out.data(), DType::f32, {4, 4})); },
+               ErrorCode::invalid_argument, "matmul_all_reduce: w_o: expected dtype f32 (that of attn_out), got bf16");
+  TilingAllReduceOptions o;
+  o.tile_rows = -2;
+  expect_error([&] { distributed::tiled_all_reduce(comm, make_tensor(out.data(), DType::f32, {4, 4}), [](std::int64_t, std::int64_t) {}, o); },
+               ErrorCode::invalid_argument, "options.tile_rows: expected >= 0 (0: chosen), got -2");
+  expect_error([&] { distributed::tiled_all_reduce(comm, make_tensor(out.data(), DType::f32, {4, 4}, Device::cuda(0)), [](std::int64_t, std::int64_t) {}); },
+               ErrorCode::invalid_argument, "tiled_all_reduce: out: expected a tensor on the communicator's device cpu");
+}
+
+// The general form, with a producer that fails on one rank mid-way (overlapped and not): every
+// rank returns an error, quickly, and no rank hangs.
+TEST(TilingAllReduceFailure, ThrowingProducerFailsEveryRank) {
+  for (bool overlap : {true, false}) {
+    distributed::CommOptions co;
+    co.timeout = std::chrono::milliseconds(20'000);
+    CpuWorld world(4, co);
+    const auto start = std::chrono::steady_clock::now();
+    const auto errors = world.run([&](Communicator& comm) {
+      std::vector<float> out(64 * 8, 1.0f);
+      TilingAllReduceOptions o;
+      o.overlap = overlap;
+      o.tile_rows = 8;
+      distributed::tiled_all_reduce(comm, make_tensor(out.data(), DType::f32, {64, 8}), [&](std::int64_t begin, std::int64_t) {
+        if (comm.rank() == 2 && begin == 24) throw Error(ErrorCode::internal, "injected producer failure");
+      }, o);
+    });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+    for (int r = 0; r < 4; ++r) EXPECT_TRUE(errors[static_cast<std::size_t>(r)]) << "rank " << r << " overlap " << overlap;
+  }
+}
+
+}  // namespace
+}  // namespace fastattn::testing
