@@ -95,6 +95,11 @@ class CpuCommunicator final : public Communicator {
 
   void all_reduce_sum(const TensorView& buffer, void*) override {
     check_reduce_buffer(buffer, device(), "all_reduce_sum: buffer");
+    if (size() == 1) {  // nothing to sum, nobody to wait for
+      std::unique_lock<std::mutex> lock(s_->mu);
+      throw_if_aborted(lock, "all_reduce_sum");
+      return;
+    }
     {
       std::unique_lock<std::mutex> lock(s_->mu);
       throw_if_aborted(lock, "all_reduce_sum");
