@@ -92,6 +92,8 @@ if(FASTATTN_WITH_DISTRIBUTED)
     ${CMAKE_CURRENT_SOURCE_DIR}/src/distributed/cpu_world.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/src/distributed/ring_attention.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/src/distributed/ring_shards.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/src/distributed/sharded_checks.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/src/distributed/ulysses.cpp
     ${CMAKE_CURRENT_SOURCE_DIR}/src/distributed/tiling_all_reduce.cpp)
   if(FASTATTN_WITH_NCCL)
     list(APPEND FASTATTN_DISTRIBUTED_SOURCES

@@ -74,8 +74,10 @@ struct RingRun {
   std::string error;
 };
 
+enum class Mode { ring, ulysses };
+
 RingRun run_ring(const harness::Case& c, int world_size, Layout q_layout, Layout kv_layout, bool overlap,
-                 distributed::RingPartials partials = distributed::RingPartials::f32) {
+                 distributed::RingPartials partials = distributed::RingPartials::f32, Mode mode = Mode::ring) {
   RingRun run;
   harness::CaseData data(c);
   const AttentionProblem p = data.problem();
@@ -115,7 +117,9 @@ RingRun run_ring(const harness::Case& c, int world_size, Layout q_layout, Layout
     CpuWorld fwd_world(world_size);
     rethrow_first(fwd_world.run([&](Communicator& comm) {
       RankTensors& t = ranks[static_cast<std::size_t>(comm.rank())];
-      const auto rep = distributed::ring_attention_forward(comm, qs, ks, t.q.view, t.k.view, t.v.view, t.out.view, t.lse.view, o);
+      const auto rep = mode == Mode::ring
+                           ? distributed::ring_attention_forward(comm, qs, ks, t.q.view, t.k.view, t.v.view, t.out.view, t.lse.view, o)
+                           : distributed::ulysses_attention_forward(comm, qs, ks, t.q.view, t.k.view, t.v.view, t.out.view, t.lse.view, o);
       if (comm.rank() == 0) run.forward = rep;
     }));
     data.out.fill_view_bits(harness::poison_bits(c.dtype));
@@ -140,8 +144,11 @@ RingRun run_ring(const harness::Case& c, int world_size, Layout q_layout, Layout
     CpuWorld bwd_world(world_size);
     rethrow_first(bwd_world.run([&](Communicator& comm) {
       RankTensors& t = ranks[static_cast<std::size_t>(comm.rank())];
-      const auto rep = distributed::ring_attention_backward(comm, qs, ks, t.dout.view, t.q.view, t.k.view, t.v.view, t.out.view,
-                                                           t.lse.view, t.dq.view, t.dk.view, t.dv.view, o);
+      const auto rep = mode == Mode::ring
+                           ? distributed::ring_attention_backward(comm, qs, ks, t.dout.view, t.q.view, t.k.view, t.v.view,
+                                                                  t.out.view, t.lse.view, t.dq.view, t.dk.view, t.dv.view, o)
+                           : distributed::ulysses_attention_backward(comm, qs, ks, t.dout.view, t.q.view, t.k.view, t.v.view,
+                                                                     t.out.view, t.lse.view, t.dq.view, t.dk.view, t.dv.view, o);
       if (comm.rank() == 0) run.backward = rep;
     }));
     for (harness::HostTensor* g : {&data.dq, &data.dk, &data.dv}) g->fill_view_bits(harness::poison_bits(c.dtype));
@@ -225,6 +232,50 @@ TEST_P(RingAttention, MatchesFloat64AndErrorDoesNotGrowWithRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RingAttention, ::testing::ValuesIn(kRingCases));
+
+// Ulysses all-to-all: num_heads and num_kv_heads divisible by the world size. One call over the
+// whole sequence per rank, so the error is that of the 1-rank call at every world size (checked
+// as for the ring: the standard rule, and 2 x the 1-rank error + floor).
+const RingCase kUlyssesCases[] = {
+    {"b=1 sq=67 sk=67 h=8 hkv=8 d=64 dtype=bf16 mask=causal", Layout::zigzag, Layout::zigzag},
+    {"b=2 sq=45 sk=45 h=8 hkv=4 d=32 dtype=f32 mask=causal", Layout::uneven, Layout::uneven},
+    {"b=1 sq=30 sk=50 h=8 hkv=8 d=64 dtype=f16 mask=none", Layout::uneven, Layout::zigzag},
+};
+
+class UlyssesAttention : public ::testing::TestWithParam<RingCase> {};
+
+TEST_P(UlyssesAttention, MatchesFloat64AndErrorDoesNotGrowWithRanks) {
+  const RingCase rc = GetParam();
+  const harness::Case c = harness::parse_case(rc.text);
+  std::vector<harness::TensorCheck> one_rank;
+  for (int world : {1, 2, 4, 8}) {
+    if (c.num_kv_heads % world != 0) continue;
+    const RingRun run = run_ring(c, world, rc.q_layout, rc.kv_layout, true, distributed::RingPartials::f32, Mode::ulysses);
+    ASSERT_TRUE(run.error.empty()) << world << " ranks: " << run.error;
+    ASSERT_EQ(run.checks.size(), 5u);
+    for (std::size_t i = 0; i < run.checks.size(); ++i) {
+      const harness::TensorCheck& t = run.checks[i];
+      EXPECT_TRUE(t.pass) << world << " ranks, " << ::testing::PrintToString(rc) << "\n" << t.to_string();
+      if (world == 1) continue;
+      const double floor_fro = t.bound.rel_fro - 2 * t.naive.rel_fro;
+      EXPECT_LE(t.backend.rel_fro, 2 * one_rank[i].backend.rel_fro + floor_fro) << t.name << " at " << world << " ranks";
+    }
+    if (world == 1) one_rank = run.checks;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, UlyssesAttention, ::testing::ValuesIn(kUlyssesCases));
+
+TEST(UlyssesAttentionErrors, HeadsMustDivideTheWorld) {
+  CpuWorld world(2);
+  std::vector<float> buf(4096);
+  const SequenceShards s = SequenceShards::contiguous(10, 2);
+  const TensorView q = make_tensor(buf.data(), DType::f32, {1, 5, 4, 8}), k = make_tensor(buf.data(), DType::f32, {1, 5, 1, 8});
+  expect_error([&] { distributed::ulysses_attention_forward(world.communicator(0), s, s, q, k, k, q, std::nullopt); },
+               ErrorCode::invalid_argument,
+               "ulysses_attention_forward: k: expected shape[2] (num_kv_heads) divisible by the world size 2 (Ulysses splits KV heads; "
+               "ring attention does not), got 1");
+}
 
 // The overlapped ring (a comm thread) and the sequential one compute the same calls in the same
 // order: the same bits.

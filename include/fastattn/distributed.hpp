@@ -242,4 +242,23 @@ RingReport ring_attention_backward(Communicator& comm, const SequenceShards& q_s
                                    const TensorView& dk, const TensorView& dv,
                                    const RingOptions& options = {});
 
+// ---- context parallelism: Ulysses all-to-all ---------------------------------------------------
+// DeepSpeed-Ulysses: an all-to-all turns the sequence-sharded q, k, v (all heads, this rank's
+// tokens) into head-sharded ones (num_heads / P heads, every token), one fastattn::forward /
+// backward runs over the whole sequence for those heads, and a second all-to-all returns out (or
+// dq, dk, dv) to the sequence shards. Needs num_heads and num_kv_heads divisible by the world
+// size (so Ulysses is limited by the KV heads; ring attention is not). Tensors and options as
+// ring_attention_forward / _backward (RingOptions::overlap and ::partials do not apply: there is
+// one call per rank, in the input dtype, and nothing to merge).
+RingReport ulysses_attention_forward(Communicator& comm, const SequenceShards& q_shards,
+                                     const SequenceShards& kv_shards, const TensorView& q,
+                                     const TensorView& k, const TensorView& v, const TensorView& out,
+                                     const std::optional<TensorView>& lse, const RingOptions& options = {});
+RingReport ulysses_attention_backward(Communicator& comm, const SequenceShards& q_shards,
+                                      const SequenceShards& kv_shards, const TensorView& dout,
+                                      const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& out, const TensorView& lse, const TensorView& dq,
+                                      const TensorView& dk, const TensorView& dv,
+                                      const RingOptions& options = {});
+
 }  // namespace fastattn::distributed
