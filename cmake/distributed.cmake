@@ -33,6 +33,10 @@ if(FASTATTN_WITH_DISTRIBUTED AND NOT FASTATTN_NCCL STREQUAL "OFF")
   set(nccl_missing "")
   if(NOT FASTATTN_WITH_CUDA)
     set(nccl_missing "CUDA is off")
+  elseif(FASTATTN_BUILD_PYTHON AND FASTATTN_NCCL STREQUAL "AUTO")
+    # The extension would need libnccl.so.2 and libcublasLt at import time on every machine, and
+    # no Python binding uses the NCCL communicator yet.
+    set(nccl_missing "the Python extension does not link NCCL unless FASTATTN_NCCL=ON")
   else()
     # The PyPI wheel: nvidia/nccl inside the site-packages of the Python on PATH, if any.
     set(nccl_wheel_dir "")
@@ -79,8 +83,12 @@ if(FASTATTN_WITH_DISTRIBUTED AND NOT FASTATTN_NCCL STREQUAL "OFF")
     message(STATUS "fastattn: NCCL ${FASTATTN_NCCL_VERSION} (${FASTATTN_NCCL_INCLUDE_DIR}, ${FASTATTN_NCCL_LIBRARY}): "
                    "building the NCCL communicator and the CUDA tiling-AllReduce")
   elseif(FASTATTN_NCCL STREQUAL "ON")
-    message(FATAL_ERROR "FASTATTN_NCCL=ON but ${nccl_missing}; set FASTATTN_NCCL_ROOT to a directory with "
-                        "include/nccl.h and lib/libnccl.so (e.g. <site-packages>/nvidia/nccl of pip install nvidia-nccl-cu13)")
+    set(nccl_hint "")
+    if(nccl_missing MATCHES "not found")
+      set(nccl_hint "; set FASTATTN_NCCL_ROOT to a directory with include/nccl.h and lib/libnccl.so "
+                    "(e.g. <site-packages>/nvidia/nccl of pip install nvidia-nccl-cu13)")
+    endif()
+    message(FATAL_ERROR "FASTATTN_NCCL=ON but ${nccl_missing}${nccl_hint}")
   else()
     message(STATUS "fastattn: building fastattn::distributed without NCCL (${nccl_missing}; set FASTATTN_NCCL_ROOT to use one)")
   endif()
