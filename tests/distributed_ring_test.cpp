@@ -322,6 +322,12 @@ TEST(RingAttentionErrors, BadArgumentsNameTheArgument) {
                ErrorCode::invalid_argument, "ring_attention_forward: lse: expected an f32 CPU tensor [1, 2, 5]");
   expect_error([&] { distributed::ring_attention_forward(comm, SequenceShards::contiguous(10, 3), s, q, k, k, q, std::nullopt); },
                ErrorCode::invalid_argument, "q_shards: expected one entry of chunks per rank (2), got 3");
+  std::vector<float> lse(64);
+  expect_error([&] { distributed::ring_attention_backward(comm, s, s, q, q, k, k, q, make_tensor(lse.data(), DType::f32, {1, 2, 5}), q, k,
+                                                         make_tensor(buf.data(), DType::f32, {1, 5, 2, 8})); },
+               ErrorCode::invalid_argument, "ring_attention_backward: dv: expected shape [1, 5, 1, 8] (that of k), got [1, 5, 2, 8]");
+  expect_error([&] { distributed::shard_tokens(s, 1, make_tensor(buf.data(), DType::f32, {1, 9, 2, 8}), q); },
+               ErrorCode::invalid_argument, "shard_tokens: global: expected shape[1] = seqlen 10, got 9");
   // Nothing was communicated: the world is still usable.
   EXPECT_FALSE(comm.aborted());
 }
