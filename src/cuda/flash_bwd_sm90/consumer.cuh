@@ -14,7 +14,7 @@
 //   dV  += P^T dO     (64 x d)   wgmma RS, dO MN-major (its rows are the k)
 //   dK  += dS^T Q     (64 x d)   wgmma RS, Q MN-major
 //   named barrier: both warpgroups' dS^T halves are in sdS
-//   dQ_wg = dS K      (one m64n64 tile per warpgroup, traits.cuh) wgmma SS, dS^T and K MN-major
+//   dQ_wg = dS K      (64 x d/2: the warpgroup's columns, traits.cuh) wgmma SS, dS^T and K MN-major
 //   wait dV/dK -> release stage s; wait dQ -> dq_writer.cuh adds it to the fp32 accumulator
 // Register pins (sm90::fence_registers) keep the compiler from touching an accumulator or A
 // fragment while a wgmma owns it (ptxas otherwise serialises the wgmma, C7510/C7519).
@@ -41,9 +41,7 @@ namespace fastattn::cuda {
 // Named barriers of the sm90 backward (0 is __syncthreads).
 enum Sm90BwdBarrier : int {
   kBarDsReady = 1,     // both MMA warpgroups wrote their dS^T rows (kMmaThreads)
-  kBarDqFull = 2,      // bulk mode: sdQ written (kMmaThreads + the dQ warp)
-  kBarDqEmpty = 3,     // bulk mode: the dQ warp's reads of sdQ are done (kMmaThreads + 32)
-  kBarWarpgroup0 = 4,  // deterministic atomic mode: one per MMA warpgroup (128)
+  kBarWarpgroup0 = 2,  // bulk dQ and deterministic modes: one per MMA warpgroup (128)
 };
 
 template <class T>
@@ -98,31 +96,22 @@ __device__ __forceinline__ void issue_key_gradient(float (&acc)[T::kNTilesD][4],
   }
 }
 
-// Issues acc_dq (this warpgroup's m64n64 tile of dS K) = dS K, no wait: A = dS read MN-major
-// from the dS^T buffer (query panel kDqRow0 * wg / 64), B = K MN-major (head_dim panel
-// kDqCol0 * wg / 64); kBlockN / 16 wgmma.
+// Issues acc_dq (this warpgroup's 64 x kDqN tile of dS K, columns kDqN * wg..) = dS K, no
+// wait: A = dS read MN-major from the dS^T buffer (the k are its key rows), B = K MN-major from
+// column kDqN * wg; kBlockN / 16 wgmma.
 template <class T>
 __device__ __forceinline__ void issue_dq(float (&acc)[T::kDqN / 8][4], uint32_t s_ds, uint32_t s_k, int wg) {
   using E = typename T::Element;
-  const int query_panel = T::kDqRow0 * wg / 64, column_panel = T::kDqCol0 * wg / 64;
 #pragma unroll
   for (int kk = 0; kk < T::kKStepsDq; ++kk) {
     const uint64_t desc_a =
-        sm90::mnmajor_descriptor(s_ds + sm90_layout::mnmajor_step(T::kBlockN, query_panel, kk), T::kPanelBytesDS);
+        sm90::mnmajor_descriptor(s_ds + sm90_layout::mnmajor_step(T::kBlockN, 0, kk), T::kPanelBytesDS);
     const uint64_t desc_b =
-        sm90::mnmajor_descriptor(s_k + sm90_layout::mnmajor_step(T::kBlockN, column_panel, kk), T::kPanelBytesKV);
+        sm90::mnmajor_descriptor(s_k + sm90_layout::mnmajor_step(T::kBlockN, T::kDqN * wg, kk), T::kPanelBytesKV);
     sm90::mma_ss_tt<T::kDqN, E>(acc, desc_a, desc_b, kk > 0 ? 1 : 0);
   }
   sm90::warpgroup_commit();
 }
-
-// Per CTA values of the P^T / dS^T math: which query blocks need the mask, and the queries
-// this thread's two key rows see.
-struct Sm90BwdTileMask {
-  int full_begin, full_end;  // query blocks [full_begin, full_end) need no mask (tile_scheduler.hpp)
-  int first_query[2];        // key row half h sees queries [first_query[h], last_query[h]]
-  int last_query[2];
-};
 
 // Queries i that key j sees (SequenceMask::visible solved for i): i + offset - left <= j <=
 // i + offset + right and j < seqlen_k; clamped to int.
@@ -136,19 +125,14 @@ __device__ __forceinline__ void visible_queries(const SequenceMask& mask, int64_
   last = static_cast<int>(hi < kMin ? kMin - 1 : hi > kMax ? kMax : hi);
 }
 
-template <class T>
-__device__ __forceinline__ Sm90BwdTileMask make_tile_mask(const Sm90BackwardWork& w, int wg, int t) {
-  Sm90BwdTileMask m;
-  const QueryBlockRange full = sm90_full_query_blocks(w.mask, w.k0, T::kBlockN, T::kBlockM,
-                                                      (w.len_q + T::kBlockM - 1) / T::kBlockM);
-  m.full_begin = full.m_begin;
-  m.full_end = full.m_end;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    visible_queries(w.mask, w.k0 + 64 * wg + sm90_layout::acc_row(t, 2 * half), m.first_query[half],
-                    m.last_query[half]);
-  }
-  return m;
+// The mask of the call (padded batches: one for every sequence), from the kernel parameters.
+__device__ __forceinline__ SequenceMask call_mask(const BackwardParams& p) {
+  SequenceMask mask;
+  mask.left = p.window_left;
+  mask.right = p.window_right;
+  mask.offset = p.bottom_right ? static_cast<int64_t>(p.seqlen_k) - p.seqlen_q : 0;
+  mask.seqlen_k = p.seqlen_k;
+  return mask;
 }
 
 // P^T and dS^T of one step in place of acc_s and acc_dp, packed into the A fragments of the dV
@@ -158,13 +142,27 @@ __device__ __forceinline__ Sm90BwdTileMask make_tile_mask(const Sm90BackwardWork
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][4], float (&acc_dp)[T::kNTilesS][4],
                                                     uint32_t (&a_p)[T::kKStepsS][4], uint32_t (&a_ds)[T::kKStepsS][4],
-                                                    const BackwardParams& p, const Sm90BwdTileMask& m,
-                                                    uint32_t s_lse, uint32_t s_dsum, int m_block, int q0, int t) {
+                                                    const BackwardParams& p, uint32_t s_lse, uint32_t s_dsum,
+                                                    int k0, int q0, int wg, int t) {
   using E = typename T::Element;
-  const bool partial = m_block < m.full_begin || m_block >= m.full_end;
+  // Partial tiles only (SequenceMask::classify): element (nt, e) is key k0 + 64 wg +
+  // acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2; per key row h the visible queries,
+  // shifted by the thread's column, bound the immediate 8 nt + e % 2 (4 registers, recomputed
+  // per step rather than kept across the loop, where ptxas spilled them).
+  const SequenceMask mask = call_mask(p);
+  const bool partial = mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) != TileClass::full;
+  int lo[2] = {0, 0}, hi[2] = {0, 0};
+  if (partial) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      visible_queries(mask, k0 + 64 * wg + sm90_layout::acc_row(t, 2 * h), lo[h], hi[h]);
+      lo[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
+      hi[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
+    }
+  }
   auto masked_out = [&](int nt, int e) {
-    const int i = q0 + sm90_layout::acc_col(t, nt, e);
-    return i < m.first_query[e / 2] || i > m.last_query[e / 2];
+    const int c = 8 * nt + e % 2;
+    return c < lo[e / 2] || c > hi[e / 2];
   };
   if constexpr (!kSoftcap) {
     sm90::warpgroup_wait<1>();  // S^T landed; dP^T may still run
@@ -236,8 +234,8 @@ __device__ __forceinline__ void store_ds(uint32_t s_ds, const uint32_t (&a_ds)[T
 // Waits for the step's stage, releases it once dV and dK have read Q and dO.
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)[T::kDqN / 8][4],
-                                         const Sm90BwdSmem<T>& smem, const BackwardParams& p,
-                                         const Sm90BwdTileMask& m, const Sm90BwdStep& s, int wg, int t) {
+                                         const Sm90BwdSmem<T>& smem, const BackwardParams& p, int k0,
+                                         const Sm90BwdStep& s, int wg, int t) {
   sm90::mbarrier_wait(smem.q_full(s.stage), s.parity);
   float acc_s[T::kNTilesS][4], acc_dp[T::kNTilesS][4];
   sm90::warpgroup_fence();
@@ -245,7 +243,8 @@ __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)
   issue_transposed_scores<T>(acc_dp, smem.v(), smem.dout(s.stage), wg);
 
   uint32_t a_p[T::kKStepsS][4], a_ds[T::kKStepsS][4];
-  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, m, smem.lse(s.stage), smem.dsum(s.stage), s.m_block, s.q0, t);
+  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), k0, s.q0, wg,
+                                   t);
   store_ds<T>(smem.ds(s.ds_buffer), a_ds, wg, t);
 
   // dV += P^T dO, dK += dS^T Q: one commit group. The packing is final before the fence (pins).

@@ -4,13 +4,12 @@
 // 2024; our code). UNTESTED ON A GPU: opt-in (flash_bwd_sm90/plan.hpp).
 //
 // Roles (kThreads = 384):
-//   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warp 1, in
-//                    bulk dQ mode, adds the dQ tiles to global memory (dq_writer.cuh); warps 2
-//                    and 3 retire.
+//   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warps 1-3
+//                    retire.
 //   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each; per step the GEMMs and gradients
 //                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
 //                    (epilogue.cuh).
-// After the role split the roles meet only on mbarriers (loads) and named barriers (sdQ).
+// After the role split the roles meet only on mbarriers.
 #pragma once
 
 #include <cuda.h>
@@ -40,9 +39,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const Sm90BwdSmem<T> smem{(raw + 1023u) & ~1023u};
   // Each role derives the CTA's work after its register reallocation: a value computed before
   // the split and live into the 24-register producer branch would be spilled.
+  // The tile index goes through an empty asm in each branch, so the compiler cannot hoist one
+  // shared computation above the branches either.
   auto work = [&p] {
     const int n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
-    return sm90_backward_work(blockIdx.x, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
+    unsigned tile = blockIdx.x;
+    asm volatile("" : "+r"(tile));
+    return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
                               p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
                               T::kBlockN);
   };
@@ -54,18 +57,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int t = static_cast<int>(threadIdx.x) % 128;
   if (warpgroup == 0) {
     sm90::warpgroup_release_registers<T::kProducerRegisters>();
-    const Sm90BackwardWork w = work();
-    const int warp = t / 32, lane = t % 32;
-    if (warp == 0) {
-      produce_backward<T>(smem, p, w, &map_q, &map_k, &map_v, &map_do, lane);
-    } else if (kBulkDq && warp == 1) {
-      write_dq_bulk<T, kDeterministic>(p, w, smem.dq(), lane);
-    }
+    if (t < 32) produce_backward<T>(smem, p, work(), &map_q, &map_k, &map_v, &map_do, t);
   } else {
     sm90::warpgroup_claim_registers<T::kMmaRegisters>();
     const int wg = warpgroup - 1;
     const Sm90BackwardWork w = work();
-    const Sm90BwdTileMask mask = make_tile_mask<T>(w, wg, t);
     Sm90BwdMmaState<T> st;
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesD; ++nt)
@@ -87,13 +83,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       int t_step = t;
       asm volatile("" : "+r"(smem_step.base), "+r"(t_step));
       float acc_dq[T::kDqN / 8][4];
-      mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, mask, s, wg, t_step);
+      mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, w.k0, s, wg, t_step);
       if constexpr (kBulkDq) {
-        stage_dq<T>(acc_dq, smem_step.dq(), wg, t_step);
+        add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
       } else {
         add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
       }
     }
+    if constexpr (kBulkDq) finish_dq_bulk(t);
     store_key_gradients<T>(st, p, w, wg, t);
   }
 #endif

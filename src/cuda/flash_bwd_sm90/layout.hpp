@@ -48,11 +48,13 @@ FASTATTN_HD constexpr uint32_t sw128_apply(uint32_t linear) { return linear ^ ((
 FASTATTN_HD constexpr uint32_t kmajor_step(int rows, int row0, int kk) {
   return static_cast<uint32_t>((kk / 4) * rows * 128 + row0 * 128 + (kk % 4) * 32);
 }
-// MN-major operand (m or n contiguous, k along the rows), m/n panel `panel`: 16 k rows (two
-// 8-row atoms, 2048 bytes) per step; the descriptor's leading byte offset is the panel
-// distance rows * 128, the stride byte offset the 8-row atom (1024).
-FASTATTN_HD constexpr uint32_t mnmajor_step(int rows, int panel, int kk) {
-  return static_cast<uint32_t>(panel * rows * 128 + kk * 16 * 128);
+// MN-major operand (m or n contiguous, k along the rows) from m/n index mn0: 16 k rows (two
+// 8-row atoms, 2048 bytes) per step; the descriptor's leading byte offset is the panel distance
+// rows * 128, the stride byte offset the 8-row atom (1024). An mn0 inside a panel (the d = 64
+// dQ's n32 half: mn0 = 32) moves the start 64 bytes into the 128-byte row, below the bits the
+// swizzle reads (7-9), as the K-major k16 steps move it 32 bytes.
+FASTATTN_HD constexpr uint32_t mnmajor_step(int rows, int mn0, int kk) {
+  return static_cast<uint32_t>((mn0 / 64) * rows * 128 + (mn0 % 64) * 2 + kk * 16 * 128);
 }
 
 // ---- the fp32 dQ staging tile of the bulk reduce-add: row-major, rows padded to

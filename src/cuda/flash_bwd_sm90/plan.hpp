@@ -26,14 +26,15 @@ namespace fastattn::cuda {
 // query head sharing that KV head: one producer warpgroup, two MMA warpgroups of 64 keys each
 // (dK and dV of their keys in registers across the whole walk), a `stages`-deep (Q, dO, lse, D)
 // ring. FlashAttention-3's d = 128 backward tile is 64 x 128 causal (80 x 128 otherwise, which
-// needs wgmma n80); d = 64 takes 128 query rows so each S^T wgmma is n128 and the dQ GEMM still
-// splits into one m64n64 per warpgroup (traits.cuh). First shapes; to be tuned on the H200.
+// needs wgmma n80). d = 64 takes the same 64 x 128: with 128 query rows S^T and dP^T alone are
+// 128 registers a thread and ptxas spilled 260-380 bytes (FA3's d = 64 tile, 128 x 128, computes
+// S rather than S^T and stages P in shared memory). First shapes; to be tuned on the H200.
 struct Sm90BackwardBlocks {
   int block_m, block_n, stages, threads;
 };
 constexpr bool sm90_backward_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
-  return head_dim <= 64 ? Sm90BackwardBlocks{128, 128, 2, 384} : Sm90BackwardBlocks{64, 128, 2, 384};
+  return head_dim <= 64 ? Sm90BackwardBlocks{64, 128, 2, 384} : Sm90BackwardBlocks{64, 128, 2, 384};
 }
 
 // Shared memory, bytes (traits.cuh's map, which static_asserts the same): K, V; stages x (Q,

@@ -84,14 +84,16 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     tma_load_rows<T>(smem.v(), T::kPanelBytesKV, map_v, smem.kv_full(), w.k0, w.kv_head, w.batch);
   }
   constexpr float kLog2e = 1.4426950408889634f;
-  const int64_t row_base = static_cast<int64_t>(w.batch) * p.seqlen_q;  // D's rows (padded batches)
+  // Step i is (head, m): heads ascending, query blocks descending (tile_scheduler.hpp), kept as
+  // running counters (no divisions, few registers: this warp has 24).
+  int head = w.kv_head * w.group_size, m = w.m_end - 1;
   for (int i = 0; i < w.steps; ++i) {
     const int stage = i % T::kStages, use = i / T::kStages;
-    const int head = w.head(i), q0 = w.m_block(i) * T::kBlockM;
+    const int q0 = m * T::kBlockM;
     if (use > 0) sm90::mbarrier_wait(smem.q_empty(stage), (use - 1) & 1);
     const float* lse = p.lse + static_cast<int64_t>(w.batch) * p.lse_batch_stride +
                        static_cast<int64_t>(head) * p.lse_head_stride;
-    const float* dsum = p.d_sum + static_cast<int64_t>(head) * p.total_q + row_base;
+    const float* dsum = p.d_sum + static_cast<int64_t>(head) * p.total_q + static_cast<int64_t>(w.batch) * p.seqlen_q;
 #pragma unroll
     for (int r = lane; r < T::kBlockM; r += 32) {
       const int row = q0 + r;
@@ -112,6 +114,10 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
       tma_load_rows<T>(smem.dout(stage), T::kPanelBytesQ, map_do, smem.q_full(stage), q0, head, w.batch);
     } else {
       sm90::mbarrier_arrive(smem.q_full(stage));
+    }
+    if (--m < w.m_begin) {
+      m = w.m_end - 1;
+      ++head;
     }
   }
 }

@@ -50,13 +50,12 @@ struct Sm90BackwardTraits {
   static constexpr int kKStepsS = kBlockM / 16;  // k16 steps of dV += P^T dO, dK += dS^T Q
   static constexpr int kNTilesD = kHeadDim / 8;
 
-  // dQ = dS K (kBlockM x kHeadDim) is two m64n64 wgmma tiles, one per MMA warpgroup: d = 128
-  // (kBlockM 64) splits the columns, d = 64 (kBlockM 128) the rows. Warpgroup wg's tile starts
-  // at query kDqRow0 * wg, column kDqCol0 * wg.
-  static constexpr int kDqN = 64;
-  static_assert((kBlockM / 64) * (kHeadDim / 64) == kMmaWarpgroups, "dQ: one m64n64 tile per MMA warpgroup");
-  static constexpr int kDqRow0 = kBlockM == 64 ? 0 : 64;
-  static constexpr int kDqCol0 = kBlockM == 64 ? 64 : 0;
+  // dQ = dS K (kBlockM = 64 queries x kHeadDim) is one m64 x (kHeadDim / 2) wgmma tile per MMA
+  // warpgroup, the columns split: warpgroup wg's tile starts at column kDqN * wg (d = 128: n64,
+  // a whole 64-column panel of K; d = 64: n32, half a panel, 64 bytes into its 128-byte rows).
+  static_assert(kBlockM == 64, "dQ: one m64 row tile");
+  static constexpr int kDqN = kHeadDim / kMmaWarpgroups;
+  static_assert(kDqN == 32 || kDqN == 64, "wgmma.cuh's mma_ss_tt shapes");
   static constexpr int kKStepsDq = kBlockN / 16;
   static constexpr int kDqRowBytes = sm90_backward_dq_row_bytes(kHeadDim);
 
