@@ -126,8 +126,8 @@ inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
 // with semaphores instead of splitting into buffers), then in deterministic mode one int
 // semaphore per (batch, head, query block), zeroed with the accumulator.
 inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
-                                       std::int64_t seqlen_q, std::int64_t seqlen_k, std::int64_t window_left,
-                                       std::int64_t window_right, bool deterministic) {
+                                       std::int64_t seqlen_q, std::int64_t window_left, std::int64_t window_right,
+                                       bool deterministic) {
   const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
   BackwardPlan plan;
   plan.path = ForwardPath::sm90;

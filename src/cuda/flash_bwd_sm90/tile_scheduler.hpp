@@ -81,29 +81,6 @@ FASTATTN_HD int sm90_first_key_block(const SequenceMask& mask, int m, int block_
   return static_cast<int>(mask.key_begin(static_cast<std::int64_t>(m) * block_m) / block_n);
 }
 
-// Query blocks [lo, hi) whose tile with key block [k0, k0 + block_n) is fully visible (no
-// mask arithmetic; the rest of the CTA's range is partial): every key in the sequence, and
-// every query of the block inside every key's window. visible_queries' bounds grow with the
-// key, so the last key bounds the first query and the first key the last. Equal to
-// SequenceMask::classify(...) == full (the CPU test checks it).
-FASTATTN_HD QueryBlockRange sm90_full_query_blocks(const SequenceMask& mask, int k0, int block_n, int block_m,
-                                                   int m_blocks) {
-  QueryBlockRange r{0, m_blocks};
-  if (k0 + block_n > mask.seqlen_k) return QueryBlockRange{0, 0};
-  if (mask.right >= 0) {  // q0 >= (k0 + block_n - 1) - offset - right
-    const std::int64_t q = (k0 + block_n - 1) - mask.offset - mask.right;
-    const std::int64_t m = q <= 0 ? 0 : (q + block_m - 1) / block_m;
-    r.m_begin = static_cast<int>(m < m_blocks ? m : m_blocks);
-  }
-  if (mask.left >= 0) {  // q0 + block_m - 1 <= k0 - offset + left
-    const std::int64_t q = k0 - mask.offset + mask.left - (block_m - 1);
-    const std::int64_t m = q < 0 ? 0 : q / block_m + 1;
-    r.m_end = static_cast<int>(m < m_blocks ? m : m_blocks);
-  }
-  if (r.m_end < r.m_begin) r.m_end = r.m_begin;
-  return r;
-}
-
 // One CTA's work (both roles derive the same).
 struct Sm90BackwardWork {
   int n_block, kv_head, batch;
