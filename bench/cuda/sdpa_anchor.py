@@ -148,8 +148,14 @@ def run_point(mode, point, pass_, backends, args):
 
         try:
             with sdpa_kernel(BACKENDS[name]):
+                timed = forward if pass_ == "fwd" else forward_backward
+                if pass_ == "bwd":  # the backward alone: one forward, its graph kept across calls
+                    out = forward()
+
+                    def timed():
+                        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 ms, min_ms, reps = time_events(
-                    forward if pass_ == "fwd" else forward_backward,
+                    timed,
                     warmup=limits.get("warmup", 3), repeats=args.repeats,
                     max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)))
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
@@ -170,6 +176,8 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--max-seconds", type=float, default=6.0)
     p.add_argument("--no-gemm", action="store_true")
+    p.add_argument("--passes", default=None,
+                   help="comma-separated passes (fwd,bwd,fwdbwd) instead of the mode's, as cuda_bench --passes")
     args = p.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
@@ -187,6 +195,8 @@ def main():
             emit({"source": "sdpa", "kind": "gemm_peak", "error": f"{type(e).__name__}: {e}"[:300]})
     for mode in args.modes:
         points, passes = MODES[mode]
+        if args.passes:
+            passes = tuple(x for x in args.passes.split(",") if x)
         for point in points:
             for pass_ in passes:
                 run_point(mode, point, pass_, backends, args)
