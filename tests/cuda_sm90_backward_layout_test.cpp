@@ -95,26 +95,41 @@ TEST(CudaSm90BackwardLayout, DescriptorStepsStartAtTheirFirstElement) {
       }
 }
 
-// consumer.cuh's store_ds: per store instruction (fixed kp, r) the 32 lanes of a warp write 4
-// bytes each to 32 distinct banks; together the two warpgroups fill the dS^T tile once.
-TEST(CudaSm90BackwardLayout, DsStoresAreConflictFreeAndCoverTheTile) {
+// consumer.cuh's store_ds: one stmatrix.x4 per A fragment a[kp][0..3] (matrix q = register
+// q). Each element a lane holds lands in the 16-byte row whose address lane 8q + row % 8 gives
+// (stmatrix's rule), at its k column; the 8 rows of a matrix use 8 distinct chunk positions
+// (no bank conflict); and the two warpgroups fill the dS^T tile once.
+TEST(CudaSm90BackwardLayout, DsStmatrixRowsHoldTheFragmentsConflictFree) {
   constexpr int kBlockN = 128, kBlockM = 64;
   std::vector<int> seen(kBlockN * kBlockM, 0);
   for (int wg = 0; wg < 2; ++wg)
     for (int w = 0; w < 4; ++w)
-      for (int kp = 0; kp < kBlockM / 16; ++kp)
-        for (int r = 0; r < 4; ++r) {
-          std::set<std::uint32_t> banks;
-          for (int lane = 0; lane < 32; ++lane) {
-            const int t = 32 * w + lane;
-            const int row = 64 * wg + L::afrag_row(t, r), col = L::afrag_k(t, kp, r, 0);
-            const std::uint32_t off = L::sw128_offset(kBlockN, row, col);
-            banks.insert(off / 4 % 32);
-            ++seen[row * kBlockM + col];
-            ++seen[row * kBlockM + col + 1];
+      for (int kp = 0; kp < kBlockM / 16; ++kp) {
+        for (int q = 0; q < 4; ++q) {
+          std::set<std::uint32_t> chunks;
+          for (int i = 0; i < 8; ++i) {
+            const int provider = 8 * q + i, tp = 32 * w + provider;
+            const std::uint32_t addr = L::sw128_offset(kBlockN, 64 * wg + L::stmatrix_row(tp, provider),
+                                                       L::stmatrix_col(kp, provider));
+            EXPECT_EQ(addr % 16, 0u);
+            chunks.insert(addr / 16 % 8);
           }
-          EXPECT_EQ(banks.size(), 32u) << "wg " << wg << " warp " << w << " kp " << kp << " r " << r;
+          EXPECT_EQ(chunks.size(), 8u);
         }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int t = 32 * w + lane;
+          for (int r = 0; r < 4; ++r) {
+            const int row = 64 * wg + L::afrag_row(t, r), k = L::afrag_k(t, kp, r, 0);
+            // stmatrix: register r of lane l is (row l / 4, columns 2 (l % 4), +1) of matrix r.
+            const int provider = 8 * r + lane / 4, tp = 32 * w + provider;
+            EXPECT_EQ(64 * wg + L::stmatrix_row(tp, provider), row);
+            const int col0 = L::stmatrix_col(kp, provider);
+            EXPECT_EQ(k, col0 + 2 * (lane % 4));
+            ++seen[row * kBlockM + k];
+            ++seen[row * kBlockM + k + 1];
+          }
+        }
+      }
   for (int c : seen) EXPECT_EQ(c, 1);
 }
 

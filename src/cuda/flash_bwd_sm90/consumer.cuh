@@ -63,9 +63,6 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
   return v;
 }
-__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
 
 // Issues acc (64 keys x kBlockM queries) = A_wg B^T, no wait: A the key-side tile (sK or sV,
 // rows 64 wg..), B the query-side stage (sQ or sdO), both K-major; head_dim / 16 wgmma.
@@ -135,35 +132,43 @@ __device__ __forceinline__ SequenceMask call_mask(const BackwardParams& p) {
   return mask;
 }
 
+// -inf at the masked elements of a partial tile (SequenceMask::classify; full tiles skip it):
+// element (nt, e) is key k0 + 64 wg + acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2. Per
+// key row h the visible queries, shifted by the thread's column, bound the immediate
+// 8 nt + e % 2 (4 registers, recomputed per step and live only in this loop: kept across the
+// step loop, ptxas spilled them).
+template <class T>
+__device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p, int k0,
+                                                       int q0, int wg, int t) {
+  const SequenceMask mask = call_mask(p);
+  if (mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) == TileClass::full) return;
+  int lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    visible_queries(mask, k0 + 64 * wg + sm90_layout::acc_row(t, 2 * h), lo[h], hi[h]);
+    lo[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
+    hi[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
+  }
+#pragma unroll
+  for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 8 * nt + e % 2;
+      if (c < lo[e / 2] || c > hi[e / 2]) x[nt][e] = -INFINITY;
+    }
+}
+
 // P^T and dS^T of one step in place of acc_s and acc_dp, packed into the A fragments of the dV
-// and dK GEMMs. Without soft-cap P^T is computed while dP^T is still on the tensor cores (the
-// caller waits for S^T alone); with it, both are waited for and the tanh, P and dS run in one
-// pass (no 1 - tanh^2 kept across the wait: registers).
+// and dK GEMMs, in short passes (each keeps few values live beside the 192 accumulator
+// registers). Without soft-cap the logits, mask and exponentials run while dP^T is still on the
+// tensor cores (the caller waits for S^T alone); with it both are waited for first, and the
+// first pass leaves (dP^T - D) (1 - tanh^2) in acc_dp, so no tanh is kept.
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][4], float (&acc_dp)[T::kNTilesS][4],
                                                     uint32_t (&a_p)[T::kKStepsS][4], uint32_t (&a_ds)[T::kKStepsS][4],
                                                     const BackwardParams& p, uint32_t s_lse, uint32_t s_dsum,
                                                     int k0, int q0, int wg, int t) {
   using E = typename T::Element;
-  // Partial tiles only (SequenceMask::classify): element (nt, e) is key k0 + 64 wg +
-  // acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2; per key row h the visible queries,
-  // shifted by the thread's column, bound the immediate 8 nt + e % 2 (4 registers, recomputed
-  // per step rather than kept across the loop, where ptxas spilled them).
-  const SequenceMask mask = call_mask(p);
-  const bool partial = mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) != TileClass::full;
-  int lo[2] = {0, 0}, hi[2] = {0, 0};
-  if (partial) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      visible_queries(mask, k0 + 64 * wg + sm90_layout::acc_row(t, 2 * h), lo[h], hi[h]);
-      lo[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
-      hi[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
-    }
-  }
-  auto masked_out = [&](int nt, int e) {
-    const int c = 8 * nt + e % 2;
-    return c < lo[e / 2] || c > hi[e / 2];
-  };
   if constexpr (!kSoftcap) {
     sm90::warpgroup_wait<1>();  // S^T landed; dP^T may still run
     sm90::fence_registers(acc_s);
@@ -171,12 +176,13 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
     for (int nt = 0; nt < T::kNTilesS; ++nt) {
       const float2 l = ld_shared_f32x2(s_lse + sm90_layout::acc_col(t, nt, 0) * 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = fmaf(acc_s[nt][e], p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
-        if (partial && masked_out(nt, e)) x = -INFINITY;
-        acc_s[nt][e] = exp2_ftz(x);
-      }
+      for (int e = 0; e < 4; ++e) acc_s[nt][e] = fmaf(acc_s[nt][e], p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
     }
+    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[nt][e] = exp2_ftz(acc_s[nt][e]);
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(acc_dp);
 #pragma unroll
@@ -196,13 +202,18 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float th = tanhf(acc_s[nt][e] * p.softcap_pre_scale);
-        float x = fmaf(p.softcap * th, p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
-        if (partial && masked_out(nt, e)) x = -INFINITY;
-        const float pe = exp2_ftz(x);
-        acc_s[nt][e] = pe;
-        acc_dp[nt][e] = pe * (acc_dp[nt][e] - (e % 2 == 0 ? d.x : d.y)) * (1.0f - th * th);
+        acc_s[nt][e] = fmaf(p.softcap * th, p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
+        acc_dp[nt][e] = (acc_dp[nt][e] - (e % 2 == 0 ? d.x : d.y)) * (1.0f - th * th);
       }
     }
+    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_s[nt][e] = exp2_ftz(acc_s[nt][e]);
+        acc_dp[nt][e] *= acc_s[nt][e];
+      }
   }
 #pragma unroll
   for (int kp = 0; kp < T::kKStepsS; ++kp)
@@ -215,18 +226,20 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
 }
 
 // dS^T (this warpgroup's 64 key rows) into the swizzled dS^T buffer: rows 64 wg.. of a
-// (kBlockN keys, kBlockM queries) tile, one 4-byte store per A-fragment register (conflict-free:
-// the 8 rows of a store hit 8 different 16-byte chunk positions, layout.hpp's test). Then the
-// proxy fence that orders the stores before the dQ wgmma's reads of them.
+// (kBlockN keys, kBlockM queries) tile, one stmatrix.x4 per A fragment (its four registers are
+// four 8x8 matrices; each lane gives one 16-byte row address, layout.hpp: stmatrix_row/col; the
+// 8 rows of a matrix sit at 8 different chunk positions of the swizzle, so no bank conflict).
+// Then the proxy fence that orders the stores before the dQ wgmma's reads of them.
 template <class T>
 __device__ __forceinline__ void store_ds(uint32_t s_ds, const uint32_t (&a_ds)[T::kKStepsS][4], int wg, int t) {
+  asm volatile("" : "+r"(t), "+r"(s_ds));  // the addresses are computed here, not early in the step
+  const int lane = t % 32;
+  const int row = 64 * wg + sm90_layout::stmatrix_row(t, lane);
 #pragma unroll
-  for (int kp = 0; kp < T::kKStepsS; ++kp)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = 64 * wg + sm90_layout::afrag_row(t, r), col = sm90_layout::afrag_k(t, kp, r, 0);
-      st_shared_b32(s_ds + sm90_layout::sw128_offset(T::kBlockN, row, col), a_ds[kp][r]);
-    }
+  for (int kp = 0; kp < T::kKStepsS; ++kp) {
+    const uint32_t addr = s_ds + sm90_layout::sw128_offset(T::kBlockN, row, sm90_layout::stmatrix_col(kp, lane));
+    sm90::stmatrix_x4(addr, a_ds[kp][0], a_ds[kp][1], a_ds[kp][2], a_ds[kp][3]);
+  }
   sm90::fence_proxy_async_shared();
 }
 

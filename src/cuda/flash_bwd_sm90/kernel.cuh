@@ -61,21 +61,29 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     sm90::warpgroup_claim_registers<T::kMmaRegisters>();
     const int wg = warpgroup - 1;
-    const Sm90BackwardWork w = work();
     Sm90BwdMmaState<T> st;
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesD; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st.acc_dk[nt][e] = st.acc_dv[nt][e] = 0.0f;
-    if (w.steps > 0) sm90::mbarrier_wait(smem.kv_full(), 0);
-    for (int i = 0; i < w.steps; ++i) {
+    const int steps = work().steps;
+    if (steps > 0) sm90::mbarrier_wait(smem.kv_full(), 0);
+    for (int i = 0; i < steps; ++i) {
+      // The work again each step, before the GEMMs and again for the dQ output (a few dozen
+      // integer ops each): kept across the loop or the step, its dozen registers beside the 128
+      // of dK/dV pushed ptxas into spilling at d = 128.
       Sm90BwdStep s;
-      s.stage = i % T::kStages;
-      s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
-      s.ds_buffer = i & 1;
-      s.head = w.head(i);
-      s.m_block = w.m_block(i);
-      s.q0 = s.m_block * T::kBlockM;
+      int k0;
+      {
+        const Sm90BackwardWork w = work();
+        s.stage = i % T::kStages;
+        s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
+        s.ds_buffer = i & 1;
+        s.head = w.head(i);
+        s.m_block = w.m_block(i);
+        s.q0 = s.m_block * T::kBlockM;
+        k0 = w.k0;
+      }
       // The shared-memory base and the thread index, opaque to the compiler once per step: the
       // addresses and descriptors derived from them are recomputed (a few integer ops) instead
       // of hoisted out of the loop, where ~30 of them were spilled (ptxas: 136 bytes).
@@ -83,7 +91,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       int t_step = t;
       asm volatile("" : "+r"(smem_step.base), "+r"(t_step));
       float acc_dq[T::kDqN / 8][4];
-      mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, w.k0, s, wg, t_step);
+      mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
+      const Sm90BackwardWork w = work();
       if constexpr (kBulkDq) {
         add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
       } else {
@@ -91,7 +100,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     }
     if constexpr (kBulkDq) finish_dq_bulk(t);
-    store_key_gradients<T>(st, p, w, wg, t);
+    store_key_gradients<T>(st, p, work(), wg, t);
   }
 #endif
 }

@@ -31,6 +31,13 @@ FASTATTN_HD constexpr int afrag_k(int t, int kp, int r, int h) { return 16 * kp 
 FASTATTN_HD constexpr int pack_slice(int kp, int r) { return 2 * kp + r / 2; }
 FASTATTN_HD constexpr int pack_element(int r, int h) { return 2 * (r % 2) + h; }
 
+// ---- stmatrix.x4 of an A fragment a[kp][0..3] (four 8x8 matrices, matrix q = register r):
+// lane l gives the address of row l % 8 of matrix q = l / 8, which is fragment row
+// stmatrix_row(t, ...) and starts at k column stmatrix_col(kp, l): the 16-byte row of 8
+// 16-bit elements that the lanes 4g..4g+3 of matrix q hold as pairs.
+FASTATTN_HD constexpr int stmatrix_row(int t, int lane) { return 16 * (t / 32) + 8 * ((lane / 8) % 2) + lane % 8; }
+FASTATTN_HD constexpr int stmatrix_col(int kp, int lane) { return 16 * kp + 8 * (lane / 16); }
+
 // ---- 128-byte swizzled tiles of 16-bit elements: panels of 64 columns (128-byte rows), `rows`
 // rows per panel (a multiple of 8, so every panel starts on a 1024-byte atom). Byte offset of
 // element (row, col) from the 1024-aligned tile base.
