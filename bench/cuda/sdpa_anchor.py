@@ -163,8 +163,14 @@ def run_point(mode, point, pass_, backends, args):
 
         try:
             with sdpa_kernel(BACKENDS[name]):
+                timed = forward if pass_ == "fwd" else forward_backward
+                if pass_ == "bwd":  # the backward alone: one forward, its graph kept across calls
+                    out = forward()
+
+                    def timed():
+                        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 ms, min_ms, reps = time_events(
-                    forward if pass_ == "fwd" else forward_backward,
+                    timed,
                     warmup=limits.get("warmup", 3), repeats=args.repeats,
                     max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)),
                     warm_ms=args.warm_ms)
@@ -188,6 +194,8 @@ def main():
     p.add_argument("--no-gemm", action="store_true")
     p.add_argument("--warm-ms", type=float, default=0.0,
                    help="calls for this many ms before timing each row (kv_cache_bench uses 30)")
+    p.add_argument("--passes", default=None,
+                   help="comma-separated passes (fwd,bwd,fwdbwd) instead of the mode's, as cuda_bench --passes")
     args = p.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
@@ -205,6 +213,8 @@ def main():
             emit({"source": "sdpa", "kind": "gemm_peak", "error": f"{type(e).__name__}: {e}"[:300]})
     for mode in args.modes:
         points, passes = MODES[mode]
+        if args.passes:
+            passes = tuple(x for x in args.passes.split(",") if x)
         for point in points:
             for pass_ in passes:
                 run_point(mode, point, pass_, backends, args)

@@ -13,6 +13,7 @@
 #include "cpu/cpu_backend.hpp"
 #if FASTATTN_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "cuda/flash_fwd/heuristics.hpp"
 #endif
 #include "fastattn/error.hpp"
@@ -136,6 +137,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
   }
   require_path_code("cuda backward", path, p.device.index);
   const cuda::BackwardPlan plan = cuda::backward_plan(p);
+  if (plan.path == cuda::ForwardPath::sm90) require_path_code("cuda backward", plan.path, p.device.index);
   KernelChoice c;
   c.backend = Backend::cuda;
   c.isa = cuda::to_string(plan.path);
@@ -150,7 +152,13 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                  ? "deterministic: " + std::to_string(plan.num_splits) +
                        " key-block splits per (batch, kv head), dQ buffers summed in split order"
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
-  if (plan.path != cuda::ForwardPath::sm80) {
+  // The sm90 backward (flash_bwd_sm90/plan.hpp: choose_sm90_backward chose it, or said why not).
+  if (plan.path == cuda::ForwardPath::sm90) {
+    c.reason = cuda::describe_backward_sm90(plan, p.deterministic);
+  } else if (!plan.sm90_declined.empty()) {
+    c.reason = "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): " + c.reason;
+  }
+  if (plan.path != cuda::ForwardPath::sm80 && plan.path != cuda::ForwardPath::sm90) {
     c.reason += std::string(plan.path == cuda::ForwardPath::sm75
                                 ? "; sm75 path (Turing): mma.sync m16n8k8, K/V copied synchronously and query blocks "
                                   "register-staged, tiles for 64 KB of shared memory"

@@ -4,8 +4,9 @@
 // The Hopper path, sm90 (flash_fwd_sm90/: TMA, wgmma, warp specialisation; sm_90a code), is
 // chosen automatically on compute capability 9.0 when this build compiled it (FASTATTN_CUDA_ARCHS
 // has 90); calls it does not serve run on the sm80 kernels, and KernelChoice::reason says why
-// (flash_fwd/heuristics.hpp). Only the forward has an sm90 kernel: the backward of an sm90
-// device runs the sm80 kernels (backward_path_for).
+// (flash_fwd/heuristics.hpp). The backward of an sm90 device runs the sm80 kernels
+// (backward_path_for) unless FASTATTN_CUDA_BWD_SM90=1 opts into the sm90 backward, which is not
+// yet verified on a GPU (flash_bwd_sm90/plan.hpp: choose_sm90_backward).
 //
 // One kernel design (flash_fwd/kernel.cuh) with three sets of per-architecture parts:
 //   sm80  mma.sync m16n8k16 + ldmatrix + cp.async, swizzled shared memory (Ampere and newer)

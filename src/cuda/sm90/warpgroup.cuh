@@ -36,4 +36,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// stmatrix.x4 (sm_90): four 8x8 16-bit matrices from registers to shared memory; register i is
+// lane l's pair (row l / 4, columns 2 (l % 4), +1) of matrix i, and lanes 8i..8i+7 give the row
+// addresses of matrix i.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 }  // namespace fastattn::cuda::sm90
