@@ -15,6 +15,8 @@
 //         online softmax per row (scores in log2 units, each row's own causal/window interval)
 //         O (rows, dp) += P V: register blocks of 4 rows x up to 64 columns
 //   so every K/V byte of the split is read from memory once for all its rows, in its dtype.
+// Keys come through SequenceKeys (decode_keys.hpp): the forward's K/V, or a KV cache's pages
+// (block table, any page size), a tile's row offsets filled page run by page run.
 // Each unit writes a partial (out = O / l in f32, lse); a second pass folds the splits of each
 // (b, KV head, row chunk) in split order with merge_weights / weighted (inference/
 // merge_problem.hpp, the math of merge_states) and writes out and lse in the output dtype.
@@ -28,6 +30,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
@@ -36,6 +39,7 @@
 #include "common/problem.hpp"
 #include "cpu/amx.hpp"
 #include "cpu/cpu_backend.hpp"
+#include "cpu/decode_keys.hpp"
 #include "inference/merge_problem.hpp"
 
 namespace fastattn::cpu::decode_detail {
@@ -53,26 +57,23 @@ inline std::uint16_t float_to_bf16_bits(float x) {
   return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// Prefetch into L2 rows [0, n) of a head's next key tile (row r at base + r * stride bytes,
+// Prefetch into L2 rows [0, n) of a head's next key tile (row r at head + off[r] elements,
 // row_bytes long): issued while the current tile is computed, so the next one streams in
 // behind it (a tile of one head alone is rows a token stride apart, which the hardware
 // prefetchers do not follow across pages).
-inline void prefetch_rows(const char* base, std::int64_t stride, std::int64_t n, std::int64_t row_bytes) {
+inline void prefetch_rows(const char* head, const std::int64_t* off, std::size_t elem, std::int64_t n,
+                          std::int64_t row_bytes) {
   for (std::int64_t r = 0; r < n; ++r) {
-    for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(base + r * stride + b, _MM_HINT_T1);
+    const char* row = head + static_cast<std::size_t>(off[r]) * elem;
+    for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
   }
 }
 
-// Sizes of one call's per-thread scratch, in floats, each region whole cache lines.
-struct DecodeGeometry {
-  std::int64_t d, dp, rows, heads, bk;  // rows per KV head, KV heads per unit
-  DecodeGeometry(std::int64_t head_dim, std::int64_t rows_, std::int64_t heads_, std::int64_t block_k)
-      : d(head_dim), dp(round_up(head_dim, 32)), rows(rows_), heads(heads_), bk(block_k) {}
-  std::int64_t state_rows() const { return rows * heads; }
-  std::int64_t stat_floats() const { return round_up(state_rows(), 16); }
-  std::size_t scratch_floats() const {
-    return static_cast<std::size_t>(2 * state_rows() * dp + 2 * bk * dp + rows * bk + 3 * stat_floats());
-  }
+// Row offsets of a unit's current and next key tile (SequenceKeys::rows), on the stack.
+struct TileRows {
+  alignas(64) std::int64_t k[2][kDecodeMaxBlockK];
+  alignas(64) std::int64_t v[2][kDecodeMaxBlockK];
+  bool uniform[2] = {true, true};
 };
 
 struct DecodeScratch {
@@ -135,17 +136,17 @@ typename V::vec load_pairs_partial(const std::uint16_t* p, std::int64_t n) {
 }
 
 // out[j] = q . k_j on bf16 pairs (vdpbf16ps when kNative, else its FMA emulation), K read in
-// place: key j's row at k + j * stride (bf16, head_dim d); q: d bf16 zero-padded to a
+// place: key j's row at k + off[j] (bf16, head_dim d); q: d bf16 zero-padded to a
 // multiple of 2 kWidth. Same output convention as score_row_f32.
 template <class V, bool kNative>
-void score_row_pairs(const std::uint16_t* q, const std::uint16_t* k, std::int64_t stride, std::int64_t d,
+void score_row_pairs(const std::uint16_t* q, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
                      std::int64_t kn, float* out) {
   using vec = typename V::vec;
   constexpr int W = V::kWidth;
   const std::int64_t full = d / (2 * W) * (2 * W);
   for (std::int64_t j0 = 0; j0 < kn; j0 += W) {
     const std::uint16_t* rows[W];
-    for (int jj = 0; jj < W; ++jj) rows[jj] = k + std::min<std::int64_t>(j0 + jj, kn - 1) * stride;
+    for (int jj = 0; jj < W; ++jj) rows[jj] = k + off[std::min<std::int64_t>(j0 + jj, kn - 1)];
     vec acc[W];
 #pragma GCC unroll 16
     for (int jj = 0; jj < W; ++jj) acc[jj] = V::zero();
@@ -300,15 +301,16 @@ inline UnitRows unit_rows(const AttentionProblem& p, const DecodePlan& plan, std
 // [tokens, kv_heads, head_dim] K and V, read front to back (one head's rows alone sit a token
 // stride apart, one or two to a page, and cost a page walk each on this VM: 2x slower).
 template <class V, Bf16Dot kDot>
-void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const DecodeGeometry& g, const DecodeScratch& s,
-                 std::int64_t b, std::int64_t kv0, std::int64_t chunk, std::int64_t split, float* part_out,
-                 float* part_lse) {
+void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const DecodePlan& plan, const DecodeGeometry& g,
+                 const DecodeScratch& s, std::int64_t b, std::int64_t kv0, std::int64_t chunk, std::int64_t split,
+                 float* part_out, float* part_lse) {
   constexpr bool kPairs = kDot != Bf16Dot::off;
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   if (ur.rows == 0) return;
   const std::int64_t heads = std::min(plan.heads_per_unit, p.num_kv_heads - kv0);
   const std::int64_t group = p.group_size(), d = p.head_dim, dp = g.dp;
-  const std::int64_t len_q = p.q_len(b), len_k = p.k_len(b);
+  const SequenceKeys keys(p, cache, b);
+  const std::int64_t len_q = p.q_len(b), len_k = keys.length();
   const SequenceMask mask = p.mask_for(len_q, len_k);
   const std::int64_t t_first = ur.r0 / group, t_last = (ur.r0 + ur.rows - 1) / group;
   const std::int64_t kb = mask.key_begin(t_first), ke = std::max(kb, mask.key_end(t_last + 1));
@@ -337,22 +339,26 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
 
   const float scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : p.softmax_scale * kLog2e;
   const float cap = p.softcap > 0.0f ? p.softcap * kLog2e : 0.0f;
-  const char* kbase = static_cast<const char*>(p.k.data) + static_cast<std::size_t>(p.offset_k(p.k, b, 0, 0)) * elem;
-  const char* vbase = static_cast<const char*>(p.v.data) + static_cast<std::size_t>(p.offset_k(p.v, b, 0, 0)) * elem;
-  const std::int64_t k_stride = p.k.stride.token, v_stride = p.v.stride.token;
+  const char* kdata = static_cast<const char*>(p.k.data);
+  const char* vdata = static_cast<const char*>(p.v.data);
 
+  TileRows tr;
+  int cur = 0;
+  if (k_begin < k_end) keys.rows(k_begin, std::min(g.bk, k_end - k_begin), tr.k[cur], tr.v[cur]);
   for (std::int64_t k0 = k_begin; k0 < k_end; k0 += g.bk) {
     const std::int64_t kn = std::min(g.bk, k_end - k0);
+    const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
+    if (next > 0) keys.rows(k0 + kn, next, tr.k[1 - cur], tr.v[1 - cur]);
+    const std::int64_t* k_off = tr.k[cur];
+    const std::int64_t* v_off = tr.v[cur];
     for (std::int64_t hh = 0; hh < heads; ++hh) {
       const std::int64_t kh = kv0 + hh;
-      const char* k_head = kbase + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
-      const char* v_head = vbase + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
+      const char* k_head = kdata + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
+      const char* v_head = vdata + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
       for (std::int64_t j = 0; j < kn; ++j) {
-        simd::load_row<V>(v_head + static_cast<std::size_t>((k0 + j) * v_stride) * elem, p.dtype, d, 1.0f,
-                          s.v_tile + j * dp);
+        simd::load_row<V>(v_head + static_cast<std::size_t>(v_off[j]) * elem, p.dtype, d, 1.0f, s.v_tile + j * dp);
         if constexpr (!kPairs) {
-          simd::load_row<V>(k_head + static_cast<std::size_t>((k0 + j) * k_stride) * elem, p.dtype, d, 1.0f,
-                            s.k_tile + j * dp);
+          simd::load_row<V>(k_head + static_cast<std::size_t>(k_off[j]) * elem, p.dtype, d, 1.0f, s.k_tile + j * dp);
         }
       }
       for (std::int64_t i = 0; i < ur.rows; ++i) {
@@ -367,8 +373,8 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
         }
         if constexpr (kPairs) {
           score_row_pairs<V, kDot == Bf16Dot::native>(reinterpret_cast<const std::uint16_t*>(s.q) + x * dp,
-                                                      reinterpret_cast<const std::uint16_t*>(k_head) + k0 * k_stride,
-                                                      k_stride, d, kn, srow);
+                                                      reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn,
+                                                      srow);
         } else {
           score_row_f32<V>(s.q + x * dp, s.k_tile, dp, kn, srow);
         }
@@ -376,13 +382,13 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
         if (alpha != 1.0f) simd::scale_row<V>(s.acc + x * dp, dp, alpha);
       }
       accumulate_pv<V>(s.acc + hh * g.rows * dp, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
-      const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
       if (next > 0) {
         const std::int64_t row_bytes = d * static_cast<std::int64_t>(elem);
-        prefetch_rows(k_head + (k0 + kn) * k_stride * static_cast<std::int64_t>(elem), k_stride * static_cast<std::int64_t>(elem), next, row_bytes);
-        prefetch_rows(v_head + (k0 + kn) * v_stride * static_cast<std::int64_t>(elem), v_stride * static_cast<std::int64_t>(elem), next, row_bytes);
+        prefetch_rows(k_head, tr.k[1 - cur], elem, next, row_bytes);
+        prefetch_rows(v_head, tr.v[1 - cur], elem, next, row_bytes);
       }
     }
+    cur = 1 - cur;
   }
 
   write_partials<V>(s, heads, g.rows, ur.rows, d, dp, part_out, part_lse);
@@ -398,16 +404,17 @@ void decode_unit(const AttentionProblem& p, const DecodePlan& plan, const Decode
 //   O (Rp, d) f32    += P x V_tile (m, d) [VNNI pairs of consecutive keys, packed per tile]
 // both products on amx::gemm_bf16<E> (native tiles, or their exact emulation).
 template <class V, class E>
-void decode_unit_amx(const AttentionProblem& p, const DecodePlan& plan, const DecodeGeometry& g,
-                     const DecodeScratch& s, std::int64_t b, std::int64_t kv0, std::int64_t chunk, std::int64_t split,
-                     float* part_out, float* part_lse) {
+void decode_unit_amx(const AttentionProblem& p, const DecodeKeys* cache, const DecodePlan& plan,
+                     const DecodeGeometry& g, const DecodeScratch& s, std::int64_t b, std::int64_t kv0,
+                     std::int64_t chunk, std::int64_t split, float* part_out, float* part_lse) {
   using vec = typename V::vec;
   constexpr int W = V::kWidth;
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   if (ur.rows == 0) return;
   const std::int64_t heads = std::min(plan.heads_per_unit, p.num_kv_heads - kv0);
   const std::int64_t group = p.group_size(), d = p.head_dim, dp = g.dp, rp = g.rows, d2 = d / 2;
-  const std::int64_t len_q = p.q_len(b), len_k = p.k_len(b);
+  const SequenceKeys keys(p, cache, b);
+  const std::int64_t len_q = p.q_len(b), len_k = keys.length();
   const SequenceMask mask = p.mask_for(len_q, len_k);
   const std::int64_t t_first = ur.r0 / group, t_last = (ur.r0 + ur.rows - 1) / group;
   const std::int64_t kb = mask.key_begin(t_first), ke = std::max(kb, mask.key_end(t_last + 1));
@@ -445,27 +452,37 @@ void decode_unit_amx(const AttentionProblem& p, const DecodePlan& plan, const De
 
   const float scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : p.softmax_scale * kLog2e;
   const float cap = p.softcap > 0.0f ? p.softcap * kLog2e : 0.0f;
-  const auto* kbase = static_cast<const std::uint16_t*>(p.k.data) + p.offset_k(p.k, b, 0, 0);
-  const auto* vbase = static_cast<const std::uint16_t*>(p.v.data) + p.offset_k(p.v, b, 0, 0);
-  const std::int64_t k_stride = p.k.stride.token, v_stride = p.v.stride.token;
+  const auto* kdata = static_cast<const std::uint16_t*>(p.k.data);
+  const auto* vdata = static_cast<const std::uint16_t*>(p.v.data);
+  const std::int64_t k_stride = p.k.stride.token;
   float* st = s.scores;                                                // (bk, rp) f32
   auto* pm = reinterpret_cast<std::uint16_t*>(s.k_tile);               // (rp, bk) bf16
   auto* vp = reinterpret_cast<std::uint32_t*>(s.v_tile);               // (bk / 2, d) words
   auto* kst = reinterpret_cast<std::uint16_t*>(s.v_tile + g.bk * dp / 2);  // (bk, d) bf16
 
+  TileRows tr;
+  int cur = 0;
+  if (k_begin < k_end) tr.uniform[cur] = keys.rows(k_begin, std::min(g.bk, k_end - k_begin), tr.k[cur], tr.v[cur]);
   for (std::int64_t k0 = k_begin; k0 < k_end; k0 += g.bk) {
     const std::int64_t kn = std::min(g.bk, k_end - k0), m = round_up(kn, 32);
+    const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
+    if (next > 0) tr.uniform[1 - cur] = keys.rows(k0 + kn, next, tr.k[1 - cur], tr.v[1 - cur]);
+    const std::int64_t* k_off = tr.k[cur];
+    const std::int64_t* v_off = tr.v[cur];
     bool partial = kn < m;
     for (std::int64_t i = 0; i < ur.rows && !partial; ++i) partial = lo_col[i] > k0 || hi_col[i] < k0 + kn;
     for (std::int64_t hh = 0; hh < heads; ++hh) {
       const std::int64_t kh = kv0 + hh;
-      const std::uint16_t* k_rows = kbase + kh * p.k.stride.head + k0 * k_stride;
-      const std::uint16_t* v_rows = vbase + kh * p.v.stride.head + k0 * v_stride;
+      const std::uint16_t* k_head = kdata + kh * p.k.stride.head;
+      const std::uint16_t* v_head = vdata + kh * p.v.stride.head;
+      const std::uint16_t* k_rows = k_head + k_off[0];
       std::int64_t lda = k_stride;
-      if (kn < m) {  // stage the short tile, zero rows after kn
+      // Stage a short tile (zero rows after kn), or one whose rows are not one stride apart
+      // (it crosses into a page elsewhere in memory).
+      if (kn < m || !tr.uniform[cur]) {
         for (std::int64_t j = 0; j < m; ++j) {
           if (j < kn) {
-            std::memcpy(kst + j * d, k_rows + j * k_stride, static_cast<std::size_t>(d) * 2);
+            std::memcpy(kst + j * d, k_head + k_off[j], static_cast<std::size_t>(d) * 2);
           } else {
             std::memset(kst + j * d, 0, static_cast<std::size_t>(d) * 2);
           }
@@ -476,8 +493,8 @@ void decode_unit_amx(const AttentionProblem& p, const DecodePlan& plan, const De
       amx::gemm_bf16<E>(m, rp, d, k_rows, lda, qt + hh * d2 * rp, rp, st, rp, false);
       // V pairs: word (r, c) = (V[2r][c], V[2r + 1][c]); keys past kn are 0.
       for (std::int64_t r = 0; r < m / 2; ++r) {
-        const std::uint16_t* v0 = 2 * r < kn ? v_rows + 2 * r * v_stride : nullptr;
-        const std::uint16_t* v1 = 2 * r + 1 < kn ? v_rows + (2 * r + 1) * v_stride : nullptr;
+        const std::uint16_t* v0 = 2 * r < kn ? v_head + v_off[2 * r] : nullptr;
+        const std::uint16_t* v1 = 2 * r + 1 < kn ? v_head + v_off[2 * r + 1] : nullptr;
         std::uint32_t* out = vp + r * d;
         for (std::int64_t c = 0; c < d; ++c) {
           out[c] = (v0 ? v0[c] : 0u) | (static_cast<std::uint32_t>(v1 ? v1[c] : 0u) << 16);
@@ -529,14 +546,12 @@ void decode_unit_amx(const AttentionProblem& p, const DecodePlan& plan, const De
         for (std::int64_t j = 0; j < m; ++j) pm[i * m + j] = float_to_bf16_bits(st[j * rp + i]);
       }
       amx::gemm_bf16<E>(rp, d, m, pm, m, vp, d, acc, dp, true);
-      const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
       if (next > 0) {
-        const char* kh_rows = reinterpret_cast<const char*>(kbase + kh * p.k.stride.head + (k0 + kn) * k_stride);
-        const char* vh_rows = reinterpret_cast<const char*>(vbase + kh * p.v.stride.head + (k0 + kn) * v_stride);
-        prefetch_rows(kh_rows, k_stride * 2, next, d * 2);
-        prefetch_rows(vh_rows, v_stride * 2, next, d * 2);
+        prefetch_rows(reinterpret_cast<const char*>(k_head), tr.k[1 - cur], 2, next, d * 2);
+        prefetch_rows(reinterpret_cast<const char*>(v_head), tr.v[1 - cur], 2, next, d * 2);
       }
     }
+    cur = 1 - cur;
   }
 
   write_partials<V>(s, heads, rp, ur.rows, d, dp, part_out, part_lse);
@@ -581,28 +596,36 @@ template <>
 struct TileScopeFor<void> {};
 
 // Amx: void (vector dot products) or an amx engine (amx::Native / amx::Emulated).
+// cache: a KV cache's pages and lengths (null: p's K/V). buffers: the caller's scratch
+// (decode_scratch_size), or null members to take it from the host pools.
 template <class V, Bf16Dot kDot, class Amx = void>
-void run_decode(const AttentionProblem& p, const DecodePlan& plan) {
+void run_decode(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                const DecodeBuffers& buffers) {
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return;
   constexpr bool kAmx = !std::is_void_v<Amx>;
-  // AMX: state rows per head rounded up to whole 16-row tiles.
-  const DecodeGeometry g(p.head_dim, kAmx ? round_up(plan.rows, 16) : plan.rows, plan.heads_per_unit, plan.block_k);
+  const DecodeGeometry g = decode_geometry(p, plan);
+  const DecodeScratchSize size = decode_scratch_size(p, plan);
   const std::int64_t units = p.batch * plan.head_blocks * plan.row_chunks * plan.splits;
   const std::int64_t seq_units = p.batch * p.num_kv_heads * plan.row_chunks;  // merged rows' owners
   const std::int64_t unit_rows_all = plan.heads_per_unit * g.rows;
   const std::size_t part_rows = static_cast<std::size_t>(units * unit_rows_all);
-  HostScratch parts(nullptr, part_rows * static_cast<std::size_t>(g.dp + 1) * sizeof(float));
-  float* parts_out = static_cast<float*>(parts.data());
+  std::optional<HostScratch> pooled;
+  float* parts_out = buffers.parts;
+  if (parts_out == nullptr) {
+    pooled.emplace(nullptr, size.parts_bytes);
+    parts_out = static_cast<float*>(pooled->data());
+  }
   float* parts_lse = parts_out + part_rows * static_cast<std::size_t>(g.dp);
-  const std::size_t scratch_bytes = g.scratch_floats() * sizeof(float);
 
   std::exception_ptr error;
 #pragma omp parallel num_threads(plan.threads)
   {
     float* scratch = nullptr;
     try {
-      scratch = static_cast<float*>(thread_scratch(scratch_bytes));
-      std::memset(scratch, 0, scratch_bytes);
+      scratch = buffers.threads != nullptr
+                    ? buffers.threads + static_cast<std::size_t>(omp_get_thread_num()) * (size.thread_bytes / sizeof(float))
+                    : static_cast<float*>(thread_scratch(size.thread_bytes));
+      std::memset(scratch, 0, size.thread_bytes);
     } catch (...) {
 #pragma omp critical(fastattn_decode_error)
       if (!error) error = std::current_exception();
@@ -617,10 +640,10 @@ void run_decode(const AttentionProblem& p, const DecodePlan& plan) {
       const std::int64_t chunk = su % plan.row_chunks, bh = su / plan.row_chunks;
       const std::int64_t block = bh % plan.head_blocks, b = bh / plan.head_blocks;
       if constexpr (kAmx) {
-        decode_unit_amx<V, Amx>(p, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
+        decode_unit_amx<V, Amx>(p, cache, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
                                 parts_out + u * unit_rows_all * g.dp, parts_lse + u * unit_rows_all);
       } else {
-        decode_unit<V, kDot>(p, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
+        decode_unit<V, kDot>(p, cache, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
                              parts_out + u * unit_rows_all * g.dp, parts_lse + u * unit_rows_all);
       }
     }
