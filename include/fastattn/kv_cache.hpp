@@ -96,6 +96,8 @@ KVCacheShape kv_cache_shape(const TensorView& q, const KVCache& cache,
 // not the values in seqlens / block_table: out-of-range values there are the caller's bug; the
 // kernels clamp them so nothing outside the cache is read or written.
 // The scratch is the plan's: one run at a time per plan (on CUDA: runs ordered on a stream).
+// CUDA: options.workspace, when given, is that scratch for the life of the plan (it must hold
+// choice().workspace_bytes from a 256-byte aligned address); else the plan cudaMallocs it.
 // On the CPU, shapes beyond the decode kernel's range (seqlen_q > 16, chunked prefill) gather
 // each sequence's visible pages into the plan's host scratch (sized for the capacity) and run
 // the prefill kernel, whose own tile scratch comes from fastattn's cached host pools.

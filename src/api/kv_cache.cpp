@@ -19,6 +19,7 @@
 #include "cpu/kv_cache.hpp"
 #include "inference/kv_cache_gather.hpp"
 #if FASTATTN_HAVE_CUDA
+#include "cuda/common/workspace_check.hpp"
 #include "cuda/inference/kv_cache_host.hpp"
 #endif
 
@@ -158,12 +159,8 @@ KVCachePlan::KVCachePlan(const KVCacheShape& shape, const AttentionOptions& opti
   }
 #if FASTATTN_HAVE_CUDA
   if (m.route.kernel == KVCacheKernel::cuda && m.route.launch.scratch_bytes > 0) {
-    if (options.workspace != nullptr) {  // the caller's memory, checked once here
-      if (options.workspace->data == nullptr || options.workspace->size < m.route.launch.scratch_bytes) {
-        throw Error(ErrorCode::invalid_argument, "options.workspace: expected at least " +
-                                                     std::to_string(m.route.launch.scratch_bytes) + " bytes, got " +
-                                                     std::to_string(options.workspace->data ? options.workspace->size : 0));
-      }
+    if (options.workspace != nullptr) {  // the caller's memory (size and alignment checked here), for the plan's life
+      cuda::check_workspace(*options.workspace, m.route.launch.scratch_bytes);
       m.scratch.device = options.workspace->data;
     } else {
       m.device = std::make_unique<cuda::KVCachePlanScratch>(shape.device.index, m.route.launch.scratch_bytes);
