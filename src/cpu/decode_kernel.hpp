@@ -73,7 +73,7 @@ inline void prefetch_rows(const char* head, const std::int64_t* off, std::size_t
 struct TileRows {
   alignas(64) std::int64_t k[2][kDecodeMaxBlockK];
   alignas(64) std::int64_t v[2][kDecodeMaxBlockK];
-  bool uniform[2] = {true, true};
+  RowRuns runs[2];
 };
 
 struct DecodeScratch {
@@ -462,11 +462,11 @@ void decode_unit_amx(const AttentionProblem& p, const DecodeKeys* cache, const D
 
   TileRows tr;
   int cur = 0;
-  if (k_begin < k_end) tr.uniform[cur] = keys.rows(k_begin, std::min(g.bk, k_end - k_begin), tr.k[cur], tr.v[cur]);
+  if (k_begin < k_end) tr.runs[cur] = keys.rows(k_begin, std::min(g.bk, k_end - k_begin), tr.k[cur], tr.v[cur]);
   for (std::int64_t k0 = k_begin; k0 < k_end; k0 += g.bk) {
     const std::int64_t kn = std::min(g.bk, k_end - k0), m = round_up(kn, 32);
     const std::int64_t next = std::min(g.bk, k_end - k0 - kn);
-    if (next > 0) tr.uniform[1 - cur] = keys.rows(k0 + kn, next, tr.k[1 - cur], tr.v[1 - cur]);
+    if (next > 0) tr.runs[1 - cur] = keys.rows(k0 + kn, next, tr.k[1 - cur], tr.v[1 - cur]);
     const std::int64_t* k_off = tr.k[cur];
     const std::int64_t* v_off = tr.v[cur];
     bool partial = kn < m;
@@ -477,20 +477,28 @@ void decode_unit_amx(const AttentionProblem& p, const DecodeKeys* cache, const D
       const std::uint16_t* v_head = vdata + kh * p.v.stride.head;
       const std::uint16_t* k_rows = k_head + k_off[0];
       std::int64_t lda = k_stride;
-      // Stage a short tile (zero rows after kn), or one whose rows are not one stride apart
-      // (it crosses into a page elsewhere in memory).
-      if (kn < m || !tr.uniform[cur]) {
-        for (std::int64_t j = 0; j < m; ++j) {
-          if (j < kn) {
-            std::memcpy(kst + j * d, k_head + k_off[j], static_cast<std::size_t>(d) * 2);
-          } else {
-            std::memset(kst + j * d, 0, static_cast<std::size_t>(d) * 2);
-          }
+      const RowRuns runs = tr.runs[cur];
+      if (kn == m && !runs.uniform && runs.uniform16) {
+        // Pages of a multiple of 16 tokens: each 16-row tile of K read in place from its page.
+        for (std::int64_t g0 = 0; g0 < m; g0 += 16) {
+          amx::gemm_bf16<E>(16, rp, d, k_head + k_off[g0], k_stride, qt + hh * d2 * rp, rp, st + g0 * rp, rp, false);
         }
-        k_rows = kst;
-        lda = d;
+      } else {
+        if (kn < m || !runs.uniform) {
+          // Stage a short tile (zero rows after kn), or one whose rows are not one stride apart
+          // (it crosses into a page elsewhere in memory).
+          for (std::int64_t j = 0; j < m; ++j) {
+            if (j < kn) {
+              std::memcpy(kst + j * d, k_head + k_off[j], static_cast<std::size_t>(d) * 2);
+            } else {
+              std::memset(kst + j * d, 0, static_cast<std::size_t>(d) * 2);
+            }
+          }
+          k_rows = kst;
+          lda = d;
+        }
+        amx::gemm_bf16<E>(m, rp, d, k_rows, lda, qt + hh * d2 * rp, rp, st, rp, false);
       }
-      amx::gemm_bf16<E>(m, rp, d, k_rows, lda, qt + hh * d2 * rp, rp, st, rp, false);
       // V pairs: word (r, c) = (V[2r][c], V[2r + 1][c]); keys past kn are 0.
       for (std::int64_t r = 0; r < m / 2; ++r) {
         const std::uint16_t* v0 = 2 * r < kn ? v_head + v_off[2 * r] : nullptr;

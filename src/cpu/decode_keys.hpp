@@ -5,9 +5,11 @@
 // The kernel asks for a block of keys [k0, k0 + n) of sequence b at a time (one key tile) and
 // gets the element offsets of their K and V rows (head 0) from p.k.data / p.v.data. A paged
 // block is filled page run by page run (one block-table read and one division per page, not
-// per key), so pages of >= 16 tokens cost one lookup per 16+ rows; `uniform` says whether the
+// per key), so pages of >= 16 tokens cost one lookup per 16+ rows; RowRuns says whether the
 // block's rows are one stride apart (inside one page, or pages that follow each other in
-// memory), which lets the AMX form read K in place instead of staging it.
+// memory), or at least each aligned group of 16 rows is (pages of a multiple of 16 tokens),
+// which lets the AMX form read K in place, a whole tile or a 16-row tile at a time, instead of
+// staging it.
 #pragma once
 
 #include <algorithm>
@@ -58,6 +60,12 @@ struct DecodeKeys {
   }
 };
 
+// How a block's rows lie (SequenceKeys::rows).
+struct RowRuns {
+  bool uniform = true;    // all rows one token stride apart
+  bool uniform16 = true;  // each group of 16 rows [16 g, 16 g + 16) one token stride apart
+};
+
 // The keys of one sequence of a problem.
 class SequenceKeys {
  public:
@@ -78,17 +86,17 @@ class SequenceKeys {
   std::int64_t length() const { return length_; }
 
   // Element offsets of the K and V rows (head 0) of keys [k0, k0 + n), n >= 1, all below
-  // length(). Returns whether both are one token stride apart throughout.
-  bool rows(std::int64_t k0, std::int64_t n, std::int64_t* k_off, std::int64_t* v_off) const {
+  // length(), and whether both are one token stride apart.
+  RowRuns rows(std::int64_t k0, std::int64_t n, std::int64_t* k_off, std::int64_t* v_off) const {
     if (!paged_) {
       for (std::int64_t j = 0; j < n; ++j) {
         k_off[j] = k_base_ + (k0 + j) * k_token_;
         v_off[j] = v_base_ + (k0 + j) * v_token_;
       }
-      return true;
+      return {};
     }
     const std::int64_t page_size = cache_->page_size;
-    bool uniform = true;
+    RowRuns runs;
     std::int64_t j = 0, t = k0;
     while (j < n) {
       const std::int64_t slot = t / page_size, in_page = t - slot * page_size;
@@ -96,7 +104,10 @@ class SequenceKeys {
       const std::int64_t page = cache_->page(b_, slot);
       const std::int64_t kb = page * cache_->k_page_stride + in_page * k_token_;
       const std::int64_t vb = page * cache_->v_page_stride + in_page * v_token_;
-      if (j > 0 && (kb != k_off[j - 1] + k_token_ || vb != v_off[j - 1] + v_token_)) uniform = false;
+      if (j > 0 && (kb != k_off[j - 1] + k_token_ || vb != v_off[j - 1] + v_token_)) {
+        runs.uniform = false;
+        if (j % 16 != 0) runs.uniform16 = false;
+      }
       for (std::int64_t r = 0; r < run; ++r) {
         k_off[j + r] = kb + r * k_token_;
         v_off[j + r] = vb + r * v_token_;
@@ -104,7 +115,7 @@ class SequenceKeys {
       j += run;
       t += run;
     }
-    return uniform;
+    return runs;
   }
 
  private:

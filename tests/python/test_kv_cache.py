@@ -231,28 +231,33 @@ def test_torch_tensors(rng, page_size):
     torch = _torch()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and fastattn.build_info()["cuda_compiled"] else [])
     for device in devices:
+        # CUDA kernels are 16-bit: bf16 values (exact in float32, so the tensors are built from those).
         dtype = np.float32 if device == "cpu" else BF16
         if dtype is None:
             pytest.skip("ml_dtypes is not installed")
         c = Cache(rng, [33, 2], seqlen_q=4, heads=8, kv_heads=2, dim=128, page_size=page_size, seqlen_new=4,
-                  dtype=np.float32)
+                  dtype=dtype)
+        tdtype = torch.float32 if device == "cpu" else torch.bfloat16
 
-        def t(x, tdtype=None):
+        def t(x, data=True):
             if x is None:
                 return None
-            y = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-            return y.to(torch.bfloat16) if tdtype == "bf16" else y
+            y = torch.from_numpy(np.ascontiguousarray(x).astype(np.float32) if data else x).to(device)
+            return y.to(tdtype) if data else y
 
-        kind = "bf16" if device == "cuda" else None
-        q, kc, vc = t(c.q, kind), t(c.k_cache, kind), t(c.v_cache, kind)
-        kn, vn = t(c.k_new, kind), t(c.v_new, kind)
-        out, lse = fastattn.attention_with_kv_cache(q, kc, vc, t(c.lens), t(c.block_table), kn, vn, causal=True,
-                                                    return_lse=True)
+        q, kc, vc, kn, vn = t(c.q), t(c.k_cache), t(c.v_cache), t(c.k_new), t(c.v_new)
+        out, lse = fastattn.attention_with_kv_cache(q, kc, vc, t(c.lens, False), t(c.block_table, False), kn, vn,
+                                                    causal=True, return_lse=True)
         assert isinstance(out, torch.Tensor) and out.device.type == device and out.dtype == q.dtype
         ref_out, ref_lse = c.expected(causal=True)
-        check_dtype = np.float32 if device == "cpu" else BF16
-        assert_close(out.float().cpu().numpy(), ref_out, check_dtype, f"out on {device}", factor=2.0)
+        assert_close(out.float().cpu().numpy(), ref_out, dtype, f"out on {device}")
         assert_close(lse.cpu().numpy(), ref_lse, np.float32, f"lse on {device}", factor=2.0)
+        # The append landed in the caller's cache tensors.
+        k_after = kc.float().cpu().numpy()
+        for b in range(c.batch):
+            for i in range(c.seqlen_new):
+                got = c.cache_token(k_after, b, int(c.lens[b]) + i)
+                assert np.array_equal(got, c.k_new[b, i].astype(np.float32))
 
 
 def test_torch_cuda_graph_replay_with_changing_seqlens(rng):
