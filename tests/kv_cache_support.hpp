@@ -25,6 +25,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -94,6 +95,9 @@ struct KVCase {
     return s.str();
   }
 };
+
+// GoogleTest prints a case by its description, not its bytes.
+inline void PrintTo(const KVCase& c, std::ostream* os) { *os << c.to_string(); }
 
 // The tensors of a KVCase, on the host (a Place mirrors them elsewhere).
 class KVData {
