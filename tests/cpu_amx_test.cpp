@@ -205,6 +205,11 @@ const char* const kAmxCases[] = {
     "lens_q=0,1,65,7,0 lens_k=5,0,63,1,3 h=4 hkv=2 d=64 dtype=bf16 mask=causal layout=strided seed=208",
     "lens_q=13,64,1 lens_k=13,65,9 h=8 hkv=1 d=128 dtype=bf16 mask=none seed=209",
     "b=1 sq=300 sk=700 h=4 hkv=1 d=128 dtype=bf16 mask=causal seed=210",
+    // A negative scale under a mask (masked scores must stay -inf once scaled).
+    "b=1 sq=70 sk=80 h=2 hkv=1 d=64 dtype=bf16 mask=causal scale=-0.2 seed=211",
+    // Peaky scores over many key tiles: later tiles' maxima exceed the lazy running max by more
+    // than kMaxLag, so the single-pass softmax falls back to two passes mid-row.
+    "b=1 sq=100 sk=1500 h=2 hkv=1 d=64 dtype=bf16 mask=none qk_std=6 seed=212",
 };
 
 // The AMX kernel on each case: native where the CPU has AMX (skipped elsewhere), emulated always.

@@ -336,6 +336,69 @@ TEST(CudaForwardPath, ForcesAnOlderPathOnANewerGpu) {
   EXPECT_EQ(cuda::select_forward_path(75, sm75), ForwardPath::sm75);
 }
 
+// The Hopper path: automatic on compute capability 9.0 when the build's sm_90a units run there;
+// forced by FASTATTN_CUDA_PATH=sm90 only on such a device; the backward maps it to sm80.
+TEST(CudaForwardPath, Sm90OnHopperWhenBuilt) {
+  const ForwardPathRequest automatic;
+  EXPECT_EQ(cuda::select_forward_path(90, automatic, true), ForwardPath::sm90);
+  EXPECT_EQ(cuda::select_forward_path(90, automatic, false), ForwardPath::sm80);
+  EXPECT_EQ(cuda::select_forward_path(80, automatic, true), ForwardPath::sm80);
+  const ForwardPathRequest sm90 = cuda::parse_forward_path("sm90"), sm80 = cuda::parse_forward_path("sm80");
+  EXPECT_EQ(sm90.path, ForwardPath::sm90);
+  EXPECT_EQ(cuda::select_forward_path(90, sm90, true), ForwardPath::sm90);
+  EXPECT_EQ(cuda::select_forward_path(90, sm80, true), ForwardPath::sm80);  // FASTATTN_CUDA_PATH=sm80 on an H200
+  expect_error([&] { cuda::select_forward_path(86, sm90, false); }, ErrorCode::unsupported, "FASTATTN_CUDA_PATH=sm90");
+  EXPECT_EQ(cuda::backward_path_for(ForwardPath::sm90), ForwardPath::sm80);
+  EXPECT_EQ(cuda::backward_path_for(ForwardPath::sm75), ForwardPath::sm75);
+}
+
+// sm90 plans, and the calls it hands to the sm80 plan with the reason.
+TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
+  auto hopper = [](std::int64_t b, std::int64_t h, std::int64_t sq, std::int64_t sk, std::int64_t d) {
+    cuda::ForwardShape s;
+    s.batch = b;
+    s.num_heads = h;
+    s.head_dim = d;
+    s.seqlen_q = sq;
+    s.seqlen_k = sk;
+    s.total_q = b * sq;
+    s.multiprocessors = 132;
+    s.smem_per_multiprocessor = 233472;
+    s.path = ForwardPath::sm90;
+    return s;
+  };
+  const cuda::ForwardPlan plan = cuda::plan_forward(hopper(2, 16, 8192, 8192, 128));
+  EXPECT_EQ(plan.path, ForwardPath::sm90);
+  EXPECT_EQ(plan.blocks.block_m, 128);
+  EXPECT_EQ(plan.blocks.threads, 384);
+  EXPECT_EQ(plan.num_splits, 1);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+  EXPECT_EQ(plan.ctas, 2 * 16 * 64);
+  EXPECT_NE(cuda::describe_plan(plan).find("sm90 path (Hopper)"), std::string::npos);
+  EXPECT_EQ(cuda::plan_forward(hopper(1, 8, 17, 17, 64)).path, ForwardPath::sm90);
+
+  struct Decline {
+    cuda::ForwardShape s;
+    const char* why;
+  };
+  cuda::ForwardShape varlen = hopper(4, 8, 1000, 1000, 128), strided = varlen;
+  varlen.varlen = true;
+  strided.tma_describes = false;
+  for (const Decline& c : {Decline{hopper(2, 8, 1000, 1000, 96), "no sm90 kernel for head_dim 96"},
+                           Decline{hopper(2, 8, 1000, 1000, 256), "no sm90 kernel for head_dim 256"},
+                           Decline{varlen, "varlen"},
+                           Decline{strided, "a q/k/v layout TMA cannot load"},
+                           Decline{hopper(2, 8, 1000, 0, 128), "no keys"},
+                           Decline{hopper(1, 32, 1, 65536, 128), "seqlen_q <= 16"},
+                           Decline{hopper(1, 4, 200, 65536, 128), "split-KV"}}) {
+    const cuda::ForwardPlan p = cuda::plan_forward(c.s);
+    EXPECT_EQ(p.path, ForwardPath::sm80) << c.why;
+    EXPECT_NE(p.sm90_declined.find(c.why), std::string::npos) << p.sm90_declined;
+    EXPECT_NE(cuda::describe_plan(p).find(std::string("on an sm90 device (") + c.why), std::string::npos)
+        << cuda::describe_plan(p);
+  }
+}
+
 // Which CMake architecture lists hold code a device runs (forward_path.hpp: archs_run_on):
 // SASS for the same major version and a lower or equal minor, PTX for any newer device.
 TEST(CudaForwardPath, ArchitectureListRunsOnDevice) {

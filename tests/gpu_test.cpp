@@ -52,11 +52,15 @@ TEST_F(CudaBackend, BuildReportsCuda) {
   for (const std::string& arch : info.cuda_archs_compiled) arch_80_or_newer |= std::atoi(arch.c_str() + 2) >= 80;
   const auto& paths = info.cuda_paths_compiled;
   EXPECT_EQ(std::find(paths.begin(), paths.end(), "sm80") != paths.end(), arch_80_or_newer);
-  // One path (or the reason there is none) per device; an H100/H200 takes sm80 unless forced.
+  // One path (or the reason there is none) per device; an H100/H200 takes sm90 when the build
+  // has its units (FASTATTN_CUDA_ARCHS with 90), else sm80, unless forced.
   EXPECT_EQ(info.cuda_device_paths.size(), info.cuda_devices.size());
+  const bool sm90_built = std::find(paths.begin(), paths.end(), "sm90") != paths.end();
   if (std::getenv("FASTATTN_CUDA_PATH") == nullptr) {
-    for (const std::string& path : info.cuda_device_paths) {
-      EXPECT_EQ(path, arch_80_or_newer ? "sm80" : "sm80; not in this build");
+    for (std::size_t i = 0; i < info.cuda_device_paths.size(); ++i) {
+      const bool hopper = info.cuda_devices[i].find("(sm90,") != std::string::npos;
+      EXPECT_EQ(info.cuda_device_paths[i],
+                !arch_80_or_newer ? "sm80; not in this build" : sm90_built && hopper ? "sm90" : "sm80");
     }
   }
 }
@@ -175,10 +179,11 @@ TEST_F(CudaBackend, DecodeShapesSplitByHeuristicMatchFloat64) {
 }
 
 
-// GQA decode (flash_fwd/query_groups.hpp): one query token whose row sees every key runs with
-// the query heads of a KV head packed as rows (kernel name ".gqaN"); calls whose row a window
-// or a top-left causal mask cuts are left as they are. Odd group sizes (7), groups above the
-// 16-row kernel (32), soft-cap, forced splits. (The harness's strided layout has rows the CUDA
+// GQA decode: padded decode calls run on the KV-cache kernel (src/cuda/inference,
+// flash_fwd/heuristics.hpp: forward_uses_kv_cache_kernel), which packs the query heads of a KV
+// head as rows (kernel name ".gqaN") whatever the mask: a window or a top-left causal mask is
+// applied per query token there. Odd group sizes (7), groups above 16 rows (32), soft-cap,
+// forced splits. (The harness's strided layout has rows the CUDA
 // kernels refuse, 16-byte alignment; the packed strides are checked on the CPU, in
 // cuda_heuristics_test.cpp.)
 TEST_F(CudaBackend, GqaDecodePacksQueryHeadsAndMatchesFloat64) {
@@ -196,8 +201,8 @@ TEST_F(CudaBackend, GqaDecodePacksQueryHeadsAndMatchesFloat64) {
         {"b=1 sq=1 sk=4097 h=16 hkv=4" + hd + " dtype=bf16 mask=causal softcap=30", 4},
         {"b=2 sq=1 sk=1000 h=8 hkv=2" + hd + " dtype=f16 mask=none", 4},
         {"b=1 sq=1 sk=1 h=8 hkv=1" + hd + " dtype=bf16 mask=causal", 8},
-        {"b=2 sq=1 sk=300 h=8 hkv=2" + hd + " dtype=bf16 mask=causal align=top_left", 1},
-        {"b=2 sq=1 sk=2000 h=8 hkv=1" + hd + " dtype=bf16 mask=window wl=50 wr=0", 1},
+        {"b=2 sq=1 sk=300 h=8 hkv=2" + hd + " dtype=bf16 mask=causal align=top_left", 4},
+        {"b=2 sq=1 sk=2000 h=8 hkv=1" + hd + " dtype=bf16 mask=window wl=50 wr=0", 8},
     };
     for (const Decode& c : cases) {
       const harness::CheckReport r = harness::check_case(harness::parse_case(c.text), Backend::cuda, forward_only());

@@ -17,6 +17,9 @@
 //                bandwidth measured in this run. K+V up to 4.5 GB (host-filled tensors)
 //   long         batch 1, 16 heads, d 128, causal, seqlen 32k, 64k, 128k, forward and
 //                forward+backward, with the device memory each needed (linear in length)
+//   hopper       issue 15's rows (the sm90 forward): b2 h16 s8k d128 causal and not, b4 h32 s8k
+//                d64, b1 h32/8 s16k d128 causal, b8 h32/8 s2k d128 causal, b1 h16 s32k d128;
+//                forward
 //   determinism  deterministic backward twice, dq/dk/dv compared bitwise; its cost
 // A call the library refuses (e.g. a backward before there is a CUDA backward kernel) becomes
 // an "error" row; a device error ends the mode (the context may be unusable), exit status 3.
@@ -95,6 +98,13 @@ std::vector<Point> points_for(const std::string& mode) {
             points.push_back({shape(b, 1, sk, h, hkv, 128, true), "decode"});
     return points;
   }
+  if (mode == "hopper")
+    return {{shape(2, 8192, 8192, 16, 16, 128, false), "hopper"},
+            {shape(2, 8192, 8192, 16, 16, 128, true), "hopper"},
+            {shape(4, 8192, 8192, 32, 32, 64, false), "hopper"},
+            {shape(1, 16384, 16384, 32, 8, 128, true), "hopper"},
+            {shape(8, 2048, 2048, 32, 8, 128, true), "hopper"},
+            {shape(1, 32768, 32768, 16, 16, 128, false), "hopper"}};
   if (mode == "long") {
     std::vector<Point> points;
     for (const std::int64_t s : {32768, 65536, 131072})
@@ -125,7 +135,7 @@ Args parse_args(int argc, char** argv) {
   a.timing.min_repeats = 20;
   a.timing.max_seconds = 6.0;  // only the 64k/128k rows hit this: >= 5 timed calls there
   a.passes = {perf::Pass::forward, perf::Pass::backward, perf::Pass::forward_backward};
-  if (a.mode == "splitkv" || a.mode == "decode") a.passes = {perf::Pass::forward};
+  if (a.mode == "splitkv" || a.mode == "decode" || a.mode == "hopper") a.passes = {perf::Pass::forward};
   if (a.mode == "long") {
     a.passes = {perf::Pass::forward, perf::Pass::forward_backward};
     a.timing.warmup = 1;  // a 128k call is long enough to warm everything up

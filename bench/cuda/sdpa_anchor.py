@@ -3,7 +3,7 @@ on the shapes of cuda_bench's modes, forward and forward+backward, in the same j
 bf16 GEMM ceiling. One JSON object per line on stdout; compare.py joins them with cuda_bench's.
 
     python3 bench/cuda/sdpa_anchor.py MODE [MODE ...] [--backends flash,cudnn,efficient,math]
-        [--repeats 20] [--max-seconds 6] [--no-gemm]
+        [--repeats 20] [--max-seconds 6] [--no-gemm] [--warm-ms 0]
 
 Timing is the same as cuda_bench's: 3 warm-up calls, then >= 20 calls enqueued back to back,
 each between two CUDA events, one synchronisation, the median (fewer calls, at least 5, only
@@ -45,8 +45,23 @@ MODES = {
                 for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
                 for sk in (4096, 8192, 32768, 65536, 131072) if 4.0 * b * sk * hkv * 128 <= 4.5e9],
                ("fwd",)),
+    # Issue 15's rows (the sm90 forward), forward only.
+    "hopper": ([("hopper", 2, 8192, 8192, 16, 16, 128, False), ("hopper", 2, 8192, 8192, 16, 16, 128, True),
+                ("hopper", 4, 8192, 8192, 32, 32, 64, False), ("hopper", 1, 16384, 16384, 32, 8, 128, True),
+                ("hopper", 8, 2048, 2048, 32, 8, 128, True), ("hopper", 1, 32768, 32768, 16, 16, 128, False)],
+               ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
+    # Issue 17's decode bar (kv_cache_bench.cpp decode): kv 4k, 32k, 128k, K+V up to 40 GB
+    # (device-filled there, torch.randn here).
+    "kv_decode": ([("kv_decode", b, 1, sk, h, hkv, 128, True)
+                   for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
+                   for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9],
+                  ("fwd",)),
+    # Multi-token decode (kv_cache_bench.cpp multitoken): seqlen_q 1..16, b8 kv 8k, GQA 32/8.
+    # SDPA's causal mask is top-left aligned, so these rows are timed unmasked (see forward()).
+    "kv_multitoken": ([("kv_multitoken", 8, sq, 8192, 32, 8, 128, True) for sq in (1, 2, 4, 8, 16)],
+                      ("fwd",)),
 }
 
 
@@ -62,8 +77,9 @@ MODE_LIMITS = {"long": {"warmup": 1, "max_seconds": 3.0, "backends": ("flash", "
 BACKEND_LIMITS = {"math": {"warmup": 1, "max_seconds": 1.5}}
 
 
-def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5):
-    """Median GPU milliseconds of fn over back-to-back calls between CUDA events."""
+def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5, warm_ms=0.0):
+    """Median GPU milliseconds of fn over back-to-back calls between CUDA events; warm_ms > 0:
+    calls for that long first (the clocks drop while the next shape's tensors are set up)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -73,6 +89,10 @@ def time_events(fn, warmup=3, repeats=20, max_seconds=6.0, floor=5):
     stop.record()
     stop.synchronize()
     probe = max(start.elapsed_time(stop), 1e-3)
+    if warm_ms > 0:
+        for _ in range(min(5000, max(3, int(warm_ms / probe)))):
+            fn()
+        torch.cuda.synchronize()
     n = repeats
     if max_seconds > 0 and n * probe / 1e3 > max_seconds:
         n = max(floor, int(max_seconds * 1e3 / probe))
@@ -143,13 +163,20 @@ def run_point(mode, point, pass_, backends, args):
 
         try:
             with sdpa_kernel(BACKENDS[name]):
+                timed = forward if pass_ == "fwd" else forward_backward
+                if pass_ == "bwd":  # the backward alone: one forward, its graph kept across calls
+                    out = forward()
+
+                    def timed():
+                        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
                 ms, min_ms, reps = time_events(
-                    forward if pass_ == "fwd" else forward_backward,
+                    timed,
                     warmup=limits.get("warmup", 3), repeats=args.repeats,
-                    max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)))
+                    max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)),
+                    warm_ms=args.warm_ms)
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
             row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
-            if tag in ("splitkv", "decode"):
+            if tag in ("splitkv", "decode", "kv_decode", "kv_multitoken"):
                 kv_bytes = 2.0 * b * sk * hkv * d * 2
                 row.update(kv_bytes=kv_bytes, kv_gbs=kv_bytes / (ms / 1e3) / 1e9)
         except Exception as e:  # a backend that refuses a shape (or runs out of memory) is a row
@@ -165,6 +192,10 @@ def main():
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--max-seconds", type=float, default=6.0)
     p.add_argument("--no-gemm", action="store_true")
+    p.add_argument("--warm-ms", type=float, default=0.0,
+                   help="calls for this many ms before timing each row (kv_cache_bench uses 30)")
+    p.add_argument("--passes", default=None,
+                   help="comma-separated passes (fwd,bwd,fwdbwd) instead of the mode's, as cuda_bench --passes")
     args = p.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     unknown = [b for b in backends if b not in BACKENDS]
@@ -182,6 +213,8 @@ def main():
             emit({"source": "sdpa", "kind": "gemm_peak", "error": f"{type(e).__name__}: {e}"[:300]})
     for mode in args.modes:
         points, passes = MODES[mode]
+        if args.passes:
+            passes = tuple(x for x in args.passes.split(",") if x)
         for point in points:
             for pass_ in passes:
                 run_point(mode, point, pass_, backends, args)

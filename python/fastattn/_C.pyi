@@ -130,6 +130,13 @@ def forward(q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
     fastattn::forward (or plan_forward with plan_only) on arrays, without copies.
     """
 
+def run_forward(q: Array, k: Array, v: Array, out: Array, lse: Optional[Array],
+                cu_seqlens_q: Optional[Array], cu_seqlens_k: Optional[Array],
+                options: CallOptions) -> None:
+    """
+    fastattn::forward on arrays, returning None (no KernelChoice object).
+    """
+
 def backward(dout: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, dq: Array,
              dk: Array, dv: Array, cu_seqlens_q: Optional[Array], cu_seqlens_k: Optional[Array],
              options: CallOptions, plan_only: bool) -> KernelChoice:

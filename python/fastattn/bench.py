@@ -271,9 +271,13 @@ def main(argv=None) -> int:
         results = _overhead.measure_all()
         for r in results:
             print(_overhead.format_row(r))
+        report: Dict[str, Any] = {"environment": environment(args), "overhead": results,
+                                  "method": _overhead.__doc__}
+        if args.device == "cuda":  # issue 17's per-call bar (b1 s128 h8 d64 bf16)
+            report["torch_bar"] = _overhead.torch_bar("cuda")
+            print(_overhead.format_bar(report["torch_bar"]))
         with open(args.output + "_overhead.json", "w") as f:
-            json.dump({"environment": environment(args), "overhead": results,
-                       "method": _overhead.__doc__}, f, indent=2)
+            json.dump(report, f, indent=2)
         print(f"wrote {args.output}_overhead.json")
         return 0
 

@@ -53,6 +53,15 @@ KernelChoice forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, n
   return fastattn::forward(call.q, call.k, call.v, call.out, call.lse, call.options);
 }
 
+// forward() without its KernelChoice: the eager torch path (fastattn.torch) has no use for it, and
+// converting it to a Python object (three strings) is a measurable part of a tiny call.
+void run_forward(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+                 nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, const CallOptions& c) {
+  ForwardCall call(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, c);
+  nb::gil_scoped_release release;
+  fastattn::forward(call.q, call.k, call.v, call.out, call.lse, call.options);
+}
+
 KernelChoice backward(nb::handle dout, nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                       nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv,
                       nb::handle cu_seqlens_q, nb::handle cu_seqlens_k, const CallOptions& c,
@@ -178,6 +187,9 @@ NB_MODULE(_C, m) {
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "cu_seqlens_q"_a.none(),
         "cu_seqlens_k"_a.none(), "options"_a, "plan_only"_a,
         "fastattn::forward (or plan_forward with plan_only) on arrays, without copies.");
+  m.def("run_forward", &run_forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "options"_a,
+        "fastattn::forward on arrays, returning None (no KernelChoice object).");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a,
         "dv"_a, "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "options"_a, "plan_only"_a,
         "fastattn::backward (or plan_backward with plan_only) on arrays, without copies.");

@@ -90,7 +90,8 @@ BuildInfo build_info() {
 #if FASTATTN_HAVE_CUDA
   info.cuda_archs_compiled = cuda::compiled_archs();
   info.cuda_head_dims = cuda::compiled_head_dims();
-  for (cuda::ForwardPath path : {cuda::ForwardPath::sm80, cuda::ForwardPath::sm75, cuda::ForwardPath::sm70}) {
+  for (cuda::ForwardPath path :
+       {cuda::ForwardPath::sm90, cuda::ForwardPath::sm80, cuda::ForwardPath::sm75, cuda::ForwardPath::sm70}) {
     if (cuda::path_compiled(path)) info.cuda_paths_compiled.push_back(cuda::to_string(path));
   }
   for (const cuda::DeviceInfo& d : cuda::devices()) {

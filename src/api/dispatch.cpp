@@ -13,6 +13,7 @@
 #include "cpu/cpu_backend.hpp"
 #if FASTATTN_HAVE_CUDA
 #include "cuda/cuda_backend.hpp"
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "cuda/flash_fwd/heuristics.hpp"
 #endif
 #include "fastattn/error.hpp"
@@ -116,7 +117,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
   }
   // Path: the forward's (compute capability or FASTATTN_CUDA_PATH, forward_path.hpp); one
   // backward kernel design with sm80, sm75 and sm70 parts (flash_bwd/kernel.cuh).
-  const cuda::ForwardPath path = cuda::forward_path(p.device.index);
+  const cuda::ForwardPath path = cuda::backward_path(p.device.index);
   if (path != cuda::ForwardPath::sm80) {
     const std::string name = cuda::to_string(path);
     const std::string arch = path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
@@ -129,6 +130,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
   }
   require_path_code("cuda backward", path, p.device.index);
   const cuda::BackwardPlan plan = cuda::backward_plan(p);
+  if (plan.path == cuda::ForwardPath::sm90) require_path_code("cuda backward", plan.path, p.device.index);
   KernelChoice c;
   c.backend = Backend::cuda;
   c.isa = cuda::to_string(plan.path);
@@ -143,7 +145,13 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
                  ? "deterministic: " + std::to_string(plan.num_splits) +
                        " key-block splits per (batch, kv head), dQ buffers summed in split order"
                  : "key-block parallel, dQ accumulated in fp32 with atomics";
-  if (plan.path != cuda::ForwardPath::sm80) {
+  // The sm90 backward (flash_bwd_sm90/plan.hpp: choose_sm90_backward chose it, or said why not).
+  if (plan.path == cuda::ForwardPath::sm90) {
+    c.reason = cuda::describe_backward_sm90(plan, p.deterministic);
+  } else if (!plan.sm90_declined.empty()) {
+    c.reason = "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): " + c.reason;
+  }
+  if (plan.path != cuda::ForwardPath::sm80 && plan.path != cuda::ForwardPath::sm90) {
     c.reason += std::string(plan.path == cuda::ForwardPath::sm75
                                 ? "; sm75 path (Turing): mma.sync m16n8k8, K/V copied synchronously and query blocks "
                                   "register-staged, tiles for 64 KB of shared memory"
@@ -178,7 +186,7 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
   // Path (compute capability or FASTATTN_CUDA_PATH: forward_path.hpp), kernel (main or 16-row
   // short-query) and split-KV count: flash_fwd/heuristics.hpp.
   const cuda::ForwardPlan plan = cuda::forward_plan(p);
-  if (plan.path != cuda::ForwardPath::sm80) {
+  if (plan.path != cuda::ForwardPath::sm80 && plan.path != cuda::ForwardPath::sm90) {
     const std::string path = cuda::to_string(plan.path);
     const std::string arch = plan.path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
     if (!cuda::path_supports(plan.path, p.dtype == DType::bf16, p.head_dim)) {

@@ -28,8 +28,11 @@ enum class EnvVar {
   device_memory_limit,  // FASTATTN_DEVICE_MEMORY_LIMIT src/api/device_memory.cpp
   cpu_decode,           // FASTATTN_CPU_DECODE         src/cpu/decode_plan.cpp
   cpu_decode_splits,    // FASTATTN_CPU_DECODE_SPLITS  src/cpu/decode_plan.cpp
+  cuda_sm90_overlap,    // FASTATTN_CUDA_SM90_OVERLAP  src/cuda/flash_fwd_sm90/plan.hpp
+  cuda_bwd_sm90,        // FASTATTN_CUDA_BWD_SM90      src/cuda/flash_bwd_sm90/plan.hpp
+  cuda_sm90_bwd_dq,     // FASTATTN_CUDA_SM90_BWD_DQ   src/cuda/flash_bwd_sm90/plan.hpp
 };
-inline constexpr std::size_t kEnvVarCount = 10;
+inline constexpr std::size_t kEnvVarCount = 13;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

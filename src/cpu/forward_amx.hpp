@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
@@ -175,6 +176,7 @@ struct AmxOperands {
   // O lives transposed, (head_dim, cols) f32 per sub-block (the driver zeroes and writes it
   // through zero_accumulator / write_sub_block below).
   static constexpr bool kAccTransposed = true;
+  static constexpr std::int64_t kColumnAlign = 16;  // query columns: whole 16-column tiles
 
   static Kv stage_kv(const AttentionProblem& p, const Plan&, std::int64_t c0, std::int64_t c1, void* packed) {
     return stage_amx_kv(p, c0, c1, packed);
@@ -224,29 +226,38 @@ struct AmxOperands {
     const std::int64_t d = p.head_dim, cols = sb.cols;
     float* scores = s.scores;
     amx::TileScope<Engine> scope(amx::gemm_config());
+    const bool masked = tile == TileClass::partial;
+    // P^T is packed as key pairs (k_first + 2r, + 1) for r < n16.
+    const std::int64_t shift = k_lo & 1, k_first = k_lo - shift;
+    const std::int64_t n16 = round_up((kn + shift + 1) / 2, 16);
+    auto* pairs = reinterpret_cast<std::uint32_t*>(s.pairs);
 
-    // ---- S^T (kn16, cols) = K_tile Q^T, unscaled f32.
+    // ---- S^T (kn16, cols) = K_tile Q^T, unscaled f32, then the online softmax of the tile.
     const std::int64_t kn16 = round_up(kn, 16);
     amx::gemm_bf16<Engine>(kn16, cols, d, kv.k_row(p, b, k_lo, kv_head), d,
                            reinterpret_cast<const std::uint32_t*>(sb.q_panels), cols, scores, cols, false);
-    float scale = q_scale;
-    if (p.softcap > 0.0f) {
-      for (std::int64_t j = 0; j < kn; ++j) simd::scale_row<V>(scores + j * cols, cols, q_scale);
-      apply_softcap<V>(scores, cols, kn, cols, p.softcap * kLog2e);
-      scale = 1.0f;
-    }
-    if (tile == TileClass::partial) apply_mask(scores, cols, kn, cols, mask, sb.q0, k_lo);
-
-    // ---- online softmax, P^T packed as key pairs (k_first + 2r, + 1) for r < n16.
-    const std::int64_t shift = k_lo & 1, k_first = k_lo - shift;
-    const std::int64_t n16 = round_up((kn + shift + 1) / 2, 16);
-    const std::uint64_t moved = softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha,
-                                        reinterpret_cast<std::uint32_t*>(s.pairs));
+    const float scale = prepare_scores(p, scores, cols, kn, q_scale, mask, sb.q0, k_lo, masked);
+    const std::uint64_t moved =
+        softmax_to_pairs(scores, cols, kn, shift, n16, scale, sb.row_max, sb.row_sum, sb.alpha, pairs, masked);
     if (moved) rescale(sb.acc, d, cols, sb.alpha, moved);
 
     // ---- O^T (d, cols) += V^T_tile (d, 2 n16) P^T pairs (n16, cols)
-    amx::gemm_bf16<Engine>(d, cols, 2 * n16, kv.vt_col(p, b, k_first, kv_head), kv.ld,
-                           reinterpret_cast<const std::uint32_t*>(s.pairs), cols, sb.acc, cols, true);
+    amx::gemm_bf16<Engine>(d, cols, 2 * n16, kv.vt_col(p, b, k_first, kv_head), kv.ld, pairs, cols, sb.acc, cols, true);
+  }
+
+  // Soft-cap and mask on rows [0, kn) of S^T, keys from k0; returns the scale the softmax applies.
+  // The scores are scaled here instead for the soft-cap, and for a negative scale, so that the
+  // mask's -inf stays -inf after scaling.
+  static float prepare_scores(const AttentionProblem& p, float* scores, std::int64_t cols, std::int64_t kn,
+                              float q_scale, const SequenceMask& mask, std::int64_t q0, std::int64_t k0, bool masked) {
+    float scale = q_scale;
+    if (p.softcap > 0.0f || q_scale < 0.0f) {
+      for (std::int64_t j = 0; j < kn; ++j) simd::scale_row<V>(scores + j * cols, cols, q_scale);
+      if (p.softcap > 0.0f) apply_softcap<V>(scores, cols, kn, cols, p.softcap * kLog2e);
+      scale = 1.0f;
+    }
+    if (masked) apply_mask(scores, cols, kn, cols, mask, q0, k0);
+    return scale;
   }
 
   // For each query column: m_new = max(m, scale max_j s_j), p_j = exp2(scale s_j - m_use),
@@ -259,7 +270,7 @@ struct AmxOperands {
   static constexpr int kGroup = 6;
   static std::uint64_t softmax_to_pairs(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
                                std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha,
-                               std::uint32_t* pairs) {
+                               std::uint32_t* pairs, bool masked) {
     constexpr int W = V::kWidth;
     std::uint64_t moved = 0;
     for (std::int64_t c0 = 0; c0 < cols; c0 += kGroup * W) {
@@ -269,97 +280,177 @@ struct AmxOperands {
       const float* sc = scores + c0;
       float* out = reinterpret_cast<float*>(pairs) + c0;
       switch (nv) {
-        case 6: set(softmax_group<6>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
-        case 5: set(softmax_group<5>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
-        case 4: set(softmax_group<4>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
-        case 3: set(softmax_group<3>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
-        case 2: set(softmax_group<2>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
-        default: set(softmax_group<1>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out)); break;
+        case 6: set(softmax_group<6>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out, masked)); break;
+        case 5: set(softmax_group<5>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out, masked)); break;
+        case 4: set(softmax_group<4>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out, masked)); break;
+        case 3: set(softmax_group<3>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out, masked)); break;
+        case 2: set(softmax_group<2>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out, masked)); break;
+        default: set(softmax_group<1>(sc, cols, kn, shift, n16, scale, row_max + c0, row_sum + c0, alpha + c0, out, masked)); break;
       }
     }
     return moved;
   }
 
-  // 2^x for the softmax: simd::exp2, or on AVX-512 the same polynomial scaled by vscalefps
-  // (fewer instructions; x <= -160 gives exactly 0, so masked keys weigh 0 and rows that saw
-  // no key keep l = 0).
+  // (P(key 2r), P(key 2r + 1)) as one bf16 pair per lane, rounded to nearest even. With the AMX
+  // instructions the CPU has AVX-512 BF16: vcvtne2ps2bf16 gives (lo lanes, hi lanes) as words
+  // and one vpermw interleaves them (3 instructions per 2 vectors instead of ~20 for V's
+  // integer rounding, which the emulated engine keeps, as it runs on any AVX-512 CPU).
+  static typename V::vec pack_pairs(typename V::vec lo, typename V::vec hi) {
+#if defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+    if constexpr (V::kWidth == 16 && std::is_same_v<Engine, amx::Native>) {
+      alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                                     21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26,
+                                                                     11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+      const __m512i words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // lo 0..15, hi 0..15
+      return _mm512_castsi512_ps(_mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), words));
+    }
+#endif
+    return V::pack_pairs(lo, hi);
+  }
+
+  // 2^x for the softmax: simd::exp2, or on AVX-512 a degree-4 polynomial on [-1/2, 1/2]
+  // (relative error 2.6e-6, far below P's bf16 rounding, 2^-9) scaled by vscalefps; x <= -160
+  // gives exactly 0, so masked keys weigh 0 and rows that saw no key keep l = 0.
+  template <bool kClamp = true>
   static typename V::vec exp2_fast(typename V::vec x) {
 #if defined(__AVX512F__)
     if constexpr (V::kWidth == 16) {
-      x = V::max(x, V::set1(-160.0f));  // also maps NaN to -160
+      if (kClamp) x = V::max(x, V::set1(-160.0f));  // also maps NaN to -160
       // (the masked forms: GCC 12's unmasked ones warn about their undefined source operand)
       const __m512 n = _mm512_mask_roundscale_ps(x, 0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       const __m512 f = _mm512_sub_ps(x, n);
-      __m512 q = _mm512_set1_ps(1.326471882e-03f);
-      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.671513746e-03f));
-      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.550733776e-02f));
-      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.402224206e-01f));
-      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931469776e-01f));
-      const __m512 pf = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0f));
+      __m512 q = _mm512_set1_ps(9.570101276040077e-03f);
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.591786652803421e-02f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.40247443318367e-01f));
+      q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931217908859253e-01f));
+      const __m512 pf = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.999992847442627e-01f));
       return _mm512_mask_scalef_ps(pf, 0xffff, pf, n);
     }
 #endif
     return simd::exp2<V>(x);
   }
 
-  template <int NV>
-  static std::uint64_t softmax_group(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
-                            std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha, float* out) {
+  // True when every lane of x satisfies pred (scalar fallback for AVX2).
+  template <class Pred>
+  static bool all_lanes(typename V::vec x, Pred pred) {
+    alignas(64) float lanes[V::kWidth];
+    V::store(lanes, x);
+    bool all = true;
+    for (int i = 0; i < V::kWidth; ++i) all &= pred(lanes[i]);
+    return all;
+  }
+
+  // The exp pass of one column group: P^T pairs (see softmax_to_pairs) with p = exp2(x),
+  // x = scale s - m, neg_m[v] = -m; sum[v] += the tile's p. kTrackMax: also mx[v] = max(mx[v], x).
+  template <int NV, bool kTrackMax, bool kClamp>
+  static void exp_pass(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift, std::int64_t n16,
+                       typename V::vec sv, const typename V::vec* neg_m, typename V::vec* sum, typename V::vec* mx,
+                       float* out) {
     using vec = typename V::vec;
     constexpr int W = V::kWidth;
-    const vec neg_inf = V::set1(-std::numeric_limits<float>::infinity());
-    const vec sv = V::set1(scale);
-    vec mx[NV], neg_m[NV], sum[NV];
-    for (int v = 0; v < NV; ++v) mx[v] = neg_inf;
-    for (std::int64_t j = 0; j < kn; ++j) {
-      const float* row = scores + j * cols;
-      for (int v = 0; v < NV; ++v) mx[v] = V::max(mx[v], V::load(row + v * W));
-    }
-    std::uint64_t moved = 0;
-    for (int v = 0; v < NV; ++v) {
-      const vec m_old = V::load(row_max + v * W);
-      const vec m_new = V::max(m_old, V::mul(mx[v], sv));
-      const vec m_use = V::select_eq(m_new, neg_inf, V::zero(), m_new);
-      neg_m[v] = V::sub(V::zero(), m_use);
-      const vec a = exp2_fast(V::sub(m_old, m_use));
-      V::store(alpha + v * W, a);
-      V::store(row_max + v * W, m_new);
-      alignas(64) float lanes[W];
-      V::store(lanes, a);
-      bool any = false;
-      for (int i = 0; i < W; ++i) any |= lanes[i] != 1.0f;
-      moved |= static_cast<std::uint64_t>(any) << v;
-      sum[v] = V::zero();
-    }
     std::int64_t r = 0;
     if (shift) {  // pair 0 = (key before the tile: 0, score row 0)
       for (int v = 0; v < NV; ++v) {
-        const vec hi = exp2_fast(V::fmadd(V::load(scores + v * W), sv, neg_m[v]));
+        const vec x = V::fmadd(V::load(scores + v * W), sv, neg_m[v]);
+        if constexpr (kTrackMax) mx[v] = V::max(mx[v], x);
+        const vec hi = exp2_fast<kClamp>(x);
         sum[v] = V::add(sum[v], hi);
-        V::store(out + v * W, V::pack_pairs(V::zero(), hi));
+        V::store(out + v * W, pack_pairs(V::zero(), hi));
       }
       r = 1;
     }
     for (; 2 * r + 1 - shift < kn; ++r) {  // both keys in the tile
       const float* lo_row = scores + (2 * r - shift) * cols;
       for (int v = 0; v < NV; ++v) {
-        const vec lo = exp2_fast(V::fmadd(V::load(lo_row + v * W), sv, neg_m[v]));
-        const vec hi = exp2_fast(V::fmadd(V::load(lo_row + cols + v * W), sv, neg_m[v]));
+        const vec x_lo = V::fmadd(V::load(lo_row + v * W), sv, neg_m[v]);
+        const vec x_hi = V::fmadd(V::load(lo_row + cols + v * W), sv, neg_m[v]);
+        if constexpr (kTrackMax) mx[v] = V::max(mx[v], V::max(x_lo, x_hi));
+        const vec lo = exp2_fast<kClamp>(x_lo);
+        const vec hi = exp2_fast<kClamp>(x_hi);
         sum[v] = V::add(sum[v], V::add(lo, hi));
-        V::store(out + r * cols + v * W, V::pack_pairs(lo, hi));
+        V::store(out + r * cols + v * W, pack_pairs(lo, hi));
       }
     }
     if (r < n16 && 2 * r - shift < kn) {  // an odd last key: (row, 0)
       for (int v = 0; v < NV; ++v) {
-        const vec lo = exp2_fast(V::fmadd(V::load(scores + (2 * r - shift) * cols + v * W), sv, neg_m[v]));
+        const vec x = V::fmadd(V::load(scores + (2 * r - shift) * cols + v * W), sv, neg_m[v]);
+        if constexpr (kTrackMax) mx[v] = V::max(mx[v], x);
+        const vec lo = exp2_fast<kClamp>(x);
         sum[v] = V::add(sum[v], lo);
-        V::store(out + r * cols + v * W, V::pack_pairs(lo, V::zero()));
+        V::store(out + r * cols + v * W, pack_pairs(lo, V::zero()));
       }
       ++r;
     }
     for (; r < n16; ++r) {
       for (int v = 0; v < NV; ++v) V::store(out + r * cols + v * W, V::zero());
     }
+  }
+
+  // How far this tile's max may exceed the running max m before the single pass gives way to
+  // the two-pass form (log2 units): p <= 2^kMaxLag.
+  static constexpr float kMaxLag = 8.0f;
+
+  // One column group. Usually a single pass: when every column has seen a key (m finite), P is
+  // computed against the running max m itself and m is kept (a lazy max: l and O stay relative
+  // to m, so nothing is rescaled), provided the tile's max exceeds m by at most kMaxLag; p is
+  // then at most 2^8, and bf16's relative rounding and f32's range are unchanged. Otherwise
+  // (the first tile of a column, or a max that jumped, or NaN) the tile is redone in two passes
+  // with the exact new max and alpha as the online softmax does. Either way the result is the
+  // same softmax; only the reference m of l and O differs. Returns the moved bits (two-pass only).
+  template <int NV>
+  static std::uint64_t softmax_group(const float* scores, std::int64_t cols, std::int64_t kn, std::int64_t shift,
+                            std::int64_t n16, float scale, float* row_max, float* row_sum, float* alpha, float* out,
+                            bool masked) {
+    using vec = typename V::vec;
+    constexpr int W = V::kWidth;
+    const vec neg_inf = V::set1(-std::numeric_limits<float>::infinity());
+    const vec sv = V::set1(scale);
+    vec mx[NV], neg_m[NV], sum[NV];
+    bool single = true;
+    for (int v = 0; v < NV && single; ++v) {
+      single = all_lanes(V::load(row_max + v * W), [](float m) { return m > -std::numeric_limits<float>::infinity(); });
+    }
+    if (single) {
+      for (int v = 0; v < NV; ++v) {
+        neg_m[v] = V::sub(V::zero(), V::load(row_max + v * W));
+        sum[v] = V::zero();
+        mx[v] = neg_inf;
+      }
+      // Unmasked tiles have finite scores unless the inputs are not; a NaN or infinite p shows in
+      // the sum and sends the tile to the two-pass form, whose clamp keeps NaN scores at weight 0.
+      if (masked) {
+        exp_pass<NV, true, true>(scores, cols, kn, shift, n16, sv, neg_m, sum, mx, out);
+      } else {
+        exp_pass<NV, true, false>(scores, cols, kn, shift, n16, sv, neg_m, sum, mx, out);
+      }
+      bool kept = true;
+      for (int v = 0; v < NV && kept; ++v) {
+        kept = all_lanes(mx[v], [](float lag) { return lag <= kMaxLag; }) &&
+               all_lanes(sum[v], [](float x) { return x <= std::numeric_limits<float>::max(); });
+      }
+      if (kept) {
+        for (int v = 0; v < NV; ++v) V::store(row_sum + v * W, V::add(V::load(row_sum + v * W), sum[v]));
+        return 0;
+      }
+    }
+    for (int v = 0; v < NV; ++v) mx[v] = neg_inf;
+    for (std::int64_t j = 0; j < kn; ++j) {  // max of the scaled scores (the scale may be negative)
+      const float* row = scores + j * cols;
+      for (int v = 0; v < NV; ++v) mx[v] = V::max(mx[v], V::mul(V::load(row + v * W), sv));
+    }
+    std::uint64_t moved = 0;
+    for (int v = 0; v < NV; ++v) {
+      const vec m_old = V::load(row_max + v * W);
+      const vec m_new = V::max(m_old, mx[v]);
+      const vec m_use = V::select_eq(m_new, neg_inf, V::zero(), m_new);
+      neg_m[v] = V::sub(V::zero(), m_use);
+      const vec a = exp2_fast(V::sub(m_old, m_use));
+      V::store(alpha + v * W, a);
+      V::store(row_max + v * W, m_new);
+      moved |= static_cast<std::uint64_t>(!all_lanes(a, [](float x) { return x == 1.0f; })) << v;
+      sum[v] = V::zero();
+    }
+    exp_pass<NV, false, true>(scores, cols, kn, shift, n16, sv, neg_m, sum, nullptr, out);
     for (int v = 0; v < NV; ++v) {
       V::store(row_sum + v * W, V::fmadd(V::load(alpha + v * W), V::load(row_sum + v * W), sum[v]));
     }
@@ -382,8 +473,17 @@ struct AmxOperands {
   static void write_sub_block(const AttentionProblem& p, const SubBlock& sb, float* staging, std::int64_t b,
                               std::int64_t h) {
     const std::int64_t d = p.head_dim;
-    for (std::int64_t i = 0; i < sb.rows; ++i) {
-      for (std::int64_t c = 0; c < d; ++c) staging[i * d + c] = sb.acc[c * sb.cols + i];
+#if defined(__AVX512F__)
+    if (V::kWidth == 16 && d % 16 == 0) {  // 16 x 16 blocks through registers
+      for (std::int64_t i0 = 0; i0 < sb.rows; i0 += 16) {
+        for (std::int64_t c0 = 0; c0 < d; c0 += 16) transpose16(sb.acc + c0 * sb.cols + i0, sb.cols, staging + i0 * d + c0, d);
+      }
+    } else
+#endif
+    {
+      for (std::int64_t i = 0; i < sb.rows; ++i) {
+        for (std::int64_t c = 0; c < d; ++c) staging[i * d + c] = sb.acc[c * sb.cols + i];
+      }
     }
     ForwardScratch rows{};
     rows.acc = staging;

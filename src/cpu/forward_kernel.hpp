@@ -1,8 +1,9 @@
 // forward_kernel.hpp — the CPU FlashAttention-2 forward pass, templated on the SIMD traits.
 //
 // Work unit = (query head h, batch b, query block of block_q rows); units are spread over
-// OpenMP threads with dynamic scheduling, so one long sequence with few heads still fills
-// every core. K and V are first made contiguous f32 rows per KV head (forward_kv.hpp).
+// OpenMP threads through a UnitQueue (unit_queue.hpp: a contiguous range per thread, the rest
+// taken by whoever is done first), so one long sequence with few heads still fills every core
+// and a thread's consecutive units share their head's K/V in its L2. K and V are first made contiguous f32 rows per KV head (forward_kv.hpp).
 // Two levels of tiling (FastAttention): the unit's Q^T and O stay in L2 and share every K/V
 // tile read for them; inside the unit, sub-blocks of sub_q rows keep their score tile in L1.
 // How Q, K and V are stored and multiplied is the Ops policy's job (forward_f32.hpp: f32
@@ -45,6 +46,7 @@
 #include "cpu/forward_kv.hpp"
 #include "cpu/forward_softmax.hpp"
 #include "cpu/tile_gemm.hpp"
+#include "cpu/unit_queue.hpp"
 
 namespace fastattn::cpu::forward_detail {
 inline namespace FASTATTN_SIMD_NAMESPACE {
@@ -196,8 +198,12 @@ void forward_query_block(const AttentionProblem& p, const ForwardGeometry<V>& g,
     float* panels = s.q_panels + i * d * g.sub_q;
     sb.q0 = q0 + r0;
     sb.rows = rows - r0 < g.sub_q ? rows - r0 : g.sub_q;
-    sb.acc_rows = round_up(sb.rows, G::kRows);
-    sb.cols = round_up(sb.acc_rows, G::kPanel);
+    if constexpr (AccTransposed<Ops>::value) {
+      sb.acc_rows = sb.cols = round_up(sb.rows, Ops::kColumnAlign);
+    } else {
+      sb.acc_rows = round_up(sb.rows, G::kRows);
+      sb.cols = round_up(sb.acc_rows, G::kPanel);
+    }
     sb.q_panels = panels;
     sb.acc = s.acc + r0 * d;
     sb.row_max = s.row_max + r0;
@@ -255,6 +261,7 @@ void run_forward(const AttentionProblem& p, const ForwardTiles& tiles) {
   const std::size_t scratch_bytes = g.scratch_bytes();
 
   std::exception_ptr error;
+  UnitQueue queue;
 #pragma omp parallel num_threads(threads)
   {
     float* scratch = nullptr;
@@ -271,21 +278,26 @@ void run_forward(const AttentionProblem& p, const ForwardTiles& tiles) {
       const typename Ops::Kv kv = Ops::stage_kv(p, plan, c0, c1, packed.data());
       // Units of the query heads of KV heads [c0, c1): (head, batch, query block), heads
       // outermost so that consecutive units share K/V; within a sequence the longest query
-      // blocks (last, under a causal mask) first, which keeps the dynamic schedule's tail short.
+      // blocks (last, under a causal mask) first, which keeps the tail of the schedule short.
       const std::int64_t units = (c1 - c0) * group * p.batch * q_blocks;
-#pragma omp for schedule(dynamic)
-      for (std::int64_t u = 0; u < units; ++u) {
-        if (!scratch) continue;
+      const auto run_unit = [&](std::int64_t u) {
         const std::int64_t seq_unit = u / q_blocks;  // (head, batch) pair
         const std::int64_t qb = q_blocks - 1 - u % q_blocks;
         const std::int64_t h = c0 * group + seq_unit / p.batch;
         const std::int64_t b = seq_unit % p.batch;
         const std::int64_t len_q = p.q_len(b);
         const std::int64_t q0 = qb * g.block_q;
-        if (q0 >= len_q) continue;  // varlen: this sequence is shorter than the longest
+        if (q0 >= len_q) return;  // varlen: this sequence is shorter than the longest
         const std::int64_t rows = len_q - q0 < g.block_q ? len_q - q0 : g.block_q;
         forward_query_block<V, Ops>(p, g, s, kv, b, h, q0, rows, len_q, p.k_len(b));
+      };
+#pragma omp single
+      queue.reset(units, omp_get_num_threads());
+      if (scratch) {
+        const int t = omp_get_thread_num();
+        for (std::int64_t u = queue.next(t); u >= 0; u = queue.next(t)) run_unit(u);
       }
+#pragma omp barrier  // the next chunk's staging overwrites this chunk's K/V
     }
   }
   if (error) std::rethrow_exception(error);

@@ -18,6 +18,10 @@
 #include "cuda/flash_fwd/launch.hpp"
 #include "cuda/flash_fwd/query_groups.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
+#include "cuda/flash_fwd_sm90/launch.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
+#include "cuda/inference/kv_cache.hpp"
+#include "cuda/inference/kv_cache_forward.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -165,9 +169,30 @@ void forward_lowres(ForwardPath path, const ForwardParams& f, std::int64_t head_
                                        std::to_string(head_dim));
 }
 
-// KernelChoice::isa names the forward path ("sm80", "sm75", "sm70").
+// The Hopper kernels (flash_fwd_sm90/), compiled when FASTATTN_CUDA_ARCHS has 90: head dims 64
+// and 128 (the plan sends the others to sm80).
+template <typename Element>
+void forward_sm90(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
+  (void)f;
+  (void)stream;
+  switch (head_dim) {
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
+    case 64: return run_forward_sm90<Element, 64>(f, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
+    case 128: return run_forward_sm90<Element, 128>(f, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda forward: no sm90 launcher for head_dim " + std::to_string(head_dim));
+}
+
+// KernelChoice::isa names the forward path ("sm80", "sm75", "sm70", "sm90").
 ForwardPath choice_path(const KernelChoice& choice) {
-  return choice.isa == "sm75" ? ForwardPath::sm75 : choice.isa == "sm70" ? ForwardPath::sm70 : ForwardPath::sm80;
+  return choice.isa == "sm75"   ? ForwardPath::sm75
+         : choice.isa == "sm70" ? ForwardPath::sm70
+         : choice.isa == "sm90" ? ForwardPath::sm90
+                                : ForwardPath::sm80;
 }
 
 }  // namespace
@@ -175,6 +200,7 @@ ForwardPath choice_path(const KernelChoice& choice) {
 int multiprocessor_count(int device) { return device_shape(device).multiprocessors; }
 int shared_memory_per_block(int device) { return device_shape(device).smem_per_block_optin; }
 int compute_capability(int device) { return device_shape(device).compute_capability; }
+int shared_memory_per_multiprocessor(int device) { return device_shape(device).smem_per_multiprocessor; }
 
 std::vector<int> compiled_head_dims() {
   std::vector<int> dims;
@@ -210,6 +236,7 @@ bool path_compiled(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return FASTATTN_CUDA_PATH_SM75 != 0;
     case ForwardPath::sm70: return FASTATTN_CUDA_PATH_SM70 != 0;
+    case ForwardPath::sm90: return FASTATTN_CUDA_PATH_SM90 != 0;
     default: return FASTATTN_CUDA_PATH_SM80 != 0;
   }
 }
@@ -218,6 +245,7 @@ std::string path_archs(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return FASTATTN_CUDA_ARCHS_SM75;
     case ForwardPath::sm70: return FASTATTN_CUDA_ARCHS_SM70;
+    case ForwardPath::sm90: return FASTATTN_CUDA_ARCHS_SM90;
     default: return FASTATTN_CUDA_ARCHS_SM80;
   }
 }
@@ -225,7 +253,7 @@ std::string path_archs(ForwardPath path) {
 bool path_runs_on(ForwardPath path, int device) {
   // Decided once per (path, device) and cached: the dispatcher asks on every call.
   constexpr int kMaxDevices = 64;
-  static std::atomic<signed char> cache[3][kMaxDevices] = {};  // 0 unknown, 1 runs, -1 does not
+  static std::atomic<signed char> cache[4][kMaxDevices] = {};  // 0 unknown, 1 runs, -1 does not
   const int index = static_cast<int>(path);
   const bool cached = device >= 0 && device < kMaxDevices;
   if (cached) {
@@ -237,9 +265,14 @@ bool path_runs_on(ForwardPath path, int device) {
   return runs;
 }
 
+// Whether this build's sm90 units run on the device (sm_90a: compute capability 9.0 alone).
+bool sm90_runs_on(int device) { return path_compiled(ForwardPath::sm90) && path_runs_on(ForwardPath::sm90, device); }
+
 ForwardPath forward_path(int device) {
-  return select_forward_path(device_shape(device).compute_capability, forward_path_request());
+  return select_forward_path(device_shape(device).compute_capability, forward_path_request(), sm90_runs_on(device));
 }
+
+ForwardPath backward_path(int device) { return backward_path_for(forward_path(device)); }
 
 bool has_forward_kernel(DType dtype, std::int64_t head_dim) {
   if (dtype != DType::f16 && dtype != DType::bf16) return false;
@@ -265,7 +298,36 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
+// Short padded queries on the sm80 path: the KV-cache kernel's plan as a ForwardPlan
+// (heuristics.hpp: forward_uses_kv_cache_kernel; kv_cache.hpp: kv_cache_plan).
+ForwardPlan kv_cache_forward_plan(const AttentionProblem& call, bool path_forced) {
+  const KVCacheLaunch launch = kv_cache_plan(kv_cache_view_of_forward(call), call.seqlen_k);
+  ForwardPlan plan;
+  plan.path = ForwardPath::sm80;
+  plan.path_forced = path_forced;
+  plan.query_group = call.num_kv_heads > 0 ? call.group_size() : 1;
+  plan.short_query = true;
+  plan.blocks = {launch.rows_per_tile, launch.block_k, 128};
+  plan.multiprocessors = device_shape(call.device.index).multiprocessors;
+  plan.num_splits = launch.num_splits;
+  plan.forced = forced_num_splits() > 0;
+  plan.workspace_bytes = launch.scratch_bytes;
+  plan.kv_cache_kernel = true;
+  plan.kv_cache_reason = launch.reason;
+  return plan;
+}
+
 ForwardPlan forward_plan(const AttentionProblem& call) {
+  {
+    const ForwardPathRequest request = forward_path_request();
+    const ForwardPath path = select_forward_path(device_shape(call.device.index).compute_capability, request,
+                                                 sm90_runs_on(call.device.index));
+    if (forward_uses_kv_cache_kernel(path, call.is_varlen(), call.seqlen_q)) {
+      ForwardPlan plan = kv_cache_forward_plan(call, !request.automatic);
+      if (path == ForwardPath::sm90) plan.sm90_declined = "seqlen_q <= 16 runs the KV-cache decode kernel";
+      return plan;
+    }
+  }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp); so does forward().
   const AttentionProblem p = with_packed_query_groups(call);
   const DeviceShape device = device_shape(p.device.index);
@@ -281,13 +343,31 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.multiprocessors = device.multiprocessors;
   s.smem_per_multiprocessor = device.smem_per_multiprocessor;
   const ForwardPathRequest request = forward_path_request();
-  s.path = select_forward_path(device.compute_capability, request);
+  s.path = select_forward_path(device.compute_capability, request, sm90_runs_on(p.device.index));
   s.path_forced = !request.automatic;
   s.query_group = packed_query_group(call);
+  s.varlen = p.is_varlen();
+  s.tma_describes = sm90_tma_describes(p);
   return cuda::plan_forward(s);
 }
 
 void forward(const AttentionProblem& call, const KernelChoice& choice) {
+  if (choice_path(choice) == ForwardPath::sm80) {
+    const ForwardPlan plan = forward_plan(call);
+    if (plan.kv_cache_kernel) {  // short padded queries: the KV-cache kernel (forward_plan)
+      if (plan.workspace_bytes != choice.workspace_bytes) {
+        throw Error(ErrorCode::internal, "cuda forward: the launch plan changed since dispatch (workspace " +
+                                             std::to_string(plan.workspace_bytes) + " vs " +
+                                             std::to_string(choice.workspace_bytes) + " bytes)");
+      }
+      const KVCacheProblem kp = kv_cache_view_of_forward(call);
+      const KVCacheLaunch launch = kv_cache_plan(kp, call.seqlen_k);
+      const DeviceGuard device_guard(call.device.index);
+      DeviceScratch scratch(call, launch.scratch_bytes);  // checks a caller's Workspace
+      kv_cache_forward(kp, launch, scratch.data());
+      return;
+    }
+  }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp), as forward_plan says.
   const AttentionProblem p = with_packed_query_groups(call);
   check_row_alignment(p.q.data, p.q.stride, "q");
@@ -321,7 +401,13 @@ void forward(const AttentionProblem& call, const KernelChoice& choice) {
     f.oaccum = scratch.at<float>(0);
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
-  if (plan.path != ForwardPath::sm80) {
+  if (plan.path == ForwardPath::sm90) {
+    if (p.dtype == DType::bf16) {
+      forward_sm90<__nv_bfloat16>(f, p.head_dim, stream);
+    } else {
+      forward_sm90<__half>(f, p.head_dim, stream);
+    }
+  } else if (plan.path != ForwardPath::sm80) {
     forward_lowres(plan.path, f, p.head_dim, stream);  // f16 only: the dispatcher checked
   } else if (p.dtype == DType::bf16) {
     forward_for_dtype<__nv_bfloat16>(f, p.head_dim, stream);

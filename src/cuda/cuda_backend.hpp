@@ -24,6 +24,7 @@ std::vector<DeviceInfo> devices();          // empty when no driver or GPU
 int multiprocessor_count(int device);       // cached; throws on a CUDA error
 int shared_memory_per_block(int device);   // opt-in maximum, bytes; cached; throws on a CUDA error
 int compute_capability(int device);        // major * 10 + minor; cached; throws on a CUDA error
+int shared_memory_per_multiprocessor(int device);  // bytes; cached; throws on a CUDA error
 std::vector<std::string> compiled_archs();  // e.g. {"sm80", "sm90"}
 std::vector<int> compiled_head_dims();      // forward head dims in this build
 
@@ -36,6 +37,8 @@ bool has_forward_kernel(DType dtype, std::int64_t head_dim);
 // FASTATTN_CUDA_ARCHS; sm75 / sm70: FASTATTN_CUDA_LOWRES_PATHS or their architecture), and the
 // CMake architectures they were compiled for ("75;90"; forward_path.hpp: archs_run_on).
 ForwardPath forward_path(int device);
+// The backward's path: forward_path's, with sm90 mapped to sm80 (forward_path.hpp: backward_path_for).
+ForwardPath backward_path(int device);
 bool path_compiled(ForwardPath path);
 std::string path_archs(ForwardPath path);
 // archs_run_on(path_archs(path), the device's compute capability), cached per (path, device).

@@ -12,6 +12,8 @@
 #include "cuda/common/device_scratch.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/flash_bwd/launch.hpp"
+#include "cuda/flash_bwd_sm90/launch.hpp"
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -72,6 +74,8 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
   b.num_splits = plan.num_splits;
   b.small_blocks = plan.small_blocks;
   b.deterministic = p.deterministic;
+  b.sm90_tile_order = plan.sm90_tile_order;
+  b.sm90_dq = plan.sm90_dq;
   return b;
 }
 
@@ -114,6 +118,24 @@ void backward_sm75(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
   throw Error(ErrorCode::internal, "cuda backward: no sm75 launcher for head_dim " + std::to_string(head_dim));
 }
 
+// The Hopper backward's units (FASTATTN_CUDA_ARCHS has 90): head_dim 64 and 128, both dtypes
+// (flash_bwd_sm90/plan.hpp: sm90_backward_has_head_dim; the plan checked it).
+template <typename Element>
+void backward_sm90(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
+  (void)b;
+  (void)stream;
+  switch (head_dim) {
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
+    case 64: return run_backward_sm90<Element, 64>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
+    case 128: return run_backward_sm90<Element, 128>(b, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda backward: no sm90 launcher for head_dim " + std::to_string(head_dim));
+}
+
 // The Volta path's units (FASTATTN_CUDA_LOWRES_PATHS has sm70): f16, head_dim <= 128.
 void backward_sm70(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
   switch (head_dim) {
@@ -135,17 +157,41 @@ void backward_sm70(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
 
 bool has_backward_kernel(DType dtype, std::int64_t head_dim) { return has_forward_kernel(dtype, head_dim); }
 
+// On an sm90 device: the sm90 backward or the sm80 one (flash_bwd_sm90/plan.hpp:
+// choose_sm90_backward, which holds the reasons).
+Sm90BackwardChoice sm90_backward_choice(const AttentionProblem& p) {
+  Sm90BackwardShape s;
+  s.device_path_sm90 = forward_path(p.device.index) == ForwardPath::sm90;
+  if (!s.device_path_sm90) return choose_sm90_backward(s);
+  s.opted_in = sm90_backward_opted_in();
+  s.head_dim = p.head_dim;
+  s.batch = p.batch;
+  s.num_heads = p.num_heads;
+  s.num_kv_heads = p.num_kv_heads;
+  s.seqlen_q = p.seqlen_q;
+  s.seqlen_k = p.seqlen_k;
+  s.varlen = p.is_varlen();
+  s.tma_describes = !s.varlen && sm90_backward_tma_describes(p);
+  return choose_sm90_backward(s);
+}
+
 BackwardPlan backward_plan(const AttentionProblem& p) {
+  const Sm90BackwardChoice sm90 = sm90_backward_choice(p);
+  if (sm90.sm90) {
+    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, p.seqlen_q, p.window_left, p.window_right,
+                              p.deterministic);
+  }
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
   const int sms = multiprocessor_count(p.device.index);
   BackwardPlan plan = plan_backward(static_cast<int>(p.head_dim), p.batch, p.num_heads, p.num_kv_heads, p.seqlen_k,
                                     total_q, p.deterministic, p.deterministic ? sms : 0,
-                                    shared_memory_per_block(p.device.index), forward_path(p.device.index));
+                                    shared_memory_per_block(p.device.index), backward_path(p.device.index));
   // Tiles of equal work only (plan.hpp: plan_tile_grid).
   if (!p.is_varlen() && !p.deterministic && p.window_left < 0 && p.window_right < 0) {
     plan_tile_grid(plan, static_cast<int>(p.head_dim), p.batch, p.num_kv_heads, p.group_size(), p.seqlen_q,
                     p.seqlen_k, sms);
   }
+  if (forward_path(p.device.index) == ForwardPath::sm90) plan.sm90_declined = sm90.reason;
   return plan;
 }
 
@@ -168,13 +214,20 @@ void backward(const AttentionProblem& p, const KernelChoice& choice) {
   b.d_sum = scratch.at<float>(0);
   b.dq_accum = scratch.at<float>(plan.d_sum_bytes);
   b.zero_bytes = plan.workspace_bytes - plan.d_sum_bytes;
+  if (plan.sm90_semaphore_bytes > 0) b.dq_semaphores = scratch.at<int>(plan.d_sum_bytes + plan.dq_accum_bytes);
   if (plan.tail.tiles > 0) {
     const std::size_t tail_at = plan.d_sum_bytes + plan.dq_accum_bytes;
     b.dkv_accum = scratch.at<float>(tail_at);
     b.tail_counters = scratch.at<unsigned>(tail_at + plan.tail_partials_bytes);
   }
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
-  if (plan.path == ForwardPath::sm75) {
+  if (plan.path == ForwardPath::sm90) {
+    if (p.dtype == DType::bf16) {
+      backward_sm90<__nv_bfloat16>(b, p.head_dim, stream);
+    } else {
+      backward_sm90<__half>(b, p.head_dim, stream);
+    }
+  } else if (plan.path == ForwardPath::sm75) {
     backward_sm75(b, p.head_dim, stream);  // dispatch checked f16, head_dim and the build
   } else if (plan.path == ForwardPath::sm70) {
     backward_sm70(b, p.head_dim, stream);

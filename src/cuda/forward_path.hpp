@@ -1,12 +1,19 @@
 // forward_path.hpp — which per-architecture forward path runs a CUDA call (host-only, no CUDA
 // headers: the dispatcher and the CPU unit tests include it).
 //
+// The Hopper path, sm90 (flash_fwd_sm90/: TMA, wgmma, warp specialisation; sm_90a code), is
+// chosen automatically on compute capability 9.0 when this build compiled it (FASTATTN_CUDA_ARCHS
+// has 90); calls it does not serve run on the sm80 kernels, and KernelChoice::reason says why
+// (flash_fwd/heuristics.hpp). The backward of an sm90 device runs the sm80 kernels
+// (backward_path_for) unless FASTATTN_CUDA_BWD_SM90=1 opts into the sm90 backward, which is not
+// yet verified on a GPU (flash_bwd_sm90/plan.hpp: choose_sm90_backward).
+//
 // One kernel design (flash_fwd/kernel.cuh) with three sets of per-architecture parts:
 //   sm80  mma.sync m16n8k16 + ldmatrix + cp.async, swizzled shared memory (Ampere and newer)
 //   sm75  mma.sync m16n8k8 + ldmatrix, register-staged prefetch, <= 64 KB shared memory (Turing)
 //   sm70  mma.sync m8n8k4 (quad pairs), ld.shared on padded rows, register-staged prefetch,
 //         <= 96 KB shared memory (Volta)
-// The path follows the device's compute capability; FASTATTN_CUDA_PATH=sm70|sm75|sm80|auto
+// The path follows the device's compute capability; FASTATTN_CUDA_PATH=sm70|sm75|sm80|sm90|auto
 // forces one on a newer GPU (tests run the Volta and Turing paths on an H200 this way). The
 // backward follows the same path (flash_bwd/kernel.cuh has the same three sets of parts).
 #pragma once
@@ -19,7 +26,7 @@
 
 namespace fastattn::cuda {
 
-enum class ForwardPath { sm80, sm75, sm70 };
+enum class ForwardPath { sm80, sm75, sm70, sm90 };  // sm90 last: an index in caches
 
 constexpr const char* kForwardPathEnv = "FASTATTN_CUDA_PATH";
 
@@ -27,6 +34,7 @@ inline const char* to_string(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return "sm75";
     case ForwardPath::sm70: return "sm70";
+    case ForwardPath::sm90: return "sm90";
     default: return "sm80";
   }
 }
@@ -36,13 +44,14 @@ inline const char* path_gpus(ForwardPath path) {
   switch (path) {
     case ForwardPath::sm75: return "Turing";
     case ForwardPath::sm70: return "Volta";
+    case ForwardPath::sm90: return "Hopper";
     default: return "Ampere and newer";
   }
 }
 
 // The lowest compute capability (major * 10 + minor) a path's instructions run on.
 constexpr int min_compute_capability(ForwardPath path) {
-  return path == ForwardPath::sm80 ? 80 : path == ForwardPath::sm75 ? 75 : 70;
+  return path == ForwardPath::sm90 ? 90 : path == ForwardPath::sm80 ? 80 : path == ForwardPath::sm75 ? 75 : 70;
 }
 
 // What FASTATTN_CUDA_PATH asks for: automatic (unset, empty or "auto") or one path.
@@ -64,9 +73,11 @@ inline ForwardPathRequest parse_forward_path(const char* text) {
     r.path = ForwardPath::sm75;
   } else if (s == "sm70") {
     r.path = ForwardPath::sm70;
+  } else if (s == "sm90") {
+    r.path = ForwardPath::sm90;
   } else {
     throw Error(ErrorCode::invalid_argument,
-                std::string(kForwardPathEnv) + ": expected sm70, sm75, sm80 or auto, got \"" + s + "\"");
+                std::string(kForwardPathEnv) + ": expected sm70, sm75, sm80, sm90 or auto, got \"" + s + "\"");
   }
   return r;
 }
@@ -75,9 +86,11 @@ inline ForwardPathRequest parse_forward_path(const char* text) {
 inline ForwardPathRequest forward_path_request() { return parse_forward_path(env_value(EnvVar::cuda_path)); }
 
 // The path for a device of compute capability `cc`: the newest the device runs, or the forced
-// one, which the device must be able to run.
-inline ForwardPath select_forward_path(int cc, const ForwardPathRequest& request) {
+// one, which the device must be able to run. sm90_runs: this build has sm90 units that run on
+// the device (sm_90a code runs on compute capability 9.0 alone; cuda_backend.cu decides).
+inline ForwardPath select_forward_path(int cc, const ForwardPathRequest& request, bool sm90_runs = false) {
   if (request.automatic) {
+    if (cc == 90 && sm90_runs) return ForwardPath::sm90;
     if (cc >= 80) return ForwardPath::sm80;
     if (cc >= 75) return ForwardPath::sm75;
     if (cc >= 70) return ForwardPath::sm70;
@@ -131,9 +144,15 @@ inline bool archs_run_on(const std::string& archs, int cc) {
 // stops at head_dim 128 (its 32-row warp tile keeps a 32 x head_dim f32 O accumulator in
 // registers, which at d = 256 would spill).
 inline bool path_supports(ForwardPath path, bool bf16, long long head_dim) {
-  if (path == ForwardPath::sm80) return true;
+  if (path == ForwardPath::sm80 || path == ForwardPath::sm90) return true;  // sm90 hands the rest to sm80
   if (bf16) return false;
   return path == ForwardPath::sm75 || head_dim <= 128;
+}
+
+// The backward's path on a device whose forward path is `path`: the sm80 kernels where the
+// forward runs sm90 (no sm90 backward yet).
+constexpr ForwardPath backward_path_for(ForwardPath path) {
+  return path == ForwardPath::sm90 ? ForwardPath::sm80 : path;
 }
 
 // The same for the backward: sm75 and sm70 both stop at head_dim 128 there

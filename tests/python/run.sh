@@ -10,7 +10,8 @@
 #                              without a package index (needs scikit-build-core and nanobind)
 #   FASTATTN_BUILD_DIR         keep the CMake build there, for incremental rebuilds
 #   CMAKE_BUILD_PARALLEL_LEVEL build jobs (default: 2)
-# The torch tests run when torch is installed and skip otherwise. pytest's exit status 5 ("no
+# The torch tests run when torch is installed and skip otherwise; with torch, transformers is
+# installed too for the transformers integration's tests. pytest's exit status 5 ("no
 # tests collected": a wrong path or -k/-m selection, or a collection that found nothing) fails
 # the script with a message: a run that tested nothing is not a success.
 set -euo pipefail
@@ -29,6 +30,14 @@ fi
 echo "== pip install ${ROOT}[test]"
 "$PYTHON" -m pip install "${pip_args[@]}" "${ROOT}[test]"
 "$PYTHON" -c "import fastattn; print('fastattn', fastattn.__version__, fastattn.build_info())"
+# tests/python/test_transformers.py needs torch and transformers. Where torch is installed, add
+# transformers (pure-Python wheels, seconds) so that test runs instead of skipping; a machine
+# without a package index skips it with a note rather than failing.
+if "$PYTHON" -c "import torch" >/dev/null 2>&1 && ! "$PYTHON" -c "import transformers" >/dev/null 2>&1; then
+  echo "== pip install transformers (torch is installed)"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "transformers>=5" ||
+    echo "note: could not install transformers; tests/python/test_transformers.py will skip" >&2
+fi
 
 echo "== pytest tests/python"
 cd "$ROOT"

@@ -11,8 +11,9 @@
 #                                                           # JSON gives (nothing written)
 #
 # Which JSON: of the top-level bench/results/*.json, the newest (context timestamp) of each kind
-# (bench_cpu, server_cpu, server_cpu_issue19, cuda_bench, cuda_decode) and machine. Quick runs are refused. Then review and commit
-# bench/results/, docs/performance.md and README.md together.
+# (bench_cpu, server_cpu, server_cpu_issue19, cuda_bench, cuda_decode, cuda_sm90_forward,
+# cuda_kv_decode) and machine. Quick runs are refused. Then review and commit bench/results/,
+# docs/performance.md and README.md together.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -20,7 +21,7 @@ check=0
 for arg in "$@"; do
   case $arg in
     --check) check=1 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
     *)
       [ -f "$arg" ] || { echo "update-docs.sh: no file $arg" >&2; exit 2; }
       if ! python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(1 if r.get("quick") else 0)' "$arg"; then
@@ -38,13 +39,15 @@ done
 # The newest result per (kind, machine): one rendered block each.
 mapfile -t results < <(python3 - <<'PY'
 import glob, json
+KINDS = ("bench_cpu", "server_cpu", "server_cpu_issue19", "cuda_bench", "cuda_decode", "cuda_sm90_forward",
+         "cuda_kv_decode")
 newest = {}
 for path in sorted(glob.glob("bench/results/*.json")):
     try:
         r = json.load(open(path))
     except (OSError, ValueError):
         continue
-    if not isinstance(r, dict) or r.get("kind") not in ("bench_cpu", "server_cpu", "server_cpu_issue19", "cuda_bench", "cuda_decode") or r.get("quick"):
+    if not isinstance(r, dict) or r.get("kind") not in KINDS or r.get("quick"):
         continue
     key = (r["kind"], r.get("machine"))
     stamp = r.get("context", {}).get("timestamp_utc", "")

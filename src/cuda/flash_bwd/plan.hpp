@@ -171,6 +171,13 @@ struct BackwardPlan {
   std::size_t tail_bytes = 0;  // tail split: fp32 dK/dV partial sums, then one counter per tail tile
   std::size_t tail_partials_bytes = 0;  // the partial sums' part of tail_bytes (the counters follow)
   std::size_t workspace_bytes = 0;
+  // sm90 backward plans (flash_bwd_sm90/plan.hpp: plan_backward_sm90); the blocks above hold
+  // its tiles (warps = threads / 32, the warp-layout fields unused).
+  int sm90_dq = 0;          // Sm90DqReduction: 0 atomic, 1 bulk reduce-add
+  int sm90_tile_order = 0;  // Sm90TileOrder
+  std::size_t sm90_semaphore_bytes = 0;  // deterministic: per (batch, head, query block), after dq_accum
+  // Non-empty when the device's path is sm90 but the call runs the sm80 backward: why.
+  std::string sm90_declined;
 };
 
 // total_q: batch * seqlen_q (padded) or total tokens (varlen). In deterministic mode the

@@ -16,6 +16,9 @@
 // 4. Path (forward_path.hpp): the sm75 / sm70 paths have only the main kernel (no cp.async
 //    ring for short queries), with their own blocks (launch_blocks.hpp: forward_blocks_for);
 //    CTAs per SM follow from their shared memory (at most 2, the launch bounds).
+// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded batches of head_dim 64/128 whose q, k, v
+//    TMA can describe, with seqlen_q > kDecodeMaxSeqlenQ, seqlen_k > 0 and no split-KV; any
+//    other call runs the sm80 plan, and sm90_decline_reason names why (KernelChoice::reason).
 #pragma once
 
 #include <algorithm>
@@ -30,6 +33,7 @@
 #include "common/environment.hpp"
 #include "cuda/flash_fwd/launch_blocks.hpp"
 #include "cuda/flash_fwd/split_layout.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
 #include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
 
@@ -52,6 +56,8 @@ struct ForwardShape {
   ForwardPath path = ForwardPath::sm80;
   bool path_forced = false;  // by FASTATTN_CUDA_PATH
   std::int64_t query_group = 1;  // query heads packed as rows per KV head (query_groups.hpp)
+  bool varlen = false;
+  bool tma_describes = true;  // q, k, v: layouts TMA can load (flash_fwd_sm90/plan.hpp)
 };
 
 struct ForwardPlan {
@@ -68,7 +74,25 @@ struct ForwardPlan {
   bool forced = false;       // by FASTATTN_CUDA_NUM_SPLITS
   float wave_efficiency = 0.0f;
   std::size_t workspace_bytes = 0;
+  // Non-empty when the device's path is sm90 but this call runs the sm80 plan: why.
+  std::string sm90_declined;
+  int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
+  bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
+  // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
+  // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
+  bool kv_cache_kernel = false;
+  std::string kv_cache_reason;
 };
+
+// 5. Short queries (seqlen_q <= kDecodeMaxSeqlenQ) of a padded (not varlen) batch on the sm80
+//    path, and on the sm90 path (which has no decode kernel of its own yet), run on the KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh: every query head of
+//    a KV head and every query token packed as rows of one tile, any mask, 4 warps, a 3-stage
+//    cp.async ring), their K/V taken as a contiguous cache (kv_cache_forward.hpp). Varlen calls
+//    and the sm75 / sm70 paths keep the kernels above.
+inline bool forward_uses_kv_cache_kernel(ForwardPath path, bool varlen, std::int64_t seqlen_q) {
+  return (path == ForwardPath::sm80 || path == ForwardPath::sm90) && !varlen && seqlen_q >= 1 &&
+         seqlen_q <= kDecodeMaxSeqlenQ;
+}
 
 // flash-attn 2's num_splits_heuristic (csrc/flash_attn/flash_api.cpp), with `slots` for its
 // num_SMs (it passes 2 * SMs for two CTAs per SM). Split counts that give the same tiles per
@@ -108,7 +132,57 @@ inline int forced_num_splits() {
   return static_cast<int>(n);
 }
 
+inline ForwardPlan plan_forward(const ForwardShape& s);
+
+// Why the sm90 kernel does not serve a call, given the sm80 plan it would otherwise take; empty
+// when it does. The order is the report's: the first reason that applies.
+inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan& sm80_plan) {
+  if (!sm90_has_head_dim(s.head_dim)) {
+    return "no sm90 kernel for head_dim " + std::to_string(s.head_dim) + " yet (sm90 has 64 and 128)";
+  }
+  if (s.varlen) return "varlen batches have no sm90 scheduler yet";
+  if (!s.tma_describes) {
+    return "a q/k/v layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)";
+  }
+  if (s.seqlen_k == 0) return "no keys";
+  if (sm80_plan.short_query) return "seqlen_q <= 16 runs the KV-cache decode kernel";
+  if (sm80_plan.num_splits > 1) return "split-KV (too few CTAs for the SMs) has no sm90 kernel yet";
+  return {};
+}
+
+inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
+  ForwardPlan plan;
+  const Sm90ForwardBlocks b = sm90_forward_blocks(s.head_dim);
+  plan.path = ForwardPath::sm90;
+  plan.path_forced = s.path_forced;
+  plan.blocks = {b.block_m, b.block_n, b.threads};
+  plan.sm90_stages = b.stages;
+  plan.sm90_overlap = sm90_overlap(s.head_dim);
+  plan.query_group = s.query_group;
+  plan.multiprocessors = std::max(s.multiprocessors, 1);
+  plan.ctas_per_sm = 1;
+  const std::int64_t m_blocks = (s.seqlen_q + b.block_m - 1) / b.block_m;
+  plan.ctas = s.batch * s.num_heads * m_blocks;
+  std::int64_t keys = s.seqlen_k;
+  if (s.window_left >= 0 && s.window_right >= 0) keys = std::min(keys, s.window_left + s.window_right + b.block_m);
+  plan.n_blocks = (keys + b.block_n - 1) / b.block_n;
+  const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
+  plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
+  return plan;
+}
+
 inline ForwardPlan plan_forward(const ForwardShape& s) {
+  if (s.path == ForwardPath::sm90) {
+    ForwardShape base = s;
+    base.path = ForwardPath::sm80;
+    base.path_forced = false;
+    ForwardPlan fallback = plan_forward(base);
+    std::string why = sm90_decline_reason(s, fallback);
+    if (why.empty()) return plan_forward_sm90(s);
+    fallback.path_forced = s.path_forced;
+    fallback.sm90_declined = std::move(why);
+    return fallback;
+  }
   ForwardPlan plan;
   const int d = static_cast<int>(s.head_dim);
   plan.path = s.path;
@@ -157,12 +231,28 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
 
 // The plan in words, for KernelChoice::reason.
 inline std::string describe_plan(const ForwardPlan& plan) {
+  if (plan.kv_cache_kernel) {
+    return (plan.sm90_declined.empty() ? std::string()
+                                       : "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): ") +
+           (plan.path_forced ? std::string("path forced by ") + kForwardPathEnv + ", " : std::string()) +
+           plan.kv_cache_reason;
+  }
+  if (plan.path == ForwardPath::sm90) {
+    return std::string("sm90 path (Hopper): TMA loads by a producer warp, wgmma in ") +
+           std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
+           std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
+           std::to_string(plan.sm90_stages) + "-stage K/V ring" +
+           (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
+           (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
+           std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
+  }
   std::string r = plan.path == ForwardPath::sm75
                       ? "sm75 path (Turing): mma.sync m16n8k8, register-staged prefetch, "
                   : plan.path == ForwardPath::sm70
                       ? "sm70 path (Volta): mma.sync m8n8k4 quad pairs, register-staged prefetch, "
                   : plan.short_query ? "mma.sync m16n8k16, 16-query-row kernel (seqlen_q <= 16), "
                                      : "mma.sync m16n8k16 kernel, ";
+  if (!plan.sm90_declined.empty()) r = "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): " + r;
   if (plan.path_forced) r += std::string("path forced by ") + kForwardPathEnv + ", ";
   if (plan.query_group > 1) {
     r += "GQA decode: the " + std::to_string(plan.query_group) +

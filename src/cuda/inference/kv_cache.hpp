@@ -17,6 +17,9 @@ struct KVCacheLaunch {
   int rows_per_tile = 0;          // query rows (GQA-packed heads x tokens) per CTA tile
   int block_k = 0;                // keys per tile
   std::size_t scratch_bytes = 0;  // split partials (0 when num_splits == 1), 256-byte aligned
+  // Depth of the K/V cp.async ring (kv_cache_heuristics.hpp: kv_stages; 16-row tiles also take
+  // kv_deep_stages); 0: the default. Set by kv_cache_plan; benchmarks may pick the other ring.
+  int stages = 0;
   std::string kernel;             // e.g. "cuda.kv_cache.sm80.bf16.d128.gqa4.split8"
   std::string reason;             // why this kernel and split count, in one sentence
 };

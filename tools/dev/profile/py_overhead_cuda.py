@@ -1,23 +1,24 @@
-"""Per-call host time of fastattn's Python entry points on CUDA tensors, against the C++ call.
+"""Per-call host time of fastattn's Python entry points on CUDA tensors, against the C++ call and
+torch SDPA on the same tensors: fastattn._overhead.torch_bar at a few tiny shapes (the first is
+issue 17's bar, b1 s128 h8 d64 bf16: fastattn.torch.attention eager <= 1.0x SDPA), then the
+cost of each step of the eager path alone.
 
-Same method as fastattn._overhead (the CPU bar): the C++ loop (``_C.time_forward``: validation,
-dispatch, launch; arrays imported once) against ``fastattn.attention`` and the torch custom op
-``fastattn.torch.attention`` in Python loops, and torch SDPA for scale. Each number is the
-minimum over repeats of the mean per call over `iterations` enqueued calls; a final synchronize
-per repeat keeps the GPU from falling behind unnoticed.
+    python3 tools/dev/profile/py_overhead_cuda.py OUT.json
+
+Each number is the minimum over repeats of the mean per call over 2000 enqueued calls, one
+synchronize at the end of each repeat (fastattn._overhead).
 """
 import json
 import sys
 import time
 
 import torch
+import torch.utils.dlpack
 
-import fastattn
-from fastattn import _C, _api, _arrays
-import fastattn.torch as fat
+from fastattn import _C, _api, _overhead
 
 
-def per_call(fn, iterations=200, repeats=20):
+def per_call(fn, iterations=2000, repeats=10):
     best = float("inf")
     for _ in range(repeats):
         torch.cuda.synchronize()
@@ -29,38 +30,30 @@ def per_call(fn, iterations=200, repeats=20):
     return best * 1e6
 
 
-def measure(shape):
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    fw = _arrays.framework_of(q)
-    stream = fw.cuda_stream(q)
-    options = _api.call_options(False, None, None, 0.0, None, None, "bottom_right", "automatic", 0, False,
-                                stream, fw.is_bf16_storage(q))
-    out = fw.empty_like(q)
-    cpp = min(_C.time_forward(fw.export(q), fw.export(k), fw.export(v), fw.export(out), None, None, None,
-                              options, 200) for _ in range(20)) * 1e6
-    row = {"shape": list(shape), "cpp_us": cpp,
-           "python_us": per_call(lambda: fastattn.attention(q, k, v)),
-           "torch_custom_op_us": per_call(lambda: fat.attention(q, k, v))}
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    row["torch_sdpa_us"] = per_call(lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt))
-    row["python_overhead_us"] = row["python_us"] - row["cpp_us"]
-    return row
-
-
-rows = [measure(s) for s in [(1, 16, 2, 128), (1, 256, 8, 128), (32, 512, 16, 128)]]
+rows = [_overhead.torch_bar("cuda", shape) for shape in
+        [_overhead.BAR_SHAPE, (1, 16, 2, 128), (1, 256, 8, 128)]]
 for r in rows:
-    print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}))
-json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
-          open(sys.argv[1] if len(sys.argv) > 1 else "py_overhead_cuda.json", "w"), indent=2)
+    print(_overhead.format_bar(r), "| fastattn.attention %.2f us" % r["torch_api_us"])
 
-# Where the Python path's time goes: each step alone, per call.
-q = torch.randn((1, 16, 2, 128), device="cuda", dtype=torch.bfloat16)
+# Where the eager path's time goes: each step alone, per call.
+q = torch.randn(_overhead.BAR_SHAPE, device="cuda", dtype=torch.bfloat16)
+out = torch.empty_like(q)
+cap = torch.utils.dlpack.to_dlpack
+options = _api.call_options(False, None, None, 0.0, None, None, "bottom_right", "auto", 0, False,
+                            torch._C._cuda_getCurrentRawStream(0), False)
 steps = {
-    "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream(q.device).cuda_stream,
+    "torch.compiler.is_compiling": torch.compiler.is_compiling,
     "torch._C._cuda_getCurrentRawStream": lambda: torch._C._cuda_getCurrentRawStream(0),
-    "torch.utils.dlpack.to_dlpack": lambda: torch.utils.dlpack.to_dlpack(q),
-    "torch.empty_like": lambda: torch.empty_like(q),
-    "framework_of + adopt": lambda: _arrays.framework_of(q).adopt(q),
+    "call_options (cached)": lambda: _api.call_options(False, None, None, 0.0, None, None,
+                                                       "bottom_right", "auto", 0, False, 0, False),
+    "torch.empty_like(contiguous)": lambda: torch.empty_like(q, memory_format=torch.contiguous_format),
+    "torch.utils.dlpack.to_dlpack": lambda: cap(q),
+    "_C.run_forward (4 capsules, C++ call)": lambda: _C.run_forward(cap(q), cap(q), cap(q), cap(out),
+                                                                    None, None, None, options),
 }
-for name, fn in steps.items():
-    print(json.dumps({"step": name, "us": round(per_call(fn, 1000, 10), 2)}))
+step_us = {name: per_call(fn) for name, fn in steps.items()}
+for name, us in step_us.items():
+    print(json.dumps({"step": name, "us": round(us, 2)}))
+json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
+           "steps_us": step_us, "method": _overhead.__doc__},
+          open(sys.argv[1] if len(sys.argv) > 1 else "py_overhead_cuda.json", "w"), indent=2)

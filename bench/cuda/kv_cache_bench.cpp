@@ -1,0 +1,304 @@
+// kv_cache_bench.cpp — issue 17's decode measurements on CUDA, one JSON object per line:
+//
+//   fastattn_kv_cache_bench [decode] [paged] [multitoken] [--max-seconds S]
+//
+//   decode      forward() on a contiguous cache, one query token, causal (bottom-right: every key
+//               visible), bf16, d128: heads 32/8, 32/32, 64/8; batch 1, 16, 64; kv 4k, 32k, 128k
+//               (K+V up to kMaxKvBytes; larger shapes are "skipped" rows). GB/s of K+V.
+//   paged       the KV-cache kernel (kv_cache_forward, internal level) on one cache filled to
+//               the end, contiguous and paged with page sizes 1, 16, 64, 256 (pages shuffled
+//               through the block table): GQA 32/8, (b16, kv 32k) and (b1, kv 128k)
+//   multitoken  forward(), seqlen_q 1, 2, 4, 8, 16, causal, b8 kv 8k, GQA 32/8
+//   decode2     the decode rows again (field "repeat": 2), for the run-to-run spread
+//   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
+//   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
+//   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
+//               heuristic's choice) on a few decode shapes: the split heuristic's calibration
+// and the device-to-device copy bandwidth (hbm_bandwidth.hpp) before and after, in the same
+// process. Tensors are filled on the device (random bf16, never zero), so 34 GB caches take no
+// host time. sdpa_anchor.py kv_decode / kv_multitoken times PyTorch on the same shapes; the rows
+// join on (tag, b, sq, sk, h, hkv, d, causal). Timing: >= 30 ms of warm-up calls (the clocks
+// drop while the host sets the next shape up), then cuda_timing.hpp (3 more warm-up calls, >= 20
+// timed calls back to back between events, median; fewer, >= 5, past --max-seconds).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_rows.hpp"
+#include "cuda/inference/kv_cache.hpp"
+#include "cuda/inference/kv_cache_heuristics.hpp"
+#include "cuda_timing.hpp"
+#include "device_fill.hpp"
+#include "fastattn/fastattn.hpp"
+#include "hbm_bandwidth.hpp"
+#include "report_json.hpp"
+
+namespace fastattn::bench {
+namespace {
+
+constexpr double kMaxKvBytes = 40e9;  // K+V of one shape; the H200 has 141 GB
+
+using perf::cuda::check;
+
+struct DeviceArray {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceArray(std::size_t n) : bytes(n) { check(cudaMalloc(&data, std::max<std::size_t>(n, 16)), "cudaMalloc"); }
+  ~DeviceArray() { cudaFree(data); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+struct Shape {
+  std::int64_t b, sq, sk, h, hkv, d = 128;
+};
+
+nlohmann::json shape_row(const char* tag, const Shape& s) {
+  return {{"source", "fastattn"}, {"mode", tag}, {"tag", tag}, {"pass", "fwd"}, {"b", s.b}, {"sq", s.sq},
+          {"sk", s.sk},           {"h", s.h},    {"hkv", s.hkv}, {"d", s.d},      {"causal", true}, {"dtype", "bf16"}};
+}
+
+double kv_bytes(const Shape& s) { return 4.0 * static_cast<double>(s.b * s.sk * s.hkv * s.d); }
+
+void add_timing(nlohmann::json& row, const perf::cuda::EventTiming& t, const Shape& s, double hbm_gbs) {
+  row["ms"] = t.median_ms;
+  row["min_ms"] = t.min_ms;
+  row["repeats"] = t.repeats;
+  row["kv_bytes"] = kv_bytes(s);
+  row["kv_gbs"] = kv_bytes(s) / (t.median_ms / 1e3) / 1e9;
+  if (hbm_gbs > 0) row["hbm_fraction"] = kv_bytes(s) / (t.median_ms / 1e3) / 1e9 / hbm_gbs;
+}
+
+perf::cuda::EventTimingOptions timing(double max_seconds) {
+  perf::cuda::EventTimingOptions o;
+  o.warmup = 3;
+  o.min_repeats = 20;
+  o.max_seconds = max_seconds;
+  return o;
+}
+
+// The GPU's clocks drop while the host allocates and fills the next shape's tensors: calls for
+// kWarmMs first (at least 3), then time_with_events (sdpa_anchor.py --warm-ms does the same).
+constexpr double kWarmMs = 30.0;
+perf::cuda::EventTiming time_warm(const std::function<void()>& fn, cudaStream_t stream, double max_seconds) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  fn();
+  check(cudaEventRecord(stop, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const int calls = std::clamp(static_cast<int>(kWarmMs / std::max(ms, 1e-3f)), 3, 5000);
+  for (int i = 0; i < calls; ++i) fn();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  return perf::cuda::time_with_events(fn, stream, timing(max_seconds));
+}
+
+// forward() over a contiguous [b, sk, hkv, d] cache, causal (bottom-right).
+void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max_seconds, cudaStream_t stream,
+                     int repeat = 1) {
+  nlohmann::json row = shape_row(tag, s);
+  if (repeat > 1) row["repeat"] = repeat;
+  if (kv_bytes(s) > kMaxKvBytes) {
+    row["skipped"] = "K+V " + std::to_string(kv_bytes(s) / 1e9) + " GB over the bench's " +
+                     std::to_string(kMaxKvBytes / 1e9) + " GB limit";
+    emit(row);
+    return;
+  }
+  try {
+    const std::size_t e = 2;
+    DeviceArray q(s.b * s.sq * s.h * s.d * e), k(s.b * s.sk * s.hkv * s.d * e), v(s.b * s.sk * s.hkv * s.d * e),
+        out(s.b * s.sq * s.h * s.d * e);
+    fill_random_bf16(q.data, q.bytes / e, 1, stream);
+    fill_random_bf16(k.data, k.bytes / e, 2, stream);
+    fill_random_bf16(v.data, v.bytes / e, 3, stream);
+    const Device gpu = Device::cuda(0);
+    const TensorView tq = make_tensor(q.data, DType::bf16, {s.b, s.sq, s.h, s.d}, gpu);
+    const TensorView tk = make_tensor(k.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
+    const TensorView tv = make_tensor(v.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
+    const TensorView to = make_tensor(out.data, DType::bf16, {s.b, s.sq, s.h, s.d}, gpu);
+    AttentionOptions o;
+    o.causal = true;
+    o.cuda_stream = stream;
+    KernelChoice choice;
+    const perf::cuda::EventTiming t =
+        time_warm([&] { choice = forward(tq, tk, tv, to, std::nullopt, o); }, stream, max_seconds);
+    add_timing(row, t, s, hbm_gbs);
+    row["kernel"] = choice.kernel;
+    row["reason"] = choice.reason;
+  } catch (const Error& e) {
+    row["error"] = e.what();
+  }
+  emit(row);
+}
+
+// kv_cache_forward on a cache filled to the end: page_size 0 is the contiguous cache.
+void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream,
+                   const char* tag = "kv_paged", int stages = 0) {
+  nlohmann::json row = shape_row(tag, s);
+  row["page_size"] = page_size;
+  try {
+    const std::int64_t d = s.d, per_token = s.hkv * d;
+    const bool paged = page_size > 0;
+    const std::int64_t ps = paged ? page_size : s.sk;
+    const std::int64_t pages_per_seq = (s.sk + ps - 1) / ps;
+    const std::int64_t num_pages = s.b * pages_per_seq;
+    DeviceArray q(s.b * s.sq * s.h * d * 2), out(s.b * s.sq * s.h * d * 2);
+    DeviceArray k(num_pages * ps * per_token * 2), v(num_pages * ps * per_token * 2);
+    DeviceArray seqlens(s.b * 4), table(num_pages * 4);
+    fill_random_bf16(q.data, q.bytes / 2, 1, stream);
+    fill_random_bf16(k.data, k.bytes / 2, 2, stream);
+    fill_random_bf16(v.data, v.bytes / 2, 3, stream);
+    const std::vector<std::int32_t> lens(static_cast<std::size_t>(s.b), static_cast<std::int32_t>(s.sk));
+    check(cudaMemcpy(seqlens.data, lens.data(), seqlens.bytes, cudaMemcpyHostToDevice), "seqlens");
+    std::vector<std::int32_t> pages(static_cast<std::size_t>(num_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+    check(cudaMemcpy(table.data, pages.data(), table.bytes, cudaMemcpyHostToDevice), "block table");
+
+    KVCacheProblem p;
+    AttentionProblem& a = p.attn;
+    a.dtype = DType::bf16;
+    a.device = Device::cuda(0);
+    a.batch = s.b;
+    a.num_heads = s.h;
+    a.num_kv_heads = s.hkv;
+    a.head_dim = d;
+    a.seqlen_q = s.sq;
+    a.seqlen_k = pages_per_seq * ps;
+    a.total_q = s.b * s.sq;
+    a.q = {q.data, {s.sq * s.h * d, s.h * d, d}};
+    a.out = {out.data, {s.sq * s.h * d, s.h * d, d}};
+    a.k = {k.data, {0, per_token, d}};
+    a.v = {v.data, {0, per_token, d}};
+    a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+    a.window_right = 0;
+    a.cuda_stream = stream;
+    p.k_page_stride = p.v_page_stride = ps * per_token;
+    p.page_size = ps;
+    p.num_pages = num_pages;
+    p.block_table = paged ? static_cast<const std::int32_t*>(table.data) : nullptr;
+    p.block_table_stride = pages_per_seq;
+    p.max_pages_per_seq = pages_per_seq;
+    p.seqlens = static_cast<const std::int32_t*>(seqlens.data);
+    cuda::KVCacheLaunch launch = cuda::kv_cache_plan(p, s.sk);
+    if (stages > 0) launch.stages = stages;
+    DeviceArray scratch(launch.scratch_bytes);
+    const perf::cuda::EventTiming t =
+        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data); }, stream, max_seconds);
+    add_timing(row, t, s, hbm_gbs);
+    row["kernel"] = launch.kernel;
+    row["reason"] = launch.reason;
+    row["splits"] = launch.num_splits;
+    row["stages"] = launch.stages;
+  } catch (const Error& e) {
+    row["error"] = e.what();
+  }
+  emit(row);
+}
+
+double measure_hbm(double earlier) {
+  try {
+    const CopyBandwidth bw = measure_copy_bandwidth(std::size_t(2) << 30, 20);
+    emit({{"source", "fastattn"}, {"kind", "hbm"}, {"copy_bytes", bw.copy_bytes}, {"counted_bytes", 2 * bw.copy_bytes},
+          {"ms", bw.median_ms}, {"repeats", bw.repeats}, {"gbs", bw.gbs}});
+    return std::max(earlier, bw.gbs);
+  } catch (const Error& e) {
+    emit({{"source", "fastattn"}, {"kind", "hbm"}, {"error", e.what()}});
+    return earlier;
+  }
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> modes;
+  double max_seconds = 1.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-seconds" && i + 1 < argc) {
+      max_seconds = std::atof(argv[++i]);
+    } else {
+      modes.push_back(a);
+    }
+  }
+  if (modes.empty()) modes = {"decode", "paged", "multitoken"};
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  emit({{"source", "fastattn"}, {"kind", "device"}, {"gpu", prop.name}, {"sms", prop.multiProcessorCount},
+        {"timestamp_utc", perf::utc_timestamp()}, {"fastattn_version", build_info().version},
+        {"command", std::vector<std::string>(argv, argv + argc)}});
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  double hbm = measure_hbm(0);
+  for (const std::string& mode : modes) {
+    if (mode == "decode") {
+      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
+        for (const std::int64_t b : {1, 16, 64})
+          for (const std::int64_t sk : {4096, 32768, 131072}) run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream);
+    } else if (mode == "decode2") {  // the decode rows again, after the anchors: the run-to-run spread
+      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
+        for (const std::int64_t b : {1, 16, 64})
+          for (const std::int64_t sk : {4096, 32768, 131072})
+            run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 2);
+    } else if (mode == "stages") {  // the 16-row tile's default ring against the deep one
+      for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{64, 1, 4096, 32, 8}, Shape{1, 1, 131072, 32, 8},
+                             Shape{1, 1, 32768, 64, 8}, Shape{16, 1, 4096, 32, 32}, Shape{16, 1, 131072, 32, 32},
+                             Shape{1, 1, 4096, 32, 8}})
+        for (const int stages : {cuda::kv_stages(128), cuda::kv_deep_stages(128)})
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_stages", stages);
+    } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
+      run_forward_row("kv_decode", {16, 1, 32768, 32, 8}, hbm, max_seconds, stream);
+    } else if (mode == "paged") {
+      for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
+        for (const std::int64_t page : {0, 1, 16, 64, 256}) run_paged_row(s, page, hbm, max_seconds, stream);
+    } else if (mode == "splits") {  // the split heuristic's calibration: forced counts on a contiguous cache
+      for (const Shape& s : {Shape{1, 1, 131072, 32, 8}, Shape{16, 1, 32768, 32, 8}, Shape{64, 1, 4096, 32, 8},
+                             Shape{16, 1, 4096, 32, 32}, Shape{1, 1, 4096, 32, 8}})
+        for (const int n : {0, 1, 2, 4, 8, 16, 33, 64}) {
+          if (n > 0) {
+            setenv("FASTATTN_CUDA_NUM_SPLITS", std::to_string(n).c_str(), 1);
+          } else {
+            unsetenv("FASTATTN_CUDA_NUM_SPLITS");
+          }
+          reload_environment();
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_splits");
+        }
+      unsetenv("FASTATTN_CUDA_NUM_SPLITS");
+      reload_environment();
+    } else if (mode == "multitoken") {
+      for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
+    } else {
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, paged, multitoken)\n", mode.c_str());
+      return 2;
+    }
+  }
+  hbm = measure_hbm(hbm);
+  emit({{"source", "fastattn"}, {"kind", "hbm_best"}, {"gbs", hbm}});
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fastattn::bench
+
+int main(int argc, char** argv) {
+  try {
+    return fastattn::bench::run(argc, argv);
+  } catch (const fastattn::Error& e) {
+    fastattn::bench::emit({{"source", "fastattn"}, {"kind", "fatal"}, {"error", e.what()}});
+    std::fprintf(stderr, "kv_cache_bench: %s\n", e.what());
+    return 3;
+  }
+}

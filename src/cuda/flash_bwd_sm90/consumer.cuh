@@ -1,0 +1,286 @@
+// consumer.cuh — one MMA warpgroup of the sm90 backward: 64 keys of the CTA's block (rows
+// 64 wg.. of sK and sV), their dK and dV in registers across every step (query head x query
+// block) of the CTA (FlashAttention-2's backward, Dao 2023, Algorithm 2, with FlashAttention-3's
+// transposed score GEMMs; our code).
+//
+// Per step (stage s of the ring, producer.cuh), shapes per warpgroup:
+//   S^T  = K_wg Q^T    (64 x kBlockM) f32   wgmma SS, K-major both, n = kBlockM
+//   dP^T = V_wg dO^T   (64 x kBlockM) f32   wgmma SS, issued right after, so P^T's exponentials
+//                                           run while it is on the tensor cores
+//   P^T  = exp2(S^T * scale_log2 - lse2)    (mask on partial tiles; lse2 per query = column)
+//   dS^T = P^T (dP^T - D)                   (soft-cap: times 1 - tanh^2)
+//   P^T, dS^T -> 16-bit register A fragments (layout.hpp: the accumulator's columns are the
+//   next GEMMs' k); dS^T also to shared memory (sdS, double-buffered) for the dQ GEMM
+//   dV  += P^T dO     (64 x d)   wgmma RS, dO MN-major (its rows are the k)
+//   dK  += dS^T Q     (64 x d)   wgmma RS, Q MN-major
+//   named barrier: both warpgroups' dS^T halves are in sdS
+//   dQ_wg = dS K      (64 x d/2: the warpgroup's columns, traits.cuh) wgmma SS, dS^T and K MN-major
+//   wait dV/dK -> release stage s; wait dQ -> dq_writer.cuh adds it to the fp32 accumulator
+// Register pins (sm90::fence_registers) keep the compiler from touching an accumulator or A
+// fragment while a wgmma owns it (ptxas otherwise serialises the wgmma, C7510/C7519).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/fast_exp.cuh"
+#include "cuda/common/fragments.cuh"
+#include "cuda/flash_bwd/params.hpp"
+#include "cuda/flash_bwd_sm90/layout.hpp"
+#include "cuda/flash_bwd_sm90/producer.cuh"
+#include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
+#include "cuda/sm80/mma.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace fastattn::cuda {
+
+// Named barriers of the sm90 backward (0 is __syncthreads).
+enum Sm90BwdBarrier : int {
+  kBarDsReady = 1,     // both MMA warpgroups wrote their dS^T rows (kMmaThreads)
+  kBarWarpgroup0 = 2,  // bulk dQ and deterministic modes: one per MMA warpgroup (128)
+};
+
+template <class T>
+struct Sm90BwdMmaState {
+  float acc_dk[T::kNTilesD][4];  // dK: (64 keys of this warpgroup, kHeadDim) f32, unscaled
+  float acc_dv[T::kNTilesD][4];  // dV: (64 keys, kHeadDim) f32
+};
+
+// One step's place: its stage, dS buffer, head, query block.
+struct Sm90BwdStep {
+  int stage;
+  uint32_t parity;
+  int ds_buffer;
+  int head, m_block, q0;
+};
+
+__device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
+// Issues acc (64 keys x kBlockM queries) = A_wg B^T, no wait: A the key-side tile (sK or sV,
+// rows 64 wg..), B the query-side stage (sQ or sdO), both K-major; head_dim / 16 wgmma.
+template <class T>
+__device__ __forceinline__ void issue_transposed_scores(float (&acc)[T::kNTilesS][4], uint32_t s_keys,
+                                                        uint32_t s_queries, int wg) {
+  using E = typename T::Element;
+#pragma unroll
+  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+    const uint64_t desc_a = sm90::kmajor_descriptor(s_keys + sm90_layout::kmajor_step(T::kBlockN, 64 * wg, kk));
+    const uint64_t desc_b = sm90::kmajor_descriptor(s_queries + sm90_layout::kmajor_step(T::kBlockM, 0, kk));
+    sm90::mma_ss<T::kBlockM, E>(acc, desc_a, desc_b, kk > 0 ? 1 : 0);
+  }
+  sm90::warpgroup_commit();
+}
+
+// Issues acc (64 keys x kHeadDim) += A B, no wait: A from registers (kKStepsS k16 fragments),
+// B the (kBlockM, kHeadDim) stage tile read MN-major (its rows are the k).
+template <class T>
+__device__ __forceinline__ void issue_key_gradient(float (&acc)[T::kNTilesD][4], const uint32_t (&a)[T::kKStepsS][4],
+                                                   uint32_t s_rows) {
+  using E = typename T::Element;
+#pragma unroll
+  for (int kp = 0; kp < T::kKStepsS; ++kp) {
+    const uint64_t desc_b =
+        sm90::mnmajor_descriptor(s_rows + sm90_layout::mnmajor_step(T::kBlockM, 0, kp), T::kPanelBytesQ);
+    sm90::mma_rs_tb<T::kHeadDim, E>(acc, a[kp], desc_b, 1);
+  }
+}
+
+// Issues acc_dq (this warpgroup's 64 x kDqN tile of dS K, columns kDqN * wg..) = dS K, no
+// wait: A = dS read MN-major from the dS^T buffer (the k are its key rows), B = K MN-major from
+// column kDqN * wg; kBlockN / 16 wgmma.
+template <class T>
+__device__ __forceinline__ void issue_dq(float (&acc)[T::kDqN / 8][4], uint32_t s_ds, uint32_t s_k, int wg) {
+  using E = typename T::Element;
+#pragma unroll
+  for (int kk = 0; kk < T::kKStepsDq; ++kk) {
+    const uint64_t desc_a =
+        sm90::mnmajor_descriptor(s_ds + sm90_layout::mnmajor_step(T::kBlockN, 0, kk), T::kPanelBytesDS);
+    const uint64_t desc_b =
+        sm90::mnmajor_descriptor(s_k + sm90_layout::mnmajor_step(T::kBlockN, T::kDqN * wg, kk), T::kPanelBytesKV);
+    sm90::mma_ss_tt<T::kDqN, E>(acc, desc_a, desc_b, kk > 0 ? 1 : 0);
+  }
+  sm90::warpgroup_commit();
+}
+
+// Queries i that key j sees (SequenceMask::visible solved for i): i + offset - left <= j <=
+// i + offset + right and j < seqlen_k; clamped to int.
+__device__ __forceinline__ void visible_queries(const SequenceMask& mask, int64_t j, int& first, int& last) {
+  int64_t lo = -(int64_t{1} << 40), hi = int64_t{1} << 40;
+  if (mask.right >= 0) lo = j - mask.offset - mask.right;
+  if (mask.left >= 0) hi = j - mask.offset + mask.left;
+  if (j >= mask.seqlen_k) hi = lo - 1;  // a padded key: no query
+  const int64_t kMin = -(int64_t{1} << 30), kMax = int64_t{1} << 30;
+  first = static_cast<int>(lo < kMin ? kMin : lo > kMax ? kMax : lo);
+  last = static_cast<int>(hi < kMin ? kMin - 1 : hi > kMax ? kMax : hi);
+}
+
+// The mask of the call (padded batches: one for every sequence), from the kernel parameters.
+__device__ __forceinline__ SequenceMask call_mask(const BackwardParams& p) {
+  SequenceMask mask;
+  mask.left = p.window_left;
+  mask.right = p.window_right;
+  mask.offset = p.bottom_right ? static_cast<int64_t>(p.seqlen_k) - p.seqlen_q : 0;
+  mask.seqlen_k = p.seqlen_k;
+  return mask;
+}
+
+// -inf at the masked elements of a partial tile (SequenceMask::classify; full tiles skip it):
+// element (nt, e) is key k0 + 64 wg + acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2. Per
+// key row h the visible queries, shifted by the thread's column, bound the immediate
+// 8 nt + e % 2 (4 registers, recomputed per step and live only in this loop: kept across the
+// step loop, ptxas spilled them).
+template <class T>
+__device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p, int k0,
+                                                       int q0, int wg, int t) {
+  const SequenceMask mask = call_mask(p);
+  if (mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) == TileClass::full) return;
+  int lo[2], hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    visible_queries(mask, k0 + 64 * wg + sm90_layout::acc_row(t, 2 * h), lo[h], hi[h]);
+    lo[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
+    hi[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
+  }
+#pragma unroll
+  for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 8 * nt + e % 2;
+      if (c < lo[e / 2] || c > hi[e / 2]) x[nt][e] = -INFINITY;
+    }
+}
+
+// P^T and dS^T of one step in place of acc_s and acc_dp, packed into the A fragments of the dV
+// and dK GEMMs, in short passes (each keeps few values live beside the 192 accumulator
+// registers). Without soft-cap the logits, mask and exponentials run while dP^T is still on the
+// tensor cores (the caller waits for S^T alone); with it both are waited for first, and the
+// first pass leaves (dP^T - D) (1 - tanh^2) in acc_dp, so no tanh is kept.
+template <class T, bool kSoftcap>
+__device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][4], float (&acc_dp)[T::kNTilesS][4],
+                                                    uint32_t (&a_p)[T::kKStepsS][4], uint32_t (&a_ds)[T::kKStepsS][4],
+                                                    const BackwardParams& p, uint32_t s_lse, uint32_t s_dsum,
+                                                    int k0, int q0, int wg, int t) {
+  using E = typename T::Element;
+  if constexpr (!kSoftcap) {
+    sm90::warpgroup_wait<1>();  // S^T landed; dP^T may still run
+    sm90::fence_registers(acc_s);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt) {
+      const float2 l = ld_shared_f32x2(s_lse + sm90_layout::acc_col(t, nt, 0) * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[nt][e] = fmaf(acc_s[nt][e], p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
+    }
+    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[nt][e] = exp2_ftz(acc_s[nt][e]);
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(acc_dp);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt) {
+      const float2 d = ld_shared_f32x2(s_dsum + sm90_layout::acc_col(t, nt, 0) * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dp[nt][e] = acc_s[nt][e] * (acc_dp[nt][e] - (e % 2 == 0 ? d.x : d.y));
+    }
+  } else {
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(acc_s);
+    sm90::fence_registers(acc_dp);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt) {
+      const float2 l = ld_shared_f32x2(s_lse + sm90_layout::acc_col(t, nt, 0) * 4);
+      const float2 d = ld_shared_f32x2(s_dsum + sm90_layout::acc_col(t, nt, 0) * 4);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float th = tanhf(acc_s[nt][e] * p.softcap_pre_scale);
+        acc_s[nt][e] = fmaf(p.softcap * th, p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
+        acc_dp[nt][e] = (acc_dp[nt][e] - (e % 2 == 0 ? d.x : d.y)) * (1.0f - th * th);
+      }
+    }
+    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc_s[nt][e] = exp2_ftz(acc_s[nt][e]);
+        acc_dp[nt][e] *= acc_s[nt][e];
+      }
+  }
+#pragma unroll
+  for (int kp = 0; kp < T::kKStepsS; ++kp)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int nt = sm90_layout::pack_slice(kp, r), e = sm90_layout::pack_element(r, 0);
+      a_p[kp][r] = sm80::pack2<E>(acc_s[nt][e], acc_s[nt][e + 1]);
+      a_ds[kp][r] = sm80::pack2<E>(acc_dp[nt][e], acc_dp[nt][e + 1]);
+    }
+}
+
+// dS^T (this warpgroup's 64 key rows) into the swizzled dS^T buffer: rows 64 wg.. of a
+// (kBlockN keys, kBlockM queries) tile, one stmatrix.x4 per A fragment (its four registers are
+// four 8x8 matrices; each lane gives one 16-byte row address, layout.hpp: stmatrix_row/col; the
+// 8 rows of a matrix sit at 8 different chunk positions of the swizzle, so no bank conflict).
+// Then the proxy fence that orders the stores before the dQ wgmma's reads of them.
+template <class T>
+__device__ __forceinline__ void store_ds(uint32_t s_ds, const uint32_t (&a_ds)[T::kKStepsS][4], int wg, int t) {
+  asm volatile("" : "+r"(t), "+r"(s_ds));  // the addresses are computed here, not early in the step
+  const int lane = t % 32;
+  const int row = 64 * wg + sm90_layout::stmatrix_row(t, lane);
+#pragma unroll
+  for (int kp = 0; kp < T::kKStepsS; ++kp) {
+    const uint32_t addr = s_ds + sm90_layout::sw128_offset(T::kBlockN, row, sm90_layout::stmatrix_col(kp, lane));
+    sm90::stmatrix_x4(addr, a_ds[kp][0], a_ds[kp][1], a_ds[kp][2], a_ds[kp][3]);
+  }
+  sm90::fence_proxy_async_shared();
+}
+
+// One step's GEMMs and gradients up to the dQ tile (the caller hands acc_dq to dq_writer.cuh).
+// Waits for the step's stage, releases it once dV and dK have read Q and dO.
+template <class T, bool kSoftcap>
+__device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)[T::kDqN / 8][4],
+                                         const Sm90BwdSmem<T>& smem, const BackwardParams& p, int k0,
+                                         const Sm90BwdStep& s, int wg, int t) {
+  sm90::mbarrier_wait(smem.q_full(s.stage), s.parity);
+  float acc_s[T::kNTilesS][4], acc_dp[T::kNTilesS][4];
+  sm90::warpgroup_fence();
+  issue_transposed_scores<T>(acc_s, smem.k(), smem.q(s.stage), wg);
+  issue_transposed_scores<T>(acc_dp, smem.v(), smem.dout(s.stage), wg);
+
+  uint32_t a_p[T::kKStepsS][4], a_ds[T::kKStepsS][4];
+  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), k0, s.q0, wg,
+                                   t);
+  store_ds<T>(smem.ds(s.ds_buffer), a_ds, wg, t);
+
+  // dV += P^T dO, dK += dS^T Q: one commit group. The packing is final before the fence (pins).
+  sm90::fence_registers(st.acc_dv);
+  sm90::fence_registers(st.acc_dk);
+  sm90::fence_registers(a_p);
+  sm90::fence_registers(a_ds);
+  sm90::warpgroup_fence();
+  issue_key_gradient<T>(st.acc_dv, a_p, smem.dout(s.stage));
+  issue_key_gradient<T>(st.acc_dk, a_ds, smem.q(s.stage));
+  sm90::warpgroup_commit();
+
+  sm90::named_barrier_sync(kBarDsReady, T::kMmaThreads);  // the other warpgroup's dS^T rows landed
+  sm90::warpgroup_fence();  // each batch its own fence (else ptxas serialises, C7519)
+  issue_dq<T>(acc_dq, smem.ds(s.ds_buffer), smem.k(), wg);
+  sm90::warpgroup_wait<1>();  // dV, dK done: Q and dO of this stage are free
+  sm90::fence_registers(st.acc_dv);
+  sm90::fence_registers(st.acc_dk);
+  sm90::fence_registers(a_p);
+  sm90::fence_registers(a_ds);
+  sm90::mbarrier_arrive(smem.q_empty(s.stage));
+  sm90::warpgroup_wait<0>();
+  sm90::fence_registers(acc_dq);
+}
+
+}  // namespace fastattn::cuda

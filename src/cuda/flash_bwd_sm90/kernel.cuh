@@ -1,0 +1,108 @@
+// kernel.cuh — the sm90 (Hopper) backward kernel: K/V-stationary CTAs, TMA loads on an mbarrier
+// ring, wgmma with transposed score GEMMs so P^T and dS^T feed register-operand GEMMs, warp
+// specialisation with register reallocation (FlashAttention-3's backward structure, Shah et al.
+// 2024; our code). UNTESTED ON A GPU: opt-in (flash_bwd_sm90/plan.hpp).
+//
+// Roles (kThreads = 384):
+//   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warps 1-3
+//                    retire.
+//   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each; per step the GEMMs and gradients
+//                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
+//                    (epilogue.cuh).
+// After the role split the roles meet only on mbarriers.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/flash_bwd/params.hpp"
+#include "cuda/flash_bwd_sm90/consumer.cuh"
+#include "cuda/flash_bwd_sm90/dq_writer.cuh"
+#include "cuda/flash_bwd_sm90/epilogue.cuh"
+#include "cuda/flash_bwd_sm90/producer.cuh"
+#include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
+#include "cuda/flash_bwd_sm90/traits.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+
+namespace fastattn::cuda {
+
+template <class T, bool kSoftcap, bool kBulkDq, bool kDeterministic>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_backward_sm90_kernel(const __grid_constant__ BackwardParams p, const __grid_constant__ CUtensorMap map_q,
+                               const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
+                               const __grid_constant__ CUtensorMap map_do) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const Sm90BwdSmem<T> smem{(raw + 1023u) & ~1023u};
+  // Each role derives the CTA's work after its register reallocation: a value computed before
+  // the split and live into the 24-register producer branch would be spilled.
+  // The tile index goes through an empty asm in each branch, so the compiler cannot hoist one
+  // shared computation above the branches either.
+  auto work = [&p] {
+    const int n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
+    unsigned tile = blockIdx.x;
+    asm volatile("" : "+r"(tile));
+    return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
+                              p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
+                              T::kBlockN);
+  };
+
+  if (threadIdx.x == 0) smem.init_barriers();
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  const int t = static_cast<int>(threadIdx.x) % 128;
+  if (warpgroup == 0) {
+    sm90::warpgroup_release_registers<T::kProducerRegisters>();
+    if (t < 32) produce_backward<T>(smem, p, work(), &map_q, &map_k, &map_v, &map_do, t);
+  } else {
+    sm90::warpgroup_claim_registers<T::kMmaRegisters>();
+    const int wg = warpgroup - 1;
+    Sm90BwdMmaState<T> st;
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesD; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st.acc_dk[nt][e] = st.acc_dv[nt][e] = 0.0f;
+    const int steps = work().steps;
+    if (steps > 0) sm90::mbarrier_wait(smem.kv_full(), 0);
+    for (int i = 0; i < steps; ++i) {
+      // The work again each step, before the GEMMs and again for the dQ output (a few dozen
+      // integer ops each): kept across the loop or the step, its dozen registers beside the 128
+      // of dK/dV pushed ptxas into spilling at d = 128.
+      Sm90BwdStep s;
+      int k0;
+      {
+        const Sm90BackwardWork w = work();
+        s.stage = i % T::kStages;
+        s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
+        s.ds_buffer = i & 1;
+        s.head = w.head(i);
+        s.m_block = w.m_block(i);
+        s.q0 = s.m_block * T::kBlockM;
+        k0 = w.k0;
+      }
+      // The shared-memory base and the thread index, opaque to the compiler once per step: the
+      // addresses and descriptors derived from them are recomputed (a few integer ops) instead
+      // of hoisted out of the loop, where ~30 of them were spilled (ptxas: 136 bytes).
+      Sm90BwdSmem<T> smem_step = smem;
+      int t_step = t;
+      asm volatile("" : "+r"(smem_step.base), "+r"(t_step));
+      float acc_dq[T::kDqN / 8][4];
+      mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
+      const Sm90BackwardWork w = work();
+      if constexpr (kBulkDq) {
+        add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
+      } else {
+        add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
+      }
+    }
+    if constexpr (kBulkDq) finish_dq_bulk(t);
+    store_key_gradients<T>(st, p, work(), wg, t);
+  }
+#endif
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,88 @@
+// launch.cuh — the sm90 backward launcher: the sm80 backward's prepare and convert kernels
+// (flash_bwd/prepare.cuh) around the sm90 main kernel, whose tensor maps (q, dout in boxes of
+// kBlockM rows; k, v in boxes of kBlockN) come from sm90/tensor_map.hpp. Included only by the
+// generated sm90 units (src/cuda/generated/flash_bwd_sm90_*), compiled for sm_90a alone.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/flash_bwd/prepare.cuh"
+#include "cuda/flash_bwd_sm90/kernel.cuh"
+#include "cuda/flash_bwd_sm90/launch.hpp"
+#include "cuda/flash_bwd_sm90/plan.hpp"
+#include "cuda/flash_bwd_sm90/traits.cuh"
+#include "cuda/sm90/tensor_map.hpp"
+
+namespace fastattn::cuda {
+
+// The kernel instance of (soft-cap, bulk dQ, deterministic).
+template <class T>
+auto sm90_backward_kernel(bool softcap, bool bulk, bool deterministic) {
+  auto pick = [&](auto softcap_tag) {
+    constexpr bool kSoftcap = decltype(softcap_tag)::value;
+    return bulk ? (deterministic ? flash_backward_sm90_kernel<T, kSoftcap, true, true>
+                                 : flash_backward_sm90_kernel<T, kSoftcap, true, false>)
+                : (deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
+                                 : flash_backward_sm90_kernel<T, kSoftcap, false, false>);
+  };
+  return softcap ? pick(std::true_type{}) : pick(std::false_type{});
+}
+
+template <typename Element, int kHeadDim>
+void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
+  using T = Sm90BackwardTraits<kHeadDim, Element>;
+  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  if (p.cu_seqlens_q != nullptr || p.num_splits != 1) {
+    throw Error(ErrorCode::internal, "cuda backward (sm90): planned for varlen or dQ splits, which it does not serve");
+  }
+  const std::string config = "sm90 d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
+                             std::to_string(T::kBlockN) + (p.sm90_dq == 1 ? ", bulk dQ" : ", atomic dQ") +
+                             (p.deterministic ? ", deterministic" : "");
+  if (p.total_q > 0) {
+    // The dQ accumulator and, in deterministic mode, the semaphores after it.
+    check(cudaMemsetAsync(p.dq_accum, 0, p.zero_bytes, stream), "cudaMemsetAsync", "dQ accumulator, " + config);
+    constexpr int kThreads = 256;
+    constexpr int kChunks = kHeadDim / 8;
+    constexpr int kLanes = kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+    const int64_t items = p.total_q * p.num_heads;
+    const int64_t blocks = (items + kThreads / kLanes - 1) / (kThreads / kLanes);
+    backward_dot_kernel<Element, kHeadDim><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+    check_launch("backward_dot_kernel<" + config + ">");
+  }
+  const int64_t n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
+  const int64_t tiles = n_blocks * p.num_kv_heads * p.batch;
+  if (tiles > 0 && p.seqlen_q > 0) {
+    const CUtensorMap map_q = sm90::make_token_tensor_map(
+        {p.q, p.batch, p.seqlen_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
+        T::kBlockM, "q");
+    const CUtensorMap map_do = sm90::make_token_tensor_map(
+        {p.dout, p.batch, p.seqlen_q, p.num_heads, kHeadDim, p.do_batch_stride, p.do_token_stride, p.do_head_stride},
+        kBf16, T::kBlockM, "dout");
+    const CUtensorMap map_k = sm90::make_token_tensor_map(
+        {p.k, p.batch, p.seqlen_k, p.num_kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride},
+        kBf16, T::kBlockN, "k");
+    const CUtensorMap map_v = sm90::make_token_tensor_map(
+        {p.v, p.batch, p.seqlen_k, p.num_kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride},
+        kBf16, T::kBlockN, "v");
+    const auto kernel = sm90_backward_kernel<T>(p.softcap > 0.0f, p.sm90_dq == 1, p.deterministic);
+    const std::string name = "flash_backward_sm90_kernel<" + config + ">";
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
+          "cudaFuncSetAttribute", name);
+    kernel<<<static_cast<unsigned>(tiles), T::kThreads, T::kSmemBytes, stream>>>(p, map_q, map_k, map_v, map_do);
+    check_launch(name);
+  }
+  if (p.total_q > 0) {
+    constexpr int kThreads = 256;
+    const int64_t items = p.total_q * p.num_heads * (kHeadDim / 4);
+    const int64_t blocks = (items + kThreads - 1) / kThreads;
+    backward_convert_dq_kernel<Element, kHeadDim><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+    check_launch("backward_convert_dq_kernel<" + config + ">");
+  }
+}
+
+}  // namespace fastattn::cuda

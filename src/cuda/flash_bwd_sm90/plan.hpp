@@ -1,0 +1,166 @@
+// plan.hpp — the sm90 (Hopper) backward's tiles, which calls it serves, and the one function
+// that chooses between it and the sm80 backward on an sm90 device. Host-only, no CUDA headers
+// (the dispatcher, cuda_backward.cu and the CPU unit tests include it); traits.cuh builds the
+// kernel's constants from these values.
+//
+// UNTESTED ON A GPU (written without device time, 2026-12): opt-in through
+// FASTATTN_CUDA_BWD_SM90=1 until the GPU suite and the issue-16 bars pass on the H200
+// (tools/dev/gpu-sm90-bwd.sh); without it an sm90 device runs the sm80 backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/environment.hpp"
+#include "common/problem.hpp"
+#include "cuda/common/scratch_align.hpp"
+#include "cuda/flash_bwd/plan.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
+#include "cuda/forward_path.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+
+// A CTA owns block_n keys of one (batch, KV head) and walks block_m-row query blocks of every
+// query head sharing that KV head: one producer warpgroup, two MMA warpgroups of 64 keys each
+// (dK and dV of their keys in registers across the whole walk), a `stages`-deep (Q, dO, lse, D)
+// ring. FlashAttention-3's d = 128 backward tile is 64 x 128 causal (80 x 128 otherwise, which
+// needs wgmma n80). d = 64 takes the same 64 x 128: with 128 query rows S^T and dP^T alone are
+// 128 registers a thread and ptxas spilled 260-380 bytes (FA3's d = 64 tile, 128 x 128, computes
+// S rather than S^T and stages P in shared memory). First shapes; to be tuned on the H200.
+struct Sm90BackwardBlocks {
+  int block_m, block_n, stages, threads;
+};
+constexpr bool sm90_backward_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
+  return head_dim <= 64 ? Sm90BackwardBlocks{64, 128, 2, 384} : Sm90BackwardBlocks{64, 128, 2, 384};
+}
+
+// Shared memory, bytes (traits.cuh's map, which static_asserts the same): K, V; stages x (Q,
+// dO); two dS^T buffers (keys x queries, 16-bit); the fp32 dQ staging tile of the bulk
+// reduce-add (rows padded by 32 bytes: conflict-free float2 stores); stages x (lse, D); 1 KiB
+// of barriers; 1 KiB of slack to align the base to the 1024-byte swizzle atom.
+constexpr int sm90_backward_dq_row_bytes(std::int64_t head_dim) { return static_cast<int>(head_dim * 4 + 32); }
+constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
+  return static_cast<int>(2 * b.block_n * head_dim * 2 + 2 * b.stages * b.block_m * head_dim * 2 +
+                          2 * b.block_n * b.block_m * 2 + b.block_m * sm90_backward_dq_row_bytes(head_dim) +
+                          2 * b.stages * b.block_m * 4) +
+         2048;
+}
+
+// How dQ partial sums (dS K of one query block, fp32) reach the global accumulator:
+//   atomic  each MMA thread adds its accumulator registers with red.global.add.v2.f32;
+//   bulk    the MMA warpgroups stage the tile in shared memory and one warp of the producer
+//           warpgroup adds it row by row with cp.reduce.async.bulk (the TMA unit's reduce-add).
+// FASTATTN_CUDA_SM90_BWD_DQ=atomic|bulk; atomic when unset. The issue asks for both measured
+// and the faster kept.
+enum class Sm90DqReduction { atomic, bulk };
+constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
+inline Sm90DqReduction sm90_dq_reduction() {
+  return env_switch(EnvVar::cuda_sm90_bwd_dq, "bulk", "atomic", false) ? Sm90DqReduction::bulk
+                                                                       : Sm90DqReduction::atomic;
+}
+
+// FASTATTN_CUDA_BWD_SM90=1 opts into the sm90 backward on an sm90 device; unset or 0: the sm80
+// backward (the default while the kernel is untested on a GPU).
+constexpr const char* kSm90BwdEnv = "FASTATTN_CUDA_BWD_SM90";
+inline bool sm90_backward_opted_in() { return env_switch(EnvVar::cuda_bwd_sm90, "1", "0", false); }
+
+// The order of the CTAs' tiles (tile_scheduler.hpp): key blocks seen by many query blocks
+// first. right-bounded masks (causal): low key blocks see the most queries; left-bounded only:
+// high ones; otherwise all (but the edges) see the same number and the (batch, head)-major
+// order keeps one head's Q and dO hot in L2 for its key blocks. Deterministic mode needs key
+// blocks in ascending order within a (batch, KV head) (its semaphores let a key block add its
+// dQ only after the lower ones, kernel.cuh), so it never takes the descending order.
+enum class Sm90TileOrder : int { head_major = 0, key_block_ascending = 1, key_block_descending = 2 };
+constexpr Sm90TileOrder sm90_tile_order(std::int64_t window_left, std::int64_t window_right, bool deterministic) {
+  if (window_right >= 0 && window_left < 0) return Sm90TileOrder::key_block_ascending;
+  if (window_left >= 0 && window_right < 0 && !deterministic) return Sm90TileOrder::key_block_descending;
+  return Sm90TileOrder::head_major;
+}
+
+// What the choice depends on.
+struct Sm90BackwardShape {
+  bool device_path_sm90 = false;  // the device's forward path is sm90 (forward_path.hpp)
+  bool opted_in = false;          // FASTATTN_CUDA_BWD_SM90=1
+  std::int64_t head_dim = 0;
+  std::int64_t batch = 0, num_heads = 0, num_kv_heads = 0;
+  std::int64_t seqlen_q = 0, seqlen_k = 0;
+  bool varlen = false;
+  bool tma_describes = true;  // q, k, v, dout: layouts TMA can load (flash_fwd_sm90/plan.hpp)
+};
+
+// Which backward an sm90 device runs for a call, and why: sm90 when `reason` is empty, else
+// the sm80 backward, and `reason` names the first condition that sent it there.
+struct Sm90BackwardChoice {
+  bool sm90 = false;
+  std::string reason;
+};
+inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
+  auto sm80 = [](std::string why) { return Sm90BackwardChoice{false, std::move(why)}; };
+  if (!s.device_path_sm90) return sm80("the device's path is not sm90");
+  if (!s.opted_in) {
+    return sm80(std::string("the sm90 backward is opt-in until verified on a GPU (") + kSm90BwdEnv + "=1)");
+  }
+  if (!sm90_backward_has_head_dim(s.head_dim)) {
+    return sm80("no sm90 backward for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64 and 128)");
+  }
+  if (s.varlen) return sm80("varlen batches have no sm90 backward scheduler yet");
+  if (!s.tma_describes) {
+    return sm80("a q/k/v/dout layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)");
+  }
+  if (s.seqlen_q == 0 || s.seqlen_k == 0) return sm80("an empty sequence");
+  const Sm90BackwardBlocks b = sm90_backward_blocks(s.head_dim);
+  const std::int64_t tiles = (s.seqlen_k + b.block_n - 1) / b.block_n * s.num_kv_heads * s.batch;
+  if (tiles > (std::int64_t{1} << 31) - 1) return sm80("more key-block tiles than a 1-D grid holds");
+  return {true, {}};
+}
+
+// q, k, v and dout of a padded-batch problem (the operands the sm90 backward loads by TMA).
+inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
+  return sm90_tma_describes(p) && sm90_tma_describes(p.dout, p.batch, p.seqlen_q, p.num_heads);
+}
+
+// The plan of an sm90 backward call: one dQ accumulator (deterministic mode orders the adds
+// with semaphores instead of splitting into buffers), then in deterministic mode one int
+// semaphore per (batch, head, query block), zeroed with the accumulator.
+inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
+                                       std::int64_t seqlen_q, std::int64_t window_left, std::int64_t window_right,
+                                       bool deterministic) {
+  const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
+  BackwardPlan plan;
+  plan.path = ForwardPath::sm90;
+  plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
+  plan.num_splits = 1;
+  plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk ? 1 : 0;
+  plan.sm90_tile_order = static_cast<int>(sm90_tile_order(window_left, window_right, deterministic));
+  const std::int64_t total_q = batch * seqlen_q;
+  plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
+  plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
+  if (deterministic) {
+    const std::int64_t m_blocks = (seqlen_q + b.block_m - 1) / b.block_m;
+    plan.sm90_semaphore_bytes = scratch_align(static_cast<std::size_t>(batch * num_heads * m_blocks) * sizeof(int));
+  }
+  plan.workspace_bytes = plan.d_sum_bytes + plan.dq_accum_bytes + plan.sm90_semaphore_bytes;
+  return plan;
+}
+
+// The sm90 plan in words, for KernelChoice::reason.
+inline std::string describe_backward_sm90(const BackwardPlan& plan, bool deterministic) {
+  const char* order = plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_ascending)
+                          ? "longest first (low key blocks first)"
+                      : plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_descending)
+                          ? "longest first (high key blocks first)"
+                          : "(batch, KV head)-major";
+  return std::string("sm90 path (Hopper, opted in by ") + kSm90BwdEnv +
+         "=1, untested on a GPU): K/V-stationary CTAs of " + std::to_string(plan.blocks.block_n) +
+         " keys, dK/dV in registers of 2 MMA warpgroups (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
+         std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
+         std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
+         (plan.sm90_dq == 1 ? "TMA bulk reduce-add from a producer warp" : "red.global.add.v2 from registers") +
+         (deterministic ? " in key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
+         order;
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,85 @@
+// traits.cuh — the sm90 backward kernel's tiles, register split and shared-memory map, per
+// (head_dim, element type). Values come from plan.hpp (host-visible, so the dispatcher sizes
+// the same).
+//
+// Shared memory (offsets from a 1024-byte aligned base; 16-bit tiles 128-byte swizzled in
+// panels of 64 columns, flash_bwd_sm90/layout.hpp):
+//   sK, sV: (kBlockN, kHeadDim) each, kPanels panels of kBlockN rows (TMA)
+//   sQ[kStages], sdO[kStages]: (kBlockM, kHeadDim) each, kPanels panels of kBlockM rows (TMA)
+//   sdS[2]: dS^T (kBlockN keys, kBlockM queries), kBlockM / 64 panels of kBlockN rows, written
+//           by the MMA warpgroups, read by the dQ wgmma as an MN-major A operand
+//   sdQ: (kBlockM, kHeadDim) fp32, rows kDqRowBytes apart (the bulk reduce-add's source)
+//   sLse[kStages], sD[kStages]: kBlockM floats each (lse * log2 e with -inf -> +inf, and D =
+//           rowsum(dO * O); rows past the sequence +inf and 0, so they give P = 0, dS = 0)
+//   barriers: kv_full, q_full[kStages], q_empty[kStages] (8 bytes each)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/flash_bwd_sm90/plan.hpp"
+
+namespace fastattn::cuda {
+
+template <int kHeadDim_, typename Element_>
+struct Sm90BackwardTraits {
+  using Element = Element_;
+  static constexpr Sm90BackwardBlocks kBlocks = sm90_backward_blocks(kHeadDim_);
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlocks.block_m;  // queries per step
+  static constexpr int kBlockN = kBlocks.block_n;  // keys per CTA
+  static constexpr int kStages = kBlocks.stages;
+  static constexpr int kMmaWarpgroups = 2;  // 64 keys each
+  static constexpr int kMmaThreads = kMmaWarpgroups * 128;
+  static constexpr int kThreads = 128 + kMmaThreads;
+  static_assert(kThreads == kBlocks.threads, "plan.hpp's thread count");
+  static_assert(kBlockN == 64 * kMmaWarpgroups, "one m64 key slice per MMA warpgroup");
+  static_assert(kBlockM % 64 == 0 && kBlockM <= 256 && kHeadDim % 64 == 0, "whole swizzle panels, wgmma n <= 256");
+
+  // setmaxnreg: the producer warpgroup keeps 24, the MMA warpgroups take 240 (128 * 24 +
+  // 256 * 240 = 64512 of 65536), as in the forward's 2-consumer tile.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kMmaRegisters = 240;
+  static_assert(128 * kProducerRegisters + kMmaThreads * kMmaRegisters <= 65536, "register file");
+
+  // Per MMA thread (layout.hpp's accumulator): S^T and dP^T (64 keys x kBlockM queries),
+  // dK and dV (64 keys x kHeadDim), dQ (one m64n64 tile, below).
+  static constexpr int kNTilesS = kBlockM / 8;
+  static constexpr int kKStepsS = kBlockM / 16;  // k16 steps of dV += P^T dO, dK += dS^T Q
+  static constexpr int kNTilesD = kHeadDim / 8;
+
+  // dQ = dS K (kBlockM = 64 queries x kHeadDim) is one m64 x (kHeadDim / 2) wgmma tile per MMA
+  // warpgroup, the columns split: warpgroup wg's tile starts at column kDqN * wg (d = 128: n64,
+  // a whole 64-column panel of K; d = 64: n32, half a panel, 64 bytes into its 128-byte rows).
+  static_assert(kBlockM == 64, "dQ: one m64 row tile");
+  static constexpr int kDqN = kHeadDim / kMmaWarpgroups;
+  static_assert(kDqN == 32 || kDqN == 64, "wgmma.cuh's mma_ss_tt shapes");
+  static constexpr int kKStepsDq = kBlockN / 16;
+  static constexpr int kDqRowBytes = sm90_backward_dq_row_bytes(kHeadDim);
+
+  static constexpr int kPanels = kHeadDim / 64;
+  static constexpr uint32_t kSmemKV = kBlockN * kHeadDim * 2;  // one of K, V
+  static constexpr uint32_t kSmemQ = kBlockM * kHeadDim * 2;   // one of Q, dO, one stage
+  static constexpr uint32_t kSmemDS = kBlockN * kBlockM * 2;   // one dS^T buffer
+  static constexpr uint32_t kPanelBytesKV = kBlockN * 128;
+  static constexpr uint32_t kPanelBytesQ = kBlockM * 128;
+  static constexpr uint32_t kPanelBytesDS = kBlockN * 128;  // 64 queries x kBlockN key rows
+  static constexpr uint32_t kOffsetV = kSmemKV;
+  static constexpr uint32_t kOffsetQ = 2 * kSmemKV;
+  static constexpr uint32_t kOffsetDO = kOffsetQ + kStages * kSmemQ;
+  static constexpr uint32_t kOffsetDS = kOffsetDO + kStages * kSmemQ;
+  static constexpr uint32_t kOffsetDQ = kOffsetDS + 2 * kSmemDS;
+  static constexpr uint32_t kOffsetLse = kOffsetDQ + kBlockM * kDqRowBytes;
+  static constexpr uint32_t kOffsetD = kOffsetLse + kStages * kBlockM * 4;
+  static constexpr uint32_t kOffsetBarriers = kOffsetD + kStages * kBlockM * 4;
+  static constexpr int kSmemBytes = sm90_backward_smem_bytes(kBlocks, kHeadDim);
+  static_assert(kOffsetDS % 1024 == 0 && kOffsetQ % 1024 == 0 && kOffsetDO % 1024 == 0, "swizzle atoms");
+  static_assert(kOffsetDQ % 16 == 0 && kDqRowBytes % 16 == 0, "bulk copies: 16-byte aligned rows");
+  static_assert(kOffsetBarriers % 8 == 0, "mbarrier alignment");
+  static_assert(kOffsetBarriers + 8 * (1 + 2 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
+  static_assert(kSmemBytes <= 227 * 1024, "sm90 opt-in shared memory per block");
+};
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,205 @@
+// consumer.cuh — one consumer warpgroup of the sm90 forward: 64 query rows, the whole key
+// range of the tile (FlashAttention-2's loop, on wgmma).
+//
+// Per key tile (stage s, use u; producer.cuh):
+//   wait k_full[s]; S = Q K^T: head_dim / 16 wgmma m64n{kBlockN}k16, both operands in shared
+//   memory (SS), one commit group; wait for it
+//   mask (partial tiles only, flash_fwd/tile_ops.cuh) and online softmax in registers
+//   (flash_fwd/softmax.cuh: exp2 with the scale folded into one FFMA); O rescaled when a row
+//   max moved
+//   P to 16-bit in registers: two n8 fragments of S are one k16 A fragment (wgmma.cuh)
+//   wait v_full[s]; O += P V: kBlockN / 16 wgmma m64n{head_dim}k16, A from registers (RS), V
+//   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed)
+// With kOverlap (the default) the softmax of tile i runs while tile i - 1's P V is on the tensor
+// cores (consume() below). Not yet here (docs/cuda.md): pingpong ordering of the two consumer
+// warpgroups.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/fragments.cuh"
+#include "cuda/flash_fwd/params.hpp"
+#include "cuda/flash_fwd/softmax.cuh"
+#include "cuda/flash_fwd/tile_ops.cuh"
+#include "cuda/flash_fwd_sm90/producer.cuh"
+#include "cuda/flash_fwd_sm90/tile_scheduler.cuh"
+#include "cuda/sm80/mma.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/wgmma.cuh"
+
+namespace fastattn::cuda {
+
+template <class T>
+struct Sm90ConsumerState {
+  float acc_o[1][T::kNTilesO][4];  // O: (16 rows of this warp, kHeadDim) f32, m16n8 C layout
+  OnlineSoftmax<2, T::kNTilesS> softmax;
+};
+
+// Issues acc_s = Q_wg K^T (no wait): the warpgroup's 64 rows of Q (rows 64 * wg of sQ) against
+// the stage's keys, head_dim / 16 wgmma in one commit group.
+template <class T>
+__device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_t sQ, uint32_t sK, int wg) {
+  using E = typename T::Element;
+#pragma unroll
+  for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+    const int panel = kk / 4, chunk = kk % 4;  // 4 k16 steps per 128-byte row
+    const uint64_t desc_q = sm90::kmajor_descriptor(sQ + panel * T::kPanelBytesQ + wg * 64 * 128 + chunk * 32);
+    const uint64_t desc_k = sm90::kmajor_descriptor(sK + panel * T::kPanelBytesKV + chunk * 32);
+    sm90::mma_ss<T::kBlockN, E>(acc_s, desc_q, desc_k, kk > 0 ? 1 : 0);
+  }
+  sm90::warpgroup_commit();
+}
+
+// P (the softmax's output, f32 in the S layout) as 16-bit A fragments: two n8 fragments of S
+// are one k16 A fragment.
+template <class T>
+__device__ __forceinline__ void pack_p(uint32_t (&a)[T::kBlockN / 16][4], const float (&p)[T::kNTilesS][4]) {
+  using E = typename T::Element;
+#pragma unroll
+  for (int kp = 0; kp < T::kBlockN / 16; ++kp) {
+    a[kp][0] = sm80::pack2<E>(p[2 * kp][0], p[2 * kp][1]);
+    a[kp][1] = sm80::pack2<E>(p[2 * kp][2], p[2 * kp][3]);
+    a[kp][2] = sm80::pack2<E>(p[2 * kp + 1][0], p[2 * kp + 1][1]);
+    a[kp][3] = sm80::pack2<E>(p[2 * kp + 1][2], p[2 * kp + 1][3]);
+  }
+}
+
+// Issues acc_o += P V (no wait): kBlockN / 16 wgmma, A from registers, V MN-major.
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const uint32_t (&a)[T::kBlockN / 16][4],
+                                         uint32_t sV) {
+  using E = typename T::Element;
+#pragma unroll
+  for (int kp = 0; kp < T::kBlockN / 16; ++kp) {
+    // 16 keys = two 8-row swizzle atoms (2048 bytes) further into every panel.
+    const uint64_t desc_v = sm90::mnmajor_descriptor(sV + kp * 16 * 128, T::kPanelBytesKV);
+    sm90::mma_rs_tb<T::kHeadDim, E>(acc_o, a[kp], desc_v, 1);
+  }
+  sm90::warpgroup_commit();
+}
+
+// Per-tile values of the consumer loop.
+struct Sm90TileMask {
+  int q_row0, diagonal, window_left, window_right;
+  float exp_scale;
+};
+
+// Mask (partial tiles) and online softmax of one S tile in place; rescale: per row, the factor
+// O must be multiplied by before this tile's P V. Returns whether any row of the warp moved.
+template <class T, bool kSoftcap>
+__device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&acc_s)[1][T::kNTilesS][4],
+                                             float (&rescale)[2], const ForwardParams& p, const Sm90TileWork& w,
+                                             const Sm90TileMask& m, int k0, int lane) {
+  using Tile = typename T::WarpTile;
+  const bool masked = w.mask.classify(w.q0, w.q1, k0, k0 + T::kBlockN) != TileClass::full;
+  scale_and_mask<Tile, kSoftcap>(acc_s, p, masked, m.q_row0, k0, w.len_k, m.diagonal, m.window_left, m.window_right,
+                                 lane);
+  st.softmax.update(acc_s, rescale, m.exp_scale);
+  return __any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f);
+}
+
+template <class T>
+__device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float (&rescale)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < T::kNTilesO; ++nt) {
+    st.acc_o[0][nt][0] *= rescale[0];
+    st.acc_o[0][nt][1] *= rescale[0];
+    st.acc_o[0][nt][2] *= rescale[1];
+    st.acc_o[0][nt][3] *= rescale[1];
+  }
+}
+
+// The main loop of consumer warpgroup `wg` (0-based among the consumers). kOverlap (plan.hpp:
+// sm90_overlap):
+//   false  per tile: S = Q K^T, wait; softmax; O += P V, wait; release the stage
+//   true   tile 0's S and softmax first; then per tile i >= 1: issue S_i = Q K_i^T, issue
+//          O += P_{i-1} V_{i-1}, wait for S_i alone (wait_group 1), release K_i, softmax of S_i
+//          while the P V runs, wait for it, release V_{i-1}, rescale O, pack P_i; last, O += P V of the
+//          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
+template <class T, bool kSoftcap, bool kOverlap>
+__device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
+                                        const Sm90TileWork& w, int wg, int warp_in_wg, int lane) {
+  clear_accumulator(st.acc_o);
+  st.softmax.init();
+  if (w.n_begin >= w.n_end) return;
+  const Sm90TileMask m{w.q0 + wg * 64 + warp_in_wg * 16, static_cast<int>(w.mask.offset),
+                       static_cast<int>(p.window_left), static_cast<int>(p.window_right), fabsf(p.scale_log2)};
+  const int tiles = w.n_end - w.n_begin;
+  auto key0 = [&](int i) { return (w.n_end - 1 - i) * T::kBlockN; };
+  auto parity = [](int i) { return static_cast<uint32_t>((i / T::kStages) & 1); };
+  float acc_s[1][T::kNTilesS][4];
+  uint32_t a[T::kBlockN / 16][4];
+  float rescale[2];
+  sm90::mbarrier_wait(smem.q_full(), 0);
+
+  if constexpr (!kOverlap) {
+    for (int i = 0; i < tiles; ++i) {
+      const int stage = i % T::kStages;
+      sm90::mbarrier_wait(smem.k_full(stage), parity(i));
+      sm90::warpgroup_fence();
+      issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
+      sm90::warpgroup_wait<0>();
+      sm90::fence_registers(acc_s[0]);
+      sm90::mbarrier_arrive(smem.k_empty(stage));
+      if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane)) rescale_o(st, rescale);
+      pack_p<T>(a, acc_s[0]);
+      sm90::mbarrier_wait(smem.v_full(stage), parity(i));
+      sm90::fence_registers(st.acc_o[0]);
+      sm90::fence_registers(a);
+      sm90::warpgroup_fence();
+      issue_pv<T>(st.acc_o[0], a, smem.v(stage));
+      sm90::warpgroup_wait<0>();
+      sm90::fence_registers(st.acc_o[0]);
+      sm90::fence_registers(a);
+      sm90::mbarrier_arrive(smem.v_empty(stage));
+    }
+  } else {
+    sm90::mbarrier_wait(smem.k_full(0), parity(0));
+    sm90::warpgroup_fence();
+    issue_qk<T>(acc_s[0], smem.q(), smem.k(0), wg);
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(acc_s[0]);
+    sm90::mbarrier_arrive(smem.k_empty(0));
+    softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(0), lane);  // O is 0: no rescale
+    pack_p<T>(a, acc_s[0]);
+    for (int i = 1; i < tiles; ++i) {
+      const int stage = i % T::kStages, prev = (i - 1) % T::kStages;
+      sm90::mbarrier_wait(smem.k_full(stage), parity(i));
+      // P_{i-1} and the rescaled O are final before the fence: wgmma.fence orders register
+      // writes before it, and the compiler may not sink the packing past it (else ptxas injects a
+      // warpgroup.arrive, C7519).
+      sm90::fence_registers(st.acc_o[0]);
+      sm90::fence_registers(a);
+      sm90::warpgroup_fence();
+      issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
+      sm90::mbarrier_wait(smem.v_full(prev), parity(i - 1));
+      sm90::warpgroup_fence();  // each batch its own fence, as ptxas wants (else C7519)
+      issue_pv<T>(st.acc_o[0], a, smem.v(prev));
+      sm90::warpgroup_wait<1>();  // S_i landed; P_{i-1} V_{i-1} may still run
+      sm90::fence_registers(acc_s[0]);
+      sm90::mbarrier_arrive(smem.k_empty(stage));
+      const bool moved = softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane);
+      sm90::warpgroup_wait<0>();
+      sm90::fence_registers(st.acc_o[0]);
+      sm90::fence_registers(a);
+      sm90::mbarrier_arrive(smem.v_empty(prev));
+      if (moved) rescale_o(st, rescale);
+      pack_p<T>(a, acc_s[0]);
+    }
+    const int last = (tiles - 1) % T::kStages;
+    sm90::mbarrier_wait(smem.v_full(last), parity(tiles - 1));
+    sm90::fence_registers(st.acc_o[0]);
+    sm90::fence_registers(a);
+    sm90::warpgroup_fence();
+    issue_pv<T>(st.acc_o[0], a, smem.v(last));
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(st.acc_o[0]);
+    sm90::fence_registers(a);
+    sm90::mbarrier_arrive(smem.v_empty(last));
+  }
+}
+
+}  // namespace fastattn::cuda

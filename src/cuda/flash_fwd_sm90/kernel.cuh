@@ -1,0 +1,57 @@
+// kernel.cuh — the sm90 (Hopper) forward kernel: TMA loads on an mbarrier pipeline, wgmma,
+// warp specialisation with register reallocation (FlashAttention-3's structure, Shah et al.
+// 2024; our code).
+//
+// Roles (kThreads = 128 * (1 + kConsumerWarpgroups)):
+//   warpgroup 0       producer: setmaxnreg.dec to kProducerRegisters; one thread issues every
+//                     TMA load (producer.cuh); the other 127 threads retire
+//   warpgroups 1..    consumers: setmaxnreg.inc to kConsumerRegisters; 64 query rows each,
+//                     S = Q K^T, softmax, O += P V (consumer.cuh), then the epilogue
+//                     (epilogue.cuh)
+// After the role split no barrier spans both roles: they meet only on mbarriers.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/flash_fwd/params.hpp"
+#include "cuda/flash_fwd_sm90/consumer.cuh"
+#include "cuda/flash_fwd_sm90/epilogue.cuh"
+#include "cuda/flash_fwd_sm90/producer.cuh"
+#include "cuda/flash_fwd_sm90/tile_scheduler.cuh"
+#include "cuda/flash_fwd_sm90/traits.cuh"
+#include "cuda/sm90/warpgroup.cuh"
+
+namespace fastattn::cuda {
+
+template <class T, bool kSoftcap, bool kOverlap>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ CUtensorMap map_q,
+                              const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const Sm90Smem<T> smem{(raw + 1023u) & ~1023u};
+  const Sm90TileWork w = Sm90TileScheduler<T>::work(p);
+
+  if (threadIdx.x == 0) smem.init_barriers();
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  const int warp_in_wg = static_cast<int>(threadIdx.x) / 32 % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (warpgroup == 0) {
+    sm90::warpgroup_release_registers<T::kProducerRegisters>();
+    if (threadIdx.x == 0) produce<T>(smem, w, &map_q, &map_k, &map_v);
+  } else {
+    sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
+    Sm90ConsumerState<T> state;
+    consume<T, kSoftcap, kOverlap>(state, smem, p, w, warpgroup - 1, warp_in_wg, lane);
+    store_output_sm90<T>(state, p, w, warpgroup - 1, warp_in_wg, lane);
+  }
+#endif
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,51 @@
+// launch.cuh — the sm90 forward launcher: tensor maps of q, k, v (sm90/tensor_map.hpp), the
+// kernel's shared memory, the grid of the tile scheduler. Included only by the generated sm90
+// units (src/cuda/generated/flash_fwd_sm90_*), compiled for sm_90a alone.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <type_traits>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/flash_fwd_sm90/kernel.cuh"
+#include "cuda/flash_fwd_sm90/launch.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
+#include "cuda/flash_fwd_sm90/traits.cuh"
+#include "cuda/sm90/tensor_map.hpp"
+
+namespace fastattn::cuda {
+
+template <typename Element, int kHeadDim>
+void run_forward_sm90(const ForwardParams& p, cudaStream_t stream) {
+  using T = Sm90ForwardTraits<kHeadDim, Element>;
+  if (p.seqlen_q == 0 || p.batch == 0 || p.num_heads == 0) return;
+  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  const int64_t kv_heads = p.num_heads / p.group_size;
+  const CUtensorMap map_q = sm90::make_token_tensor_map(
+      {p.q, p.batch, p.seqlen_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
+      T::kBlockM, "q");
+  const CUtensorMap map_k = sm90::make_token_tensor_map(
+      {p.k, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride}, kBf16,
+      T::kBlockN, "k");
+  const CUtensorMap map_v = sm90::make_token_tensor_map(
+      {p.v, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
+      T::kBlockN, "v");
+  // The dispatcher's plan read the same variable (flash_fwd/heuristics.hpp: sm90_overlap).
+  const bool overlap = sm90_overlap(kHeadDim);
+  const bool softcap = p.softcap > 0.0f;
+  auto kernel = softcap ? flash_forward_sm90_kernel<T, true, false> : flash_forward_sm90_kernel<T, false, false>;
+  if constexpr (sm90_overlap_fits(kHeadDim)) {  // no spilling overlap kernels compiled otherwise
+    if (overlap) kernel = softcap ? flash_forward_sm90_kernel<T, true, true> : flash_forward_sm90_kernel<T, false, true>;
+  }
+  const std::string name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " +
+                           std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) +
+                           (overlap ? ", overlap>" : ">");
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
+        "cudaFuncSetAttribute", name);
+  kernel<<<Sm90TileScheduler<T>::grid(p), T::kThreads, T::kSmemBytes, stream>>>(p, map_q, map_k, map_v);
+  check_launch(name);
+}
+
+}  // namespace fastattn::cuda

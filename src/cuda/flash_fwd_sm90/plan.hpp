@@ -1,0 +1,77 @@
+// plan.hpp — the sm90 (Hopper) forward's tile shapes and which calls it serves; host-only, no
+// CUDA headers (the dispatcher's heuristics, flash_fwd/heuristics.hpp, and the CPU unit tests
+// include it). kernel.cuh's traits are built from these values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/environment.hpp"
+#include "common/problem.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+
+// A CTA: one producer warpgroup (TMA) and block_m / 64 consumer warpgroups (wgmma, 64 query
+// rows each), a `stages`-deep ring of (K, V) tiles of block_n keys.
+struct Sm90ForwardBlocks {
+  int block_m, block_n, stages, threads;
+};
+
+// Head dims with an sm90 kernel (tools/gen_cuda_kernels.py writes their units); the others
+// run on the sm80 kernels, and KernelChoice::reason says so.
+constexpr bool sm90_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// d = 128: 128 x 128 tiles, two consumer warpgroups of 64 rows, a 2-stage (K, V) ring.
+// d = 64: 192 x 128, three consumer warpgroups (the GEMMs per softmax are half as long at
+// d = 64, so more rows per K/V tile), 3 stages. First shapes (FA3 uses 192 x 128 at d = 64 and
+// 128 x 176 at d = 128 non-causal: docs/cuda.md); measured in docs/cuda.md.
+constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
+  return head_dim <= 64 ? Sm90ForwardBlocks{192, 128, 3, 512} : Sm90ForwardBlocks{128, 128, 2, 384};
+}
+
+// The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
+// before tile i - 1's O += P V, and the softmax of tile i runs while that P V is on the tensor
+// cores (FA3's intra-warpgroup overlap); without, each GEMM is waited for before the softmax.
+// Overlap keeps S, P and O live at once: it fits the 240 registers of a 2-consumer-warpgroup
+// tile (d = 128), not the 160 of a 3-warpgroup one (d = 64: ptxas spilled 68-160 bytes), so it
+// is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
+// loop there too, for A/B measurements.
+constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
+constexpr bool sm90_overlap_fits(std::int64_t head_dim) { return sm90_forward_blocks(head_dim).block_m == 128; }
+inline bool sm90_overlap(std::int64_t head_dim) {
+  const char* text = env_value(EnvVar::cuda_sm90_overlap);
+  const bool unset = text == nullptr || *text == '\0';
+  if (!unset && std::string(text) != "0" && std::string(text) != "1") {
+    throw Error(ErrorCode::invalid_argument, std::string(kSm90OverlapEnv) + ": expected 0 or 1, got \"" + text + "\"");
+  }
+  return sm90_overlap_fits(head_dim) && (unset || std::string(text) == "1");
+}
+
+// Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align
+// the tiles to the 1024-byte swizzle atom.
+constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
+  return static_cast<int>((b.block_m + 2 * b.stages * b.block_n) * head_dim * 2) + 2048;
+}
+
+// Whether TMA can describe an operand: 16-byte aligned base, and for every dimension of extent
+// > 1 a positive stride that is a multiple of 16 bytes and below 2^40 bytes (the
+// cuTensorMapEncodeTiled rules). Extent-1 dimensions get a synthetic stride (tensor_map.hpp).
+inline bool sm90_tma_describes(const Operand& op, std::int64_t batch, std::int64_t seqlen, std::int64_t heads) {
+  if (reinterpret_cast<std::uintptr_t>(op.data) % 16 != 0) return false;
+  auto ok = [](std::int64_t stride_elems, std::int64_t extent) {
+    if (extent <= 1) return true;
+    const std::int64_t bytes = stride_elems * 2;
+    return bytes > 0 && bytes % 16 == 0 && bytes < (std::int64_t{1} << 40);
+  };
+  return ok(op.stride.token, seqlen) && ok(op.stride.head, heads) && ok(op.stride.batch, batch);
+}
+
+// q, k, v (the TMA-loaded operands) of a padded-batch problem.
+inline bool sm90_tma_describes(const AttentionProblem& p) {
+  return sm90_tma_describes(p.q, p.batch, p.seqlen_q, p.num_heads) &&
+         sm90_tma_describes(p.k, p.batch, p.seqlen_k, p.num_kv_heads) &&
+         sm90_tma_describes(p.v, p.batch, p.seqlen_k, p.num_kv_heads);
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,85 @@
+// producer.cuh — the sm90 forward's load side: one thread of the producer warpgroup issues
+// every TMA load of the CTA (Q once, then K and V tiles into a kStages-deep ring).
+//
+// Barriers (traits.cuh has their place in shared memory):
+//   q_full         Q landed (one arrival with the byte count, then TMA's bytes)
+//   k_full[s]      K tile of stage s landed;  v_full[s] likewise for V, so S = Q K^T can start
+//                  while V is still in flight
+//   k_empty[s]     every consumer thread is done with the K tile of stage s (kConsumerThreads
+//                  arrivals, as soon as its S = Q K^T landed); v_empty[s] likewise for V (after
+//                  O += P V). Separate, so the next K load starts a GEMM earlier than the V one.
+// Use u = i / kStages of stage s = i % kStages is phase u of its barriers: consumers wait on
+// k_full/v_full with parity u & 1; the producer, before refilling for use u >= 1, waits for
+// k_empty's / v_empty's phase u - 1.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/flash_fwd_sm90/tile_scheduler.cuh"
+#include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/tma.cuh"
+
+namespace fastattn::cuda {
+
+// Shared-memory addresses of one CTA's tiles and barriers (traits.cuh).
+template <class T>
+struct Sm90Smem {
+  uint32_t base;  // 1024-byte aligned
+  __device__ __forceinline__ uint32_t q() const { return base; }
+  __device__ __forceinline__ uint32_t k(int stage) const { return base + T::kOffsetK + stage * T::kSmemKV; }
+  __device__ __forceinline__ uint32_t v(int stage) const { return base + T::kOffsetV + stage * T::kSmemKV; }
+  __device__ __forceinline__ uint32_t q_full() const { return base + T::kOffsetBarriers; }
+  __device__ __forceinline__ uint32_t k_full(int stage) const { return q_full() + 8 * (1 + stage); }
+  __device__ __forceinline__ uint32_t v_full(int stage) const { return q_full() + 8 * (1 + T::kStages + stage); }
+  __device__ __forceinline__ uint32_t k_empty(int stage) const { return q_full() + 8 * (1 + 2 * T::kStages + stage); }
+  __device__ __forceinline__ uint32_t v_empty(int stage) const { return q_full() + 8 * (1 + 3 * T::kStages + stage); }
+
+  __device__ __forceinline__ void init_barriers() const {
+    sm90::mbarrier_init(q_full(), 1);
+#pragma unroll
+    for (int s = 0; s < T::kStages; ++s) {
+      sm90::mbarrier_init(k_full(s), 1);
+      sm90::mbarrier_init(v_full(s), 1);
+      sm90::mbarrier_init(k_empty(s), T::kConsumerThreads);
+      sm90::mbarrier_init(v_empty(s), T::kConsumerThreads);
+    }
+    sm90::fence_barrier_init();
+  }
+};
+
+// A (rows, kHeadDim) tile: kPanels boxes of (64 columns, rows), side by side in shared memory.
+template <class T>
+__device__ __forceinline__ void tma_load_tile(uint32_t smem, uint32_t panel_bytes, const CUtensorMap* map,
+                                              uint32_t bar, int row0, int head, int batch) {
+#pragma unroll
+  for (int panel = 0; panel < T::kPanels; ++panel) {
+    sm90::tma_load_4d(smem + panel * panel_bytes, map, bar, panel * 64, row0, head, batch);
+  }
+}
+
+// Runs on one thread. Nothing to load when the query block sees no key.
+template <class T>
+__device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileWork& w, const CUtensorMap* map_q,
+                                        const CUtensorMap* map_k, const CUtensorMap* map_v) {
+  if (w.n_begin >= w.n_end) return;
+  sm90::prefetch_tensor_map(map_q);
+  sm90::prefetch_tensor_map(map_k);
+  sm90::prefetch_tensor_map(map_v);
+  sm90::mbarrier_arrive_expect_tx(smem.q_full(), T::kSmemQ);
+  tma_load_tile<T>(smem.q(), T::kPanelBytesQ, map_q, smem.q_full(), w.q0, w.head, w.batch);
+  const int tiles = w.n_end - w.n_begin;
+  for (int i = 0; i < tiles; ++i) {
+    const int stage = i % T::kStages, use = i / T::kStages;
+    const int k0 = (w.n_end - 1 - i) * T::kBlockN;
+    if (use > 0) sm90::mbarrier_wait(smem.k_empty(stage), (use - 1) & 1);
+    sm90::mbarrier_arrive_expect_tx(smem.k_full(stage), T::kSmemKV);
+    tma_load_tile<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, w.batch);
+    if (use > 0) sm90::mbarrier_wait(smem.v_empty(stage), (use - 1) & 1);
+    sm90::mbarrier_arrive_expect_tx(smem.v_full(stage), T::kSmemKV);
+    tma_load_tile<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, w.batch);
+  }
+}
+
+}  // namespace fastattn::cuda

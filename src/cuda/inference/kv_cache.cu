@@ -1,0 +1,325 @@
+// kv_cache.cu — the CUDA KV-cache attention's host side (kv_cache.hpp): the plan from the shape,
+// KVCacheProblem -> kernel parameters, the append kernel, and forward()'s decode calls as
+// KV-cache calls on their contiguous K/V (kv_cache_forward.hpp). The attention kernels are in the
+// generated units (src/cuda/generated/flash_kvc_sm80_*.cu, kv_cache_launch.cuh).
+#include "cuda/inference/kv_cache.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "cuda/common/alignment.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/cuda_device.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/flash_fwd/heuristics.hpp"
+#include "cuda/inference/kv_cache_forward.hpp"
+#include "cuda/inference/kv_cache_heuristics.hpp"
+#include "cuda/inference/kv_cache_pages.cuh"
+#include "cuda/inference/kv_cache_params.hpp"
+#include "cuda/inference/kv_cache_run.hpp"
+#include "fastattn/error.hpp"
+
+namespace fastattn::cuda {
+namespace {
+
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
+// Appends k_new / v_new at seqlens[b] .. seqlens[b] + seqlen_new - 1 (clamped: positions at or
+// past the capacity are not written). One thread per 16-byte chunk of one (batch, token, KV head)
+// row of K and of V; plain loads and stores, any architecture.
+__global__ void kv_cache_append_kernel(const KVCacheParams p) {
+  const int chunks = p.head_dim / 8;  // 16-bit elements: 8 per chunk
+  const std::int64_t total = static_cast<std::int64_t>(p.batch) * p.seqlen_new * p.num_kv_heads * chunks;
+  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int c = static_cast<int>(idx % chunks);
+  std::int64_t rest = idx / chunks;
+  const int h = static_cast<int>(rest % p.num_kv_heads);
+  rest /= p.num_kv_heads;
+  const int t = static_cast<int>(rest % p.seqlen_new);
+  const int b = static_cast<int>(rest / p.seqlen_new);
+  const std::int64_t pos = static_cast<std::int64_t>(kv_cache_held(p, b)) + t;
+  if (pos >= p.capacity) return;
+  const int position = static_cast<int>(pos);
+  const int page = p.block_table != nullptr ? kv_page(p, b, position / p.page_size) : b;
+  const int row = p.block_table != nullptr ? position % p.page_size : position;
+  using Chunk = uint4;
+  const auto* k_src = static_cast<const std::uint16_t*>(p.k_new) + b * p.k_new_batch_stride + t * p.k_new_token_stride +
+                      h * p.k_new_head_stride + c * 8;
+  const auto* v_src = static_cast<const std::uint16_t*>(p.v_new) + b * p.v_new_batch_stride + t * p.v_new_token_stride +
+                      h * p.v_new_head_stride + c * 8;
+  auto* k_dst = const_cast<std::uint16_t*>(static_cast<const std::uint16_t*>(p.k)) + page * p.k_page_stride +
+                static_cast<std::int64_t>(row) * p.k_token_stride + h * p.k_head_stride + c * 8;
+  auto* v_dst = const_cast<std::uint16_t*>(static_cast<const std::uint16_t*>(p.v)) + page * p.v_page_stride +
+                static_cast<std::int64_t>(row) * p.v_token_stride + h * p.v_head_stride + c * 8;
+  *reinterpret_cast<Chunk*>(k_dst) = *reinterpret_cast<const Chunk*>(k_src);
+  *reinterpret_cast<Chunk*>(v_dst) = *reinterpret_cast<const Chunk*>(v_src);
+}
+
+std::string int_text(std::int64_t x) { return std::to_string(x); }
+
+// Strides of size-1 dimensions are never used (token 0, batch 0): left out of the alignment
+// check, as frameworks give such dimensions any stride.
+TokenStrides used_strides(TokenStrides s, std::int64_t batch, std::int64_t tokens) {
+  if (batch <= 1) s.batch = 0;
+  if (tokens <= 1) s.token = 0;
+  return s;
+}
+
+// The cache's rows must start on 16-byte boundaries (cp.async and the append's 16-byte stores).
+void check_cache_alignment(const void* data, std::int64_t page_stride, const TokenStrides& s, const char* name) {
+  check_row_alignment(data, TokenStrides{page_stride, s.token, s.head}, name);
+}
+
+KVCacheParams make_params(const KVCacheProblem& kp) {
+  const AttentionProblem& p = kp.attn;
+  KVCacheParams f{};
+  f.q = p.q.data;
+  f.out = p.out.data;
+  f.lse = p.lse;
+  f.k = p.k.data;
+  f.v = p.v.data;
+  f.k_new = kp.seqlen_new > 0 ? kp.k_new.data : nullptr;
+  f.v_new = kp.seqlen_new > 0 ? kp.v_new.data : nullptr;
+  f.q_batch_stride = p.q.stride.batch;
+  f.q_token_stride = p.q.stride.token;
+  f.q_head_stride = p.q.stride.head;
+  f.o_batch_stride = p.out.stride.batch;
+  f.o_token_stride = p.out.stride.token;
+  f.o_head_stride = p.out.stride.head;
+  f.lse_batch_stride = p.lse_batch_stride;
+  f.lse_head_stride = p.lse_head_stride;
+  f.lse_token_stride = p.lse_token_stride;
+  f.k_page_stride = kp.k_page_stride;
+  f.k_token_stride = p.k.stride.token;
+  f.k_head_stride = p.k.stride.head;
+  f.v_page_stride = kp.v_page_stride;
+  f.v_token_stride = p.v.stride.token;
+  f.v_head_stride = p.v.stride.head;
+  f.k_new_batch_stride = kp.k_new.stride.batch;
+  f.k_new_token_stride = kp.k_new.stride.token;
+  f.k_new_head_stride = kp.k_new.stride.head;
+  f.v_new_batch_stride = kp.v_new.stride.batch;
+  f.v_new_token_stride = kp.v_new.stride.token;
+  f.v_new_head_stride = kp.v_new.stride.head;
+  f.block_table = kp.block_table;
+  f.block_table_stride = kp.block_table_stride;
+  f.seqlens = kp.seqlens;
+  f.page_size = static_cast<int>(kp.page_size);
+  f.num_pages = static_cast<int>(kp.num_pages);
+  f.capacity = static_cast<int>(kp.capacity());
+  f.seqlen_new = static_cast<int>(kp.seqlen_new);
+  f.batch = static_cast<int>(p.batch);
+  f.num_heads = static_cast<int>(p.num_heads);
+  f.num_kv_heads = static_cast<int>(p.num_kv_heads);
+  f.head_dim = static_cast<int>(p.head_dim);
+  f.group = static_cast<int>(p.group_size());
+  f.seqlen_q = static_cast<int>(p.seqlen_q);
+  f.rows = static_cast<int>(p.group_size() * p.seqlen_q);
+  constexpr float kLog2e = 1.4426950408889634f;
+  f.softcap = p.softcap;
+  f.softcap_pre_scale = p.softcap > 0.0f ? p.softmax_scale / p.softcap : 0.0f;
+  f.scale_log2 = p.softcap > 0.0f ? kLog2e : p.softmax_scale * kLog2e;
+  // Windows wider than any cache mean the same as wider-than-int: clamp so positions compare in
+  // 32 bits (capacity < 2^31, kv_cache_plan).
+  f.window_left = static_cast<int>(std::min(p.window_left, kIntMax));
+  f.window_right = static_cast<int>(std::min(p.window_right, kIntMax));
+  f.bottom_right = p.alignment == MaskAlignment::bottom_right;
+  f.num_splits = 1;
+  return f;
+}
+
+// The shape limits of the kernels' grid and 32-bit positions; throws unsupported naming them.
+void check_kernel_limits(const KVCacheProblem& kp) {
+  const AttentionProblem& p = kp.attn;
+  auto fail = [](const std::string& what, std::int64_t limit, std::int64_t got) {
+    throw Error(ErrorCode::unsupported, "cuda kv_cache: expected " + what + " <= " + int_text(limit) + ", got " +
+                                            int_text(got));
+  };
+  if (kp.capacity() > kIntMax) fail("the cache capacity (max_pages_per_seq * page_size)", kIntMax, kp.capacity());
+  if (kp.num_pages > kIntMax) fail("num_pages", kIntMax, kp.num_pages);
+  if (p.batch > 65535) fail("batch (grid limit)", 65535, p.batch);
+  if (p.num_kv_heads > 65535) fail("num_kv_heads (grid limit)", 65535, p.num_kv_heads);
+  if (p.seqlen_q * p.group_size() > kIntMax) fail("seqlen_q * (num_heads / num_kv_heads)", kIntMax,
+                                                  p.seqlen_q * p.group_size());
+  if (kp.seqlen_new > kIntMax) fail("seqlen_new", kIntMax, kp.seqlen_new);
+}
+
+bool head_dim_compiled(std::int64_t head_dim) {
+  for (int d : compiled_head_dims()) {
+    if (d == head_dim) return true;
+  }
+  return false;
+}
+
+template <typename Element>
+void run_for_dtype(const KVCacheParams& f, int rows_per_tile, int stages, cudaStream_t stream) {
+  (void)f;
+  (void)rows_per_tile;
+  (void)stages;
+  (void)stream;
+  switch (f.head_dim) {
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
+    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stages, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stages, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
+    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stages, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
+    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stages, stream);
+#endif
+    default: break;
+  }
+  throw Error(ErrorCode::internal, "cuda kv_cache: no launcher for head_dim " + std::to_string(f.head_dim));
+}
+
+}  // namespace
+
+KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len) {
+  const AttentionProblem& p = kp.attn;
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported,
+                std::string("cuda kv_cache: expected dtype f16 or bf16, got ") + to_string(p.dtype));
+  }
+  if (!FASTATTN_CUDA_PATH_SM80 || !head_dim_compiled(p.head_dim)) {
+    std::string dims;
+    for (int d : compiled_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(ErrorCode::unsupported, "cuda kv_cache: expected head_dim in {" + dims +
+                                            "} (FASTATTN_CUDA_HEAD_DIMS of this build, sm80 units), got " +
+                                            int_text(p.head_dim));
+  }
+  check_kernel_limits(kp);
+  const int d = static_cast<int>(p.head_dim);
+  const std::int64_t group = p.group_size();
+  const std::int64_t rows = group * p.seqlen_q;
+  const KVRowTile tile = kv_row_tile(rows, d);
+  const std::int64_t row_blocks = (rows + tile.rows - 1) / tile.rows;
+
+  KVSplitShape s;
+  s.units = p.batch * p.num_kv_heads * row_blocks;
+  const int device = p.device.index;
+  s.multiprocessors = multiprocessor_count(device);
+  s.ctas_per_sm = 1;  // one CTA per SM saturates the memory (kv_cache_heuristics.hpp)
+  // Keys a row block sees at most: the longest cache, or a two-sided window's span.
+  std::int64_t keys = max_cache_len > 0 ? std::min(max_cache_len, kp.capacity()) : kp.capacity();
+  if (p.window_left >= 0 && p.window_right >= 0) {
+    const std::int64_t tokens = std::min<std::int64_t>(p.seqlen_q, tile.rows / group + 2);
+    keys = std::min(keys, p.window_left + p.window_right + tokens);
+  }
+  const int block_n = kv_block_n(d);
+  s.tiles = (std::max<std::int64_t>(keys, 0) + block_n - 1) / block_n;
+  s.forced = forced_num_splits();
+  const KVSplitChoice split = choose_kv_splits(s);
+  if (split.splits > kKVMaxSplits || row_blocks * split.splits > kIntMax) {
+    throw Error(ErrorCode::unsupported, "cuda kv_cache: expected row blocks x splits <= 2^31 - 1 and splits <= " +
+                                            int_text(kKVMaxSplits) + ", got " + int_text(row_blocks) + " x " +
+                                            int_text(split.splits));
+  }
+
+  KVCacheLaunch l;
+  l.num_splits = split.splits;
+  l.rows_per_tile = tile.rows;
+  l.block_k = block_n;
+  l.stages = kv_stages(d);
+  l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
+  l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
+             (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
+             (kp.is_paged() ? ".paged" : "") + (split.splits > 1 ? ".split" + std::to_string(split.splits) : "");
+  const std::string packing =
+      group > 1 ? int_text(group) + " query heads x " + int_text(p.seqlen_q) + " tokens = " + int_text(rows) +
+                      " rows per KV head (K/V read once per " + std::to_string(tile.rows) + "-row tile)"
+                : int_text(p.seqlen_q) + " tokens = " + int_text(rows) + " rows per head";
+  const std::string loads =
+      kp.is_paged()
+          ? (kp.page_size % block_n == 0 ? "paged, whole-page tiles (one block-table read per " +
+                                               std::to_string(block_n) + "-key tile)"
+                                         : "paged, page size " + int_text(kp.page_size) +
+                                               ": per-row 16-byte cp.async gathers")
+          : std::string("contiguous cache");
+  l.reason = std::string(p.seqlen_q > kDecodeMaxSeqlenQ ? "chunked prefill on the KV-cache kernel (paged loads in "
+                                                          "the kernel, no gather), "
+                                                        : "KV-cache decode kernel, ") +
+             "4 warps x " + std::to_string(tile.row_warps) + " row warps / " + std::to_string(tile.key_warps) +
+             " key warps, " + std::to_string(kv_stages(d)) + "-stage cp.async ring of " + std::to_string(block_n) +
+             "-key tiles; GQA packing: " + packing + "; " + loads + "; " + split.reason;
+  return l;
+}
+
+void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch) {
+  const AttentionProblem& p = kp.attn;
+  check_kernel_limits(kp);
+  const std::int64_t rows = p.group_size() * p.seqlen_q;
+  const KVRowTile tile = kv_row_tile(rows, static_cast<int>(p.head_dim));
+  const int stages = launch.stages > 0 ? launch.stages : kv_stages(static_cast<int>(p.head_dim));
+  if (launch.rows_per_tile != tile.rows || launch.num_splits < 1 || launch.num_splits > kKVMaxSplits ||
+      !kv_stages_valid(tile, static_cast<int>(p.head_dim), stages)) {
+    throw Error(ErrorCode::internal, "cuda kv_cache: the launch (" + std::to_string(launch.rows_per_tile) + " rows, " +
+                                         std::to_string(stages) + " stages, " + std::to_string(launch.num_splits) +
+                                         " splits) was planned for another shape");
+  }
+  if (launch.num_splits > 1 && scratch == nullptr) {
+    throw Error(ErrorCode::internal, "cuda kv_cache: a split launch needs its scratch");
+  }
+  check_row_alignment(p.q.data, used_strides(p.q.stride, p.batch, p.seqlen_q), "q");
+  check_row_alignment(p.out.data, used_strides(p.out.stride, p.batch, p.seqlen_q), "out");
+  check_cache_alignment(p.k.data, kp.num_pages > 1 ? kp.k_page_stride : 0, p.k.stride, "k cache");
+  check_cache_alignment(p.v.data, kp.num_pages > 1 ? kp.v_page_stride : 0, p.v.stride, "v cache");
+  if (kp.seqlen_new > 0) {
+    check_row_alignment(kp.k_new.data, used_strides(kp.k_new.stride, p.batch, kp.seqlen_new), "k_new");
+    check_row_alignment(kp.v_new.data, used_strides(kp.v_new.stride, p.batch, kp.seqlen_new), "v_new");
+  }
+  const DeviceGuard device_guard(p.device.index);
+  auto stream = static_cast<cudaStream_t>(p.cuda_stream);
+  KVCacheParams f = make_params(kp);
+  f.row_blocks = static_cast<int>((rows + tile.rows - 1) / tile.rows);
+  f.num_splits = launch.num_splits;
+  if (launch.num_splits > 1) {
+    f.oaccum = static_cast<float*>(scratch);
+    f.lseaccum = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
+                                          kv_lse_offset(launch.num_splits, p.batch, p.num_kv_heads, rows, p.head_dim));
+  }
+
+  // Append first, on the same stream: the attention below reads the new tokens after they land.
+  if (kp.seqlen_new > 0 && p.batch > 0 && p.num_kv_heads > 0) {
+    const std::int64_t chunks = p.batch * kp.seqlen_new * p.num_kv_heads * (p.head_dim / 8);
+    constexpr int kThreads = 256;
+    const std::int64_t blocks = (chunks + kThreads - 1) / kThreads;
+    if (blocks > kIntMax) {
+      throw Error(ErrorCode::unsupported, "cuda kv_cache: the append has too many 16-byte chunks (" + int_text(chunks) +
+                                              ")");
+    }
+    kv_cache_append_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(f);
+    check_launch("kv_cache_append_kernel");
+  }
+  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) return;
+  if (p.dtype == DType::bf16) {
+    run_for_dtype<__nv_bfloat16>(f, tile.rows, stages, stream);
+  } else {
+    run_for_dtype<__half>(f, tile.rows, stages, stream);
+  }
+}
+
+KVCacheProblem kv_cache_view_of_forward(const AttentionProblem& p) {
+  KVCacheProblem kp;
+  kp.attn = p;
+  kp.k_page_stride = p.k.stride.batch;
+  kp.v_page_stride = p.v.stride.batch;
+  kp.page_size = p.seqlen_k;
+  kp.num_pages = p.batch;
+  kp.block_table = nullptr;
+  kp.max_pages_per_seq = 1;
+  kp.seqlens = nullptr;  // every sequence holds seqlen_k keys
+  kp.seqlen_new = 0;
+  return kp;
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,99 @@
+// kv_cache_combine.cuh — merges the key splits of the KV-cache attention (kv_cache_kernel.cuh)
+// into the output, as flash_fwd/combine.cuh does for forward():
+//
+//   lse = log sum_s exp(lse_s),   out = sum_s exp(lse_s - lse) * O_s
+//
+// O_s is normalised by split s's own row sum; a split that saw no key of a row has lse_s = -inf
+// and weight exactly 0 (its O_s is not read); a row no split saw gets out 0 and lse -inf.
+// The partials are indexed by packed rows (row = token * group + head within a KV head):
+//   oaccum   (splits, batch, kv_heads, rows, head_dim) f32
+//   lseaccum (splits, batch, kv_heads, rows) f32
+// One warp per packed row; lane l reads float4 chunks l, l + 32, ... of each split's row.
+// Grid (ceil(rows / kKVCombineWarps), kv_heads, batch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/inference/kv_cache_heuristics.hpp"
+#include "cuda/inference/kv_cache_params.hpp"
+#include "cuda/sm80/mma.cuh"
+
+namespace fastattn::cuda {
+
+constexpr int kKVCombineWarps = 4;
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(const KVCacheParams p) {
+  static_assert(kHeadDim % 4 == 0, "rows are read as float4");
+  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kQuadsPerLane = (kQuads + 31) / 32;
+  // weight[warp][s]: this warp's row's lse_s, then exp(lse_s - lse).
+  __shared__ float weight[kKVCombineWarps][kKVMaxSplits];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kKVCombineWarps + warp;
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  if (row >= p.rows) return;  // warp-uniform; no block-wide barrier follows
+
+  const int num_splits = p.num_splits;
+  const int64_t split_stride = static_cast<int64_t>(p.batch) * p.num_kv_heads * p.rows;  // rows per split
+  const int64_t row0 = (static_cast<int64_t>(batch) * p.num_kv_heads + kv_head) * p.rows + row;
+
+  float max_lse = -INFINITY;
+  for (int s = lane; s < num_splits; s += 32) {
+    const float l = p.lseaccum[row0 + s * split_stride];
+    weight[warp][s] = l;
+    max_lse = fmaxf(max_lse, l);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
+  const bool empty = max_lse == -INFINITY;
+  float sum = 0.0f;
+  for (int s = lane; s < num_splits; s += 32) sum += empty ? 0.0f : expf(weight[warp][s] - max_lse);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const float lse = empty ? -INFINITY : max_lse + logf(sum);
+  for (int s = lane; s < num_splits; s += 32) weight[warp][s] = empty ? 0.0f : expf(weight[warp][s] - lse);
+  __syncwarp();
+
+  float4 acc[kQuadsPerLane];
+#pragma unroll
+  for (int c = 0; c < kQuadsPerLane; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int s = 0; s < num_splits; ++s) {
+    const float w = weight[warp][s];
+    if (w == 0.0f) continue;  // warp-uniform
+    const float4* o_row = reinterpret_cast<const float4*>(p.oaccum + (row0 + s * split_stride) * kHeadDim);
+#pragma unroll
+    for (int c = 0; c < kQuadsPerLane; ++c) {
+      const int quad = lane + 32 * c;
+      if (quad < kQuads) {
+        const float4 v = o_row[quad];
+        acc[c].x += w * v.x;
+        acc[c].y += w * v.y;
+        acc[c].z += w * v.z;
+        acc[c].w += w * v.w;
+      }
+    }
+  }
+
+  const int token = row / p.group, head = kv_head * p.group + row % p.group;
+  Element* o_ptr = static_cast<Element*>(p.out) + batch * p.o_batch_stride + token * p.o_token_stride +
+                   head * p.o_head_stride;
+#pragma unroll
+  for (int c = 0; c < kQuadsPerLane; ++c) {
+    const int quad = lane + 32 * c;
+    if (quad < kQuads) {
+      *reinterpret_cast<uint2*>(o_ptr + quad * 4) =
+          make_uint2(sm80::pack2<Element>(acc[c].x, acc[c].y), sm80::pack2<Element>(acc[c].z, acc[c].w));
+    }
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_token_stride] = lse;
+  }
+}
+
+}  // namespace fastattn::cuda

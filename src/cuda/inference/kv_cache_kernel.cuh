@@ -1,0 +1,389 @@
+// kv_cache_kernel.cuh — attention over a KV cache (contiguous or paged), for decode (seqlen_q
+// 1..16), speculative decoding and chunked prefill: one 4-warp CTA per (batch, KV head, row
+// block, key split).
+//
+// Rows: the query heads of one KV head times the query tokens, row r = token * group + head
+// (GQA packing), so a CTA reads each K/V byte of its key range once for all of them. The row
+// tile (kv_cache_heuristics.hpp: 16, 32, 64 or 128 rows) puts 4 warps on it as row warps x key
+// warps: a key warp takes its own kWarpKeys keys of every K/V tile, keeps its own online
+// softmax, and the key warps' partial results are merged exactly (by their lse) in the
+// epilogue.
+//
+// Loads: a ring of kStages (K, V) tiles of kBlockN keys, filled by cp.async 16-byte gathers.
+// Key t of sequence b is row t % page_size of page block_table[b][t / page_size] (contiguous:
+// page b), so any page size works; when page_size is a multiple of kBlockN a tile lies in one
+// page and takes one block-table read, else each row looks its page up. The page numbers of the
+// tile after next are read one iteration ahead (registers), so the block-table read is off the
+// critical path. Keys at or past the cache length are zero-filled, never read.
+//
+// Masks: causal / window positions are aligned to each sequence's cache length (bottom-right:
+// query token t sits at key position len - seqlen_q + t); a tile that every row sees whole skips
+// the mask arithmetic. A row that sees no key writes out 0 and lse -inf.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/mask.hpp"
+#include "cuda/flash_fwd/softmax.cuh"
+#include "cuda/flash_fwd/tile_ops.cuh"
+#include "cuda/inference/kv_cache_heuristics.hpp"
+#include "cuda/inference/kv_cache_pages.cuh"
+#include "cuda/inference/kv_cache_params.hpp"
+#include "cuda/sm80/copy.cuh"
+#include "cuda/sm80/forward_arch.cuh"
+#include "cuda/sm80/mma.cuh"
+
+namespace fastattn::cuda {
+
+// Tile shapes of one (element, head_dim, row tile); the members tile_ops.cuh's gemm_qk /
+// gemm_pv read are those of ForwardTraits (traits.cuh), for one warp's rows and keys.
+template <typename Element_, int kHeadDim_, int kRows_, int kStages_ = kv_stages(kHeadDim_)>
+struct KVCacheTraits {
+  using Element = Element_;
+  using Arch = Sm80Forward;
+  static constexpr KVRowTile kTile = kv_row_tile(kRows_, kHeadDim_);
+  static_assert(kTile.rows == kRows_, "a row tile of kv_cache_heuristics.hpp");
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kThreads = kKVThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kRowWarps = kTile.row_warps;
+  static constexpr int kKeyWarps = kTile.key_warps;
+  static_assert(kRowWarps * kKeyWarps == kWarps, "every warp has rows and keys");
+  static constexpr int kMTiles = kTile.m_tiles;  // 16-row MMA tiles per warp
+  static constexpr int kWarpRows = kMTiles * 16;
+  static constexpr int kBlockM = kTile.rows;
+  static_assert(kBlockM == kRowWarps * kWarpRows, "row warps cover the tile");
+  static constexpr int kBlockN = kv_block_n(kHeadDim);
+  static constexpr int kStages = kStages_;
+  static_assert(kv_stages_valid(kTile, kHeadDim_, kStages_), "a ring of kv_cache_heuristics.hpp");
+  static constexpr int kWarpKeys = kBlockN / kKeyWarps;  // keys of a tile per key warp
+  static_assert(kWarpKeys % 16 == 0, "whole k16 steps of P V per warp");
+  static constexpr int kNTilesS = kWarpKeys / 8;
+  static constexpr int kKStepsQK = kHeadDim / 16;
+  static constexpr int kNTilesO = kHeadDim / 8;
+  static constexpr int kKStepsPV = kWarpKeys / 16;
+  using Layout = typename Arch::template SmemLayout<kHeadDim>;
+  static constexpr int kSmemRowElems = Layout::kRowElems;
+  static constexpr int kRowBytes = kSmemRowElems * 2;
+  static_assert(kRowBytes == kv_row_bytes(kHeadDim), "the plan sizes shared memory from kv_row_bytes");
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static constexpr int kSmemQ = kBlockM * kRowBytes;
+  static constexpr int kSmemKV = kBlockN * kRowBytes;
+  static constexpr int kSmemStage = 2 * kSmemKV;  // K then V
+  static constexpr int kOStride = kHeadDim + 8;   // f32 row stride of the epilogue partials
+  static constexpr int kSmemBytes = kv_smem_bytes(kTile, kHeadDim, kStages);
+  static_assert(kSmemBytes >= kSmemQ + kStages * kSmemStage, "the ring fits");
+  static_assert(kSmemBytes >= kSmemQ + kKeyWarps * kBlockM * (kOStride + 1) * 4, "the epilogue fits");
+  static constexpr int kCopyIters = kBlockN * kChunks / kThreads;  // 16-byte copies per thread per tensor
+  static_assert(kBlockN * kChunks % kThreads == 0, "whole copy passes");
+  static constexpr int kMinCtasPerSm = kv_launch_ctas_per_sm(kTile, kStages);
+};
+
+// Block-table lines are prefetched into L2 this many tiles before their pages are read: a
+// table read that misses L2 under full memory load takes about as long as a tile, and the
+// cp.async of the tile after next waits for it (measured before the prefetch, H200 2026-12-01,
+// GQA 32/8 b16 kv 32k: page size 1 at 0.48x, 16 at 0.82x of the contiguous cache; 64 and 256,
+// one table read per tile, at 1.0x).
+constexpr int kTablePrefetchTiles = 4;
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
+
+// Where this thread's copies of one K/V tile come from: per copy, the page and the row in it.
+template <class T>
+struct TileRows {
+  int page[T::kCopyIters];
+  int row[T::kCopyIters];
+
+  // Copy `it` of this thread: (tile row, 16-byte chunk).
+  __device__ __forceinline__ static int tile_row(int it, int tid) { return (it * T::kThreads + tid) / T::kChunks; }
+  __device__ __forceinline__ static int chunk(int it, int tid) { return (it * T::kThreads + tid) % T::kChunks; }
+
+  // Looks up the pages of tile n (keys n * kBlockN ...) of sequence b with `len` keys.
+  __device__ __forceinline__ void fetch(const KVCacheParams& p, int b, int n, int len, bool whole_page_tiles, int tid) {
+    const int k0 = n * T::kBlockN;
+    if (p.block_table == nullptr) {
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) {
+        page[it] = b;
+        row[it] = k0 + tile_row(it, tid);
+      }
+    } else if (whole_page_tiles) {  // the tile lies inside one page: one read, a broadcast
+      const int index = k0 / p.page_size;
+      const int first = kv_page(p, b, index);
+      const int in_page = k0 - index * p.page_size;
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) {
+        page[it] = first;
+        row[it] = in_page + tile_row(it, tid);
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) {
+        const int t = k0 + tile_row(it, tid);
+        const int index = t < len ? t / p.page_size : 0;  // past the end: not read
+        page[it] = t < len ? kv_page(p, b, index) : 0;
+        row[it] = t - index * p.page_size;
+      }
+    }
+    if (p.block_table != nullptr) prefetch_table(p, b, n + kTablePrefetchTiles, len, tid);
+  }
+
+  // Prefetches the 128-byte lines of the block-table entries of tile m (if it holds keys), one
+  // line per thread; every address is an entry of the tile, so nothing outside the table.
+  __device__ __forceinline__ static void prefetch_table(const KVCacheParams& p, int b, int m, int len, int tid) {
+    const int k0 = m * T::kBlockN;
+    if (k0 >= len) return;
+    const std::int32_t* entries = p.block_table + static_cast<int64_t>(b) * p.block_table_stride;
+    const std::int32_t* first = entries + k0 / p.page_size;
+    const std::int32_t* last = entries + (min(k0 + T::kBlockN, len) - 1) / p.page_size;
+    const uintptr_t line = (reinterpret_cast<uintptr_t>(first) & ~uintptr_t{127}) + static_cast<uintptr_t>(tid) * 128;
+    const std::int32_t* at = tid == 0 ? first : reinterpret_cast<const std::int32_t*>(line);
+    if (at <= last) prefetch_l2(at);
+  }
+};
+
+// cp.async of K and V tile n into one stage; rows at or past `len` are zero-filled.
+template <class T>
+__device__ __forceinline__ void issue_kv_tile(const KVCacheParams& p, const TileRows<T>& rows, uint32_t sK,
+                                              const typename T::Element* k_head, const typename T::Element* v_head,
+                                              int n, int len, int tid) {
+  using E = typename T::Element;
+  const int k0 = n * T::kBlockN;
+#pragma unroll
+  for (int it = 0; it < T::kCopyIters; ++it) {
+    const int r = TileRows<T>::tile_row(it, tid), c = TileRows<T>::chunk(it, tid);
+    const bool valid = k0 + r < len;
+    const uint32_t dst = sK + T::Layout::offset(r, c);
+    const E* k_src = k_head + rows.page[it] * p.k_page_stride + static_cast<int64_t>(rows.row[it]) * p.k_token_stride + c * 8;
+    const E* v_src = v_head + rows.page[it] * p.v_page_stride + static_cast<int64_t>(rows.row[it]) * p.v_token_stride + c * 8;
+    sm80::cp_async_16(dst, valid ? k_src : static_cast<const E*>(p.k), valid);
+    sm80::cp_async_16(dst + T::kSmemKV, valid ? v_src : static_cast<const E*>(p.v), valid);
+  }
+}
+
+template <class T, bool kSoftcap>
+__global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attention_kernel(const KVCacheParams p) {
+  using E = typename T::Element;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = sm80::smem_address(smem);
+  const uint32_t sRing = sQ + T::kSmemQ;
+
+  // ---- tile scheduler: blockIdx.x = row block * num_splits + split ----------------------------
+  const int split = static_cast<int>(blockIdx.x) % p.num_splits;
+  const int row_block = static_cast<int>(blockIdx.x) / p.num_splits;
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int row_warp = warp % T::kRowWarps, key_warp = warp / T::kRowWarps;
+  const int warp_row0 = row_warp * T::kWarpRows;  // within the CTA's rows
+  const int r0 = row_block * T::kBlockM;          // first packed row of the CTA
+  const int r1 = min(r0 + T::kBlockM, p.rows);
+
+  const int len = kv_cache_length(p, batch);
+  SequenceMask mask;
+  mask.left = p.window_left;
+  mask.right = p.window_right;
+  mask.offset = p.bottom_right ? static_cast<int64_t>(len) - p.seqlen_q : 0;
+  mask.seqlen_k = len;
+  // Tokens of the CTA's rows, and the keys any of them sees.
+  const int t_first = r0 / p.group, t_last = (r1 - 1) / p.group;
+  const int64_t key_begin = mask.key_begin(t_first), key_end = mask.key_end(t_last + 1);
+  int n_begin = static_cast<int>(key_begin / T::kBlockN);
+  int n_end = key_begin < key_end ? static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN) : n_begin;
+  {
+    const int per_split = (n_end - n_begin + p.num_splits - 1) / p.num_splits;
+    const int lo = min(n_end, n_begin + split * per_split);
+    n_end = min(n_end, lo + per_split);
+    n_begin = lo;
+  }
+  const int n_tiles = n_end - n_begin;
+
+  // Visible keys [lo, hi] of this thread's rows (two per 16-row MMA tile: lane / 4 and + 8).
+  int key_lo[2 * T::kMTiles], key_hi[2 * T::kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = min(r0 + warp_row0 + mt * 16 + lane / 4 + half * 8, p.rows - 1);  // padding rows: any token
+      const int64_t d = r / p.group + mask.offset;
+      key_lo[2 * mt + half] = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, d - p.window_left)) : 0;
+      key_hi[2 * mt + half] =
+          p.window_right >= 0 ? static_cast<int>(min(static_cast<int64_t>(len) - 1, d + p.window_right)) : len - 1;
+    }
+
+  const E* k_head = static_cast<const E*>(p.k) + kv_head * p.k_head_stride;
+  const E* v_head = static_cast<const E*>(p.v) + kv_head * p.v_head_stride;
+  const bool whole_page_tiles = p.page_size % T::kBlockN == 0;
+
+  float acc_o[T::kMTiles][T::kNTilesO][4];
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesO; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][nt][e] = 0.0f;
+  OnlineSoftmax<2 * T::kMTiles, T::kNTilesS> softmax;
+  softmax.init();
+
+  // ---- prologue: Q with tile 0, then tiles 1 .. kStages - 2, one commit group per tile --------
+  // Groups are committed even when empty, so "tile i landed" is always "all but the newest
+  // kStages - 2 groups done" at the top of iteration i.
+  TileRows<T> next;  // pages of the next tile to issue
+  if (n_tiles > 0) {
+    // sQ: (kBlockM, kSmemRowElems) 16-bit, swizzled; packed row r = token * group + head.
+    const E* q_base = static_cast<const E*>(p.q) + batch * p.q_batch_stride;
+#pragma unroll
+    for (int idx = tid; idx < T::kBlockM * T::kChunks; idx += T::kThreads) {
+      const int r = idx / T::kChunks, c = idx % T::kChunks;
+      const int row = r0 + r;
+      const bool valid = row < p.rows;
+      const int token = row / p.group, head = kv_head * p.group + row % p.group;
+      const E* src = q_base + token * p.q_token_stride + head * p.q_head_stride + c * 8;
+      sm80::cp_async_16(sQ + T::Layout::offset(r, c), valid ? src : static_cast<const E*>(p.q), valid);
+    }
+    next.fetch(p, batch, n_begin, len, whole_page_tiles, tid);
+  }
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s) {
+    if (s < n_tiles) {
+      issue_kv_tile<T>(p, next, sRing + s * T::kSmemStage, k_head, v_head, n_begin + s, len, tid);
+      if (s + 1 < n_tiles) next.fetch(p, batch, n_begin + s + 1, len, whole_page_tiles, tid);
+    }
+    sm80::cp_async_commit();
+  }
+
+  // ---- main loop ------------------------------------------------------------------------------
+  const float exp_scale = fabsf(p.scale_log2);
+  for (int i = 0; i < n_tiles; ++i) {
+    sm80::cp_async_wait<T::kStages - 2>();
+    // Tile i (and Q) landed for every thread's copies, and every warp is done with tile i - 1,
+    // whose stage the load below refills.
+    __syncthreads();
+    const int load = i + T::kStages - 1;
+    if (load < n_tiles) {
+      issue_kv_tile<T>(p, next, sRing + (load % T::kStages) * T::kSmemStage, k_head, v_head, n_begin + load, len, tid);
+      if (load + 1 < n_tiles) next.fetch(p, batch, n_begin + load + 1, len, whole_page_tiles, tid);
+    }
+    sm80::cp_async_commit();
+
+    const int k0 = (n_begin + i) * T::kBlockN;
+    const uint32_t sK = sRing + (i % T::kStages) * T::kSmemStage + key_warp * T::kWarpKeys * T::kRowBytes;
+    float acc_s[T::kMTiles][T::kNTilesS][4];
+    gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = p.softcap * tanhf(acc_s[mt][nt][e] * p.softcap_pre_scale);
+    } else if (p.scale_log2 < 0.0f) {  // the softmax takes |scale|: negate the scores instead
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = -acc_s[mt][nt][e];
+    }
+    if (mask.classify(t_first, t_last + 1, k0, k0 + T::kBlockN) != TileClass::full) {
+      const int j0 = k0 + key_warp * T::kWarpKeys + 2 * (lane % 4);
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int nt = 0; nt < T::kNTilesS; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = j0 + nt * 8 + e;
+              if (j < key_lo[2 * mt + half] || j > key_hi[2 * mt + half]) acc_s[mt][nt][2 * half + e] = -INFINITY;
+            }
+    }
+    float rescale[2 * T::kMTiles];
+    softmax.update(acc_s, rescale, exp_scale);
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < T::kNTilesO; ++nt) {
+        acc_o[mt][nt][0] *= rescale[2 * mt];
+        acc_o[mt][nt][1] *= rescale[2 * mt];
+        acc_o[mt][nt][2] *= rescale[2 * mt + 1];
+        acc_o[mt][nt][3] *= rescale[2 * mt + 1];
+      }
+    gemm_pv<T>(acc_o, acc_s, sK + T::kSmemKV, lane);
+  }
+  sm80::cp_async_wait<0>();  // only empty groups remain; leave none behind
+  __syncthreads();           // every warp is done with the ring: the epilogue reuses it
+
+  // ---- epilogue 1: each warp's rows, normalised by its own sum, and their lse to shared ------
+  // sO: (kKeyWarps, kBlockM, kOStride) f32; sL: (kKeyWarps, kBlockM) f32 (natural log; -inf:
+  // the key warp saw no key of the row).
+  float* sO = reinterpret_cast<float*>(smem + T::kSmemQ);
+  float* sL = sO + T::kKeyWarps * T::kBlockM * T::kOStride;
+  {
+    float inv_sum[2 * T::kMTiles], lse[2 * T::kMTiles];
+    softmax.finalize(inv_sum, lse);
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = warp_row0 + mt * 16 + lane / 4 + half * 8;
+        const float inv = inv_sum[2 * mt + half];
+        float* o_row = sO + (key_warp * T::kBlockM + r) * T::kOStride + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < T::kNTilesO; ++nt) {
+          *reinterpret_cast<float2*>(o_row + nt * 8) =
+              make_float2(acc_o[mt][nt][2 * half] * inv, acc_o[mt][nt][2 * half + 1] * inv);
+        }
+        if (lane % 4 == 0) sL[key_warp * T::kBlockM + r] = lse[2 * mt + half];
+      }
+  }
+  __syncthreads();
+
+  // ---- epilogue 2: merge the key warps (lse-weighted), store 4 columns per thread -------------
+  // Out (no split) or this split's f32 partial (kv_cache_combine.cuh merges the splits).
+  constexpr int kQuads = T::kHeadDim / 4;
+  for (int idx = tid; idx < T::kBlockM * kQuads; idx += T::kThreads) {
+    const int r = idx / kQuads, c = idx % kQuads;
+    const int row = r0 + r;
+    if (row >= p.rows) continue;
+    float max_lse = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < T::kKeyWarps; ++w) max_lse = fmaxf(max_lse, sL[w * T::kBlockM + r]);
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float row_lse = -INFINITY;
+    if (max_lse != -INFINITY) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < T::kKeyWarps; ++w) sum += expf(sL[w * T::kBlockM + r] - max_lse);
+      row_lse = max_lse + logf(sum);
+#pragma unroll
+      for (int w = 0; w < T::kKeyWarps; ++w) {
+        const float weight = expf(sL[w * T::kBlockM + r] - row_lse);
+        const float4 x = *reinterpret_cast<const float4*>(sO + (w * T::kBlockM + r) * T::kOStride + c * 4);
+        o.x += weight * x.x;
+        o.y += weight * x.y;
+        o.z += weight * x.z;
+        o.w += weight * x.w;
+      }
+    }
+    const int token = row / p.group, head = kv_head * p.group + row % p.group;
+    if (p.num_splits == 1) {
+      E* dst = static_cast<E*>(p.out) + batch * p.o_batch_stride + token * p.o_token_stride + head * p.o_head_stride + c * 4;
+      *reinterpret_cast<uint2*>(dst) = make_uint2(sm80::pack2<E>(o.x, o.y), sm80::pack2<E>(o.z, o.w));
+      if (p.lse != nullptr && c == 0) {
+        p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_token_stride] = row_lse;
+      }
+    } else {
+      const int64_t part = ((static_cast<int64_t>(split) * p.batch + batch) * p.num_kv_heads + kv_head) * p.rows + row;
+      *reinterpret_cast<float4*>(p.oaccum + part * T::kHeadDim + c * 4) = o;
+      if (c == 0) p.lseaccum[part] = row_lse;
+    }
+  }
+}
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,61 @@
+// kv_cache_params.hpp — what the KV-cache kernels read (kv_cache_kernel.cuh, kv_cache_combine.cuh,
+// the append kernel in kv_cache.cu): plain values built on the host from a KVCacheProblem.
+// Strides in elements, 64-bit; positions in 32 bits (the host checks capacity < 2^31).
+//
+// Key t of sequence b lives in page block_table[b * block_table_stride + t / page_size] (or page
+// b when block_table is null: the contiguous cache, page_size = capacity) at row t % page_size.
+// Values read from seqlens and block_table are clamped on the device (seqlens to [0, capacity],
+// pages to [0, num_pages)), so out-of-range values never reach memory outside the cache.
+#pragma once
+
+#include <cstdint>
+
+namespace fastattn::cuda {
+
+struct KVCacheParams {
+  const void* q;
+  void* out;
+  float* lse;  // null when not requested
+  const void* k;
+  const void* v;
+  const void* k_new;  // append source, [batch, seqlen_new, kv_heads, head_dim]; null: none
+  const void* v_new;
+
+  std::int64_t q_batch_stride, q_token_stride, q_head_stride;
+  std::int64_t o_batch_stride, o_token_stride, o_head_stride;
+  std::int64_t lse_batch_stride, lse_head_stride, lse_token_stride;
+  std::int64_t k_page_stride, k_token_stride, k_head_stride;
+  std::int64_t v_page_stride, v_token_stride, v_head_stride;
+  std::int64_t k_new_batch_stride, k_new_token_stride, k_new_head_stride;
+  std::int64_t v_new_batch_stride, v_new_token_stride, v_new_head_stride;
+
+  const std::int32_t* block_table;  // null: contiguous
+  std::int64_t block_table_stride;
+  const std::int32_t* seqlens;      // device; null: every sequence holds `capacity` keys (forward())
+  int page_size;
+  int num_pages;
+  int capacity;    // max_pages_per_seq * page_size
+  int seqlen_new;  // appended tokens: the attention sees min(seqlens[b] + seqlen_new, capacity) keys
+
+  int batch;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  int group;       // query heads per KV head
+  int seqlen_q;
+  int rows;        // group * seqlen_q: packed rows per (batch, KV head), row = token * group + head
+  int row_blocks;  // ceil(rows / rows per tile)
+
+  float scale_log2;         // softmax scale * log2(e); with softcap: log2(e)
+  float softcap;            // 0: off
+  float softcap_pre_scale;  // scale / softcap
+  int window_left;          // -1: unbounded; clamped to int range on the host
+  int window_right;
+  bool bottom_right;
+
+  int num_splits;  // 1: out written by the attention kernel; else partials + combine
+  float* oaccum;   // (splits, batch, kv_heads, rows, head_dim) f32
+  float* lseaccum; // (splits, batch, kv_heads, rows) f32
+};
+
+}  // namespace fastattn::cuda

@@ -1,0 +1,32 @@
+// tma.cuh — the Tensor Memory Accelerator's bulk tensor loads (PTX cp.async.bulk.tensor), sm_90.
+//
+// One thread issues a load of a whole box (the tensor map's box size) from global to shared
+// memory; its bytes are counted against an mbarrier (complete_tx), so consumers wait on the
+// barrier, not on the copy. Elements of the box outside the tensor's bounds are filled with
+// zeros and still counted, so the expected byte count is always the full box. The tensor map
+// (tensor_map.hpp builds it on the host) is a __grid_constant__ kernel parameter; its generic
+// address is what the instruction takes.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace fastattn::cuda::sm90 {
+
+// Coordinates are in elements, innermost dimension first.
+__device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+// Pulls the tensor map into the TMA unit's cache before the first load that uses it.
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+}  // namespace fastattn::cuda::sm90

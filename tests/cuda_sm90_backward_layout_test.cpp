@@ -1,0 +1,329 @@
+// cuda_sm90_backward_layout_test.cpp — the sm90 backward's index math and plan, on the CPU
+// (label `cpu`): src/cuda/flash_bwd_sm90/layout.hpp (wgmma fragments, the P^T -> A fragment
+// identity, the 128-byte swizzle against the hardware's function, descriptor starts, bank
+// conflicts of the dS^T and dQ stores), tile_scheduler.hpp (tile order, the query-block ranges
+// and deterministic ranks against brute force over random masks) and plan.hpp (the choice
+// between the sm90 and sm80 backward and its reasons, scratch). The kernel computes its
+// addresses with these functions, so a wrong one fails here before it runs on a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/mask.hpp"
+#include "cuda/flash_bwd_sm90/layout.hpp"
+#include "cuda/flash_bwd_sm90/plan.hpp"
+#include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
+#include "fastattn/error.hpp"
+#include "test_support.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+namespace L = cuda::sm90_layout;
+
+// Every (thread, slice, element) of an m64 x n accumulator is one distinct (row, col).
+TEST(CudaSm90BackwardLayout, AccumulatorCoversTheTileOnce) {
+  for (int n : {32, 64, 128}) {
+    std::vector<int> seen(64 * n, 0);
+    for (int t = 0; t < 128; ++t)
+      for (int nt = 0; nt < n / 8; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int row = L::acc_row(t, e), col = L::acc_col(t, nt, e);
+          ASSERT_TRUE(row >= 0 && row < 64 && col >= 0 && col < n);
+          ++seen[row * n + col];
+        }
+    for (int c : seen) EXPECT_EQ(c, 1) << "n " << n;
+  }
+}
+
+// The register A fragment is mma.m16n8k16's A layout per warp (rows 16 w.., PTX ISA), and the
+// accumulator element packed into a[kp][r] half h sits at exactly that (row, k): P^T and dS^T
+// feed the dV and dK wgmma without any data movement.
+TEST(CudaSm90BackwardLayout, PackedAccumulatorIsTheAFragment) {
+  for (int t = 0; t < 128; ++t) {
+    const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+    for (int kp = 0; kp < 8; ++kp)
+      for (int r = 0; r < 4; ++r)
+        for (int h = 0; h < 2; ++h) {
+          // m16n8k16 A: a0 (g, 2q + h), a1 (g + 8, 2q + h), a2 (g, 2q + 8 + h), a3 (g + 8, 2q + 8 + h).
+          EXPECT_EQ(L::afrag_row(t, r), 16 * w + g + (r % 2 == 1 ? 8 : 0));
+          EXPECT_EQ(L::afrag_k(t, kp, r, h), 16 * kp + 2 * q + (r >= 2 ? 8 : 0) + h);
+          const int nt = L::pack_slice(kp, r), e = L::pack_element(r, h);
+          EXPECT_EQ(L::acc_row(t, e), L::afrag_row(t, r));
+          EXPECT_EQ(L::acc_col(t, nt, e), L::afrag_k(t, kp, r, h));
+        }
+  }
+}
+
+// sw128_offset is the TMA / wgmma 128-byte swizzle of the panel-major linear offset, and a
+// bijection onto the tile's bytes (in 2-byte elements).
+TEST(CudaSm90BackwardLayout, SwizzleIsTheHardwareFunction) {
+  for (int rows : {64, 128})
+    for (int cols : {64, 128}) {
+      std::set<std::uint32_t> offsets;
+      for (int row = 0; row < rows; ++row)
+        for (int col = 0; col < cols; ++col) {
+          const std::uint32_t linear = static_cast<std::uint32_t>((col / 64) * rows * 128 + row * 128 + (col % 64) * 2);
+          const std::uint32_t off = L::sw128_offset(rows, row, col);
+          EXPECT_EQ(off, L::sw128_apply(linear)) << rows << " " << row << " " << col;
+          EXPECT_LT(off, static_cast<std::uint32_t>(rows * cols * 2));
+          EXPECT_EQ(off % 2, 0u);
+          offsets.insert(off);
+        }
+      EXPECT_EQ(offsets.size(), static_cast<std::size_t>(rows * cols));
+    }
+}
+
+// A descriptor's start is the unswizzled address of its first element: for K-major operands
+// row row0 (a multiple of 8: no XOR), column 16 kk; for MN-major ones k row 16 kk, m/n column
+// mn0 (the d = 64 dQ's n32 half starts 64 bytes into the row).
+TEST(CudaSm90BackwardLayout, DescriptorStepsStartAtTheirFirstElement) {
+  for (int rows : {64, 128})
+    for (int row0 = 0; row0 < rows; row0 += 64)
+      for (int kk = 0; kk < 8; ++kk) EXPECT_EQ(L::kmajor_step(rows, row0, kk), L::sw128_offset(rows, row0, 16 * kk));
+  for (int rows : {64, 128})
+    for (int mn0 : {0, 32, 64})
+      for (int kk = 0; kk < rows / 16; ++kk) {
+        EXPECT_EQ(L::mnmajor_step(rows, mn0, kk), L::sw128_offset(rows, 16 * kk, mn0));
+        // Below the swizzle's input bits 7-9: the descriptor's base offset stays 0.
+        EXPECT_EQ((L::mnmajor_step(rows, mn0, kk) >> 7) % 8, 0u);
+      }
+}
+
+// consumer.cuh's store_ds: one stmatrix.x4 per A fragment a[kp][0..3] (matrix q = register
+// q). Each element a lane holds lands in the 16-byte row whose address lane 8q + row % 8 gives
+// (stmatrix's rule), at its k column; the 8 rows of a matrix use 8 distinct chunk positions
+// (no bank conflict); and the two warpgroups fill the dS^T tile once.
+TEST(CudaSm90BackwardLayout, DsStmatrixRowsHoldTheFragmentsConflictFree) {
+  constexpr int kBlockN = 128, kBlockM = 64;
+  std::vector<int> seen(kBlockN * kBlockM, 0);
+  for (int wg = 0; wg < 2; ++wg)
+    for (int w = 0; w < 4; ++w)
+      for (int kp = 0; kp < kBlockM / 16; ++kp) {
+        for (int q = 0; q < 4; ++q) {
+          std::set<std::uint32_t> chunks;
+          for (int i = 0; i < 8; ++i) {
+            const int provider = 8 * q + i, tp = 32 * w + provider;
+            const std::uint32_t addr = L::sw128_offset(kBlockN, 64 * wg + L::stmatrix_row(tp, provider),
+                                                       L::stmatrix_col(kp, provider));
+            EXPECT_EQ(addr % 16, 0u);
+            chunks.insert(addr / 16 % 8);
+          }
+          EXPECT_EQ(chunks.size(), 8u);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int t = 32 * w + lane;
+          for (int r = 0; r < 4; ++r) {
+            const int row = 64 * wg + L::afrag_row(t, r), k = L::afrag_k(t, kp, r, 0);
+            // stmatrix: register r of lane l is (row l / 4, columns 2 (l % 4), +1) of matrix r.
+            const int provider = 8 * r + lane / 4, tp = 32 * w + provider;
+            EXPECT_EQ(64 * wg + L::stmatrix_row(tp, provider), row);
+            const int col0 = L::stmatrix_col(kp, provider);
+            EXPECT_EQ(k, col0 + 2 * (lane % 4));
+            ++seen[row * kBlockM + k];
+            ++seen[row * kBlockM + k + 1];
+          }
+        }
+      }
+  for (int c : seen) EXPECT_EQ(c, 1);
+}
+
+// dq_writer.cuh's sdQ staging: float2 stores; per half-warp (one 128-byte wavefront) the 16
+// lanes cover 32 distinct banks; the rows are 16-byte aligned for the bulk copies.
+TEST(CudaSm90BackwardLayout, DqStagingStoresAreConflictFree) {
+  for (int d : {64, 128}) {
+    const int row_bytes = cuda::sm90_backward_dq_row_bytes(d), dq_n = d / 2;
+    EXPECT_EQ(row_bytes % 16, 0);
+    for (int wg = 0; wg < 2; ++wg)
+      for (int w = 0; w < 4; ++w)
+        for (int nt = 0; nt < dq_n / 8; ++nt)
+          for (int half = 0; half < 2; ++half)
+            for (int half_warp = 0; half_warp < 2; ++half_warp) {
+              std::set<std::uint32_t> banks;
+              for (int lane = 16 * half_warp; lane < 16 * half_warp + 16; ++lane) {
+                const int t = 32 * w + lane;
+                const std::uint32_t off =
+                    L::dq_stage_offset(row_bytes, L::acc_row(t, 2 * half), dq_n * wg + L::acc_col(t, nt, 0));
+                EXPECT_EQ(off % 8, 0u);
+                banks.insert(off / 4 % 32);
+                banks.insert(off / 4 % 32 + 1);
+              }
+              EXPECT_EQ(banks.size(), 32u) << "d " << d << " wg " << wg << " nt " << nt;
+            }
+  }
+}
+
+using cuda::Sm90TileOrder;
+
+TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
+  const int n_blocks = 7, kv_heads = 3, batch = 2;
+  for (Sm90TileOrder order :
+       {Sm90TileOrder::head_major, Sm90TileOrder::key_block_ascending, Sm90TileOrder::key_block_descending}) {
+    std::set<std::int64_t> seen;
+    int previous_n = -1;
+    for (std::int64_t t = 0; t < n_blocks * kv_heads * batch; ++t) {
+      const cuda::Sm90BackwardTile tile = cuda::sm90_backward_tile(t, n_blocks, kv_heads, batch, static_cast<int>(order));
+      ASSERT_TRUE(tile.n_block >= 0 && tile.n_block < n_blocks && tile.kv_head >= 0 && tile.kv_head < kv_heads &&
+                  tile.batch >= 0 && tile.batch < batch);
+      seen.insert((static_cast<std::int64_t>(tile.batch) * kv_heads + tile.kv_head) * n_blocks + tile.n_block);
+      if (order == Sm90TileOrder::key_block_ascending) {
+        EXPECT_GE(tile.n_block, previous_n);
+      }
+      if (order == Sm90TileOrder::key_block_descending && previous_n >= 0) {
+        EXPECT_LE(tile.n_block, previous_n);
+      }
+      previous_n = tile.n_block;
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * kv_heads * batch));
+  }
+  // Causal (right-bounded): low key blocks see the most queries, first. Deterministic mode keeps
+  // key blocks ascending within a (batch, KV head) in every order it takes.
+  EXPECT_EQ(cuda::sm90_tile_order(-1, 0, false), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(cuda::sm90_tile_order(-1, -1, false), Sm90TileOrder::head_major);
+  EXPECT_EQ(cuda::sm90_tile_order(100, -1, false), Sm90TileOrder::key_block_descending);
+  EXPECT_EQ(cuda::sm90_tile_order(100, -1, true), Sm90TileOrder::head_major);
+  EXPECT_EQ(cuda::sm90_tile_order(100, 5, true), Sm90TileOrder::head_major);
+}
+
+// The query-block range of a key block is exactly the blocks with a visible (query, key) pair,
+// the key blocks seeing a query block are the contiguous range starting at
+// sm90_first_key_block (deterministic mode's ranks), and a CTA's steps visit each (head, query
+// block) of its range once, query blocks descending.
+TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
+  constexpr int kBM = 64, kBN = 128;
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int len_q = 1 + static_cast<int>(rng() % 700), len_k = 1 + static_cast<int>(rng() % 700);
+    SequenceMask mask;
+    const int kind = static_cast<int>(rng() % 4);
+    mask.left = kind == 2 || kind == 3 ? static_cast<std::int64_t>(rng() % 200) : -1;
+    mask.right = kind == 1 ? 0 : kind == 3 ? static_cast<std::int64_t>(rng() % 50) : -1;
+    const bool bottom_right = rng() % 2 == 0;
+    mask.offset = bottom_right ? len_k - len_q : 0;
+    mask.seqlen_k = len_k;
+    const int m_blocks = (len_q + kBM - 1) / kBM, n_blocks = (len_k + kBN - 1) / kBN;
+    auto active = [&](int m, int n) {
+      for (int i = m * kBM; i < std::min(len_q, (m + 1) * kBM); ++i)
+        for (int j = n * kBN; j < std::min(len_k, (n + 1) * kBN); ++j)
+          if (mask.visible(i, j)) return true;
+      return false;
+    };
+    std::vector<std::vector<int>> seers(m_blocks);
+    for (int n = 0; n < n_blocks; ++n) {
+      const cuda::QueryBlockRange r = cuda::sm90_query_blocks(mask, n * kBN, kBN, kBM, len_q, len_k);
+      for (int m = 0; m < m_blocks; ++m) {
+        EXPECT_EQ(m >= r.m_begin && m < r.m_end, active(m, n))
+            << "trial " << trial << " m " << m << " n " << n << " len " << len_q << "x" << len_k;
+        if (active(m, n)) seers[m].push_back(n);
+      }
+    }
+    for (int m = 0; m < m_blocks; ++m) {
+      if (seers[m].empty()) continue;
+      const int first = cuda::sm90_first_key_block(mask, m, kBM, kBN);
+      for (std::size_t rank = 0; rank < seers[m].size(); ++rank) {
+        EXPECT_EQ(seers[m][rank], first + static_cast<int>(rank)) << "trial " << trial << " m " << m;
+      }
+    }
+    // A CTA's steps (GQA group of 3): every (head, query block) of its range once.
+    const int n = static_cast<int>(rng() % n_blocks);
+    const cuda::Sm90BackwardWork w = cuda::sm90_backward_work(
+        n, n_blocks, 1, 1, static_cast<int>(Sm90TileOrder::head_major), 3, len_q, len_k, mask.left, mask.right,
+        bottom_right, kBM, kBN);
+    EXPECT_EQ(w.n_block, n);
+    std::set<std::pair<int, int>> steps;
+    for (int i = 0; i < w.steps; ++i) {
+      steps.insert({w.head(i), w.m_block(i)});
+      if (i > 0 && w.head(i) == w.head(i - 1)) {
+        EXPECT_EQ(w.m_block(i), w.m_block(i - 1) - 1);
+      }
+    }
+    EXPECT_EQ(steps.size(), static_cast<std::size_t>(w.steps));
+    EXPECT_EQ(w.steps, 3 * (w.m_end - w.m_begin));
+  }
+}
+
+cuda::Sm90BackwardShape hopper(std::int64_t head_dim, std::int64_t seqlen = 4096) {
+  cuda::Sm90BackwardShape s;
+  s.device_path_sm90 = true;
+  s.opted_in = true;
+  s.head_dim = head_dim;
+  s.batch = 2;
+  s.num_heads = 16;
+  s.num_kv_heads = 16;
+  s.seqlen_q = seqlen;
+  s.seqlen_k = seqlen;
+  return s;
+}
+
+TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
+  EXPECT_TRUE(cuda::choose_sm90_backward(hopper(128)).sm90);
+  EXPECT_TRUE(cuda::choose_sm90_backward(hopper(64)).sm90);
+  struct Declined {
+    cuda::Sm90BackwardShape shape;
+    std::string why;
+  };
+  std::vector<Declined> cases;
+  cases.push_back({hopper(128), "not sm90"});
+  cases.back().shape.device_path_sm90 = false;
+  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=1"});
+  cases.back().shape.opted_in = false;
+  cases.push_back({hopper(96), "no sm90 backward for head_dim 96"});
+  cases.push_back({hopper(256), "no sm90 backward for head_dim 256"});
+  cases.push_back({hopper(128), "varlen"});
+  cases.back().shape.varlen = true;
+  cases.push_back({hopper(128), "TMA cannot load"});
+  cases.back().shape.tma_describes = false;
+  cases.push_back({hopper(128, 0), "empty sequence"});
+  for (const Declined& c : cases) {
+    const cuda::Sm90BackwardChoice choice = cuda::choose_sm90_backward(c.shape);
+    EXPECT_FALSE(choice.sm90) << c.why;
+    EXPECT_NE(choice.reason.find(c.why), std::string::npos) << choice.reason;
+  }
+}
+
+TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
+  {
+    const ScopedEnv unset("FASTATTN_CUDA_BWD_SM90", std::nullopt);
+    EXPECT_FALSE(cuda::sm90_backward_opted_in());  // the default in this branch: sm80
+  }
+  {
+    const ScopedEnv on("FASTATTN_CUDA_BWD_SM90", std::string("1"));
+    EXPECT_TRUE(cuda::sm90_backward_opted_in());
+  }
+  {
+    const ScopedEnv bad("FASTATTN_CUDA_BWD_SM90", std::string("yes"));
+    expect_error([] { (void)cuda::sm90_backward_opted_in(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_BWD_SM90");
+  }
+  {
+    const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 4096, -1, 0, false).sm90_dq, 1);
+  }
+  {
+    const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_DQ", std::string("tma"));
+    expect_error([] { (void)cuda::sm90_dq_reduction(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
+  }
+  const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
+  for (int d : {64, 128}) {
+    const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, 1000, -1, 0, false);
+    EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);
+    EXPECT_EQ(plain.sm90_dq, 0);
+    EXPECT_EQ(plain.num_splits, 1);
+    EXPECT_EQ(plain.sm90_semaphore_bytes, 0u);
+    EXPECT_GE(plain.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * d * 4));
+    EXPECT_EQ(plain.workspace_bytes, plain.d_sum_bytes + plain.dq_accum_bytes);
+    const cuda::BackwardPlan det = cuda::plan_backward_sm90(d, 2, 16, 1000, -1, 0, true);
+    EXPECT_GE(det.sm90_semaphore_bytes, static_cast<std::size_t>(2 * 16 * 16 * 4));  // 16 query blocks of 64
+    EXPECT_EQ(det.workspace_bytes, det.d_sum_bytes + det.dq_accum_bytes + det.sm90_semaphore_bytes);
+    const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(d);
+    EXPECT_LE(cuda::sm90_backward_smem_bytes(b, d), 227 * 1024) << "d " << d;
+    EXPECT_NE(cuda::describe_backward_sm90(det, true).find("semaphores"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace fastattn::testing

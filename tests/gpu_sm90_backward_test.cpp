@@ -1,0 +1,184 @@
+// gpu_sm90_backward_test.cpp — the Hopper backward (src/cuda/flash_bwd_sm90, issue 16), ctest
+// label `gpu`. Skipped unless the device's path is sm90 (a build with FASTATTN_CUDA_ARCHS
+// containing 90, on a compute capability 9.0 GPU). The sm90 backward is opt-in while unverified
+// (FASTATTN_CUDA_BWD_SM90=1, flash_bwd_sm90/plan.hpp); the fixture sets it.
+//
+//   * gradients (dq, dk, dv) against float64 on odd shapes: seqlen 1, 17, 1023; seqlen_q !=
+//     seqlen_k both ways with causal / window masks in which whole query rows see no key (their
+//     dq must be 0, no NaN: the harness poisons outputs and fails NaN) and key blocks no query
+//     sees (dk = dv = 0); GQA 7:1; causal in both alignments; windows; soft-cap; negative scale;
+//     both dtypes, d = 64 and 128; the backward kernel must be the sm90 one;
+//   * the same with the bulk reduce-add dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk);
+//   * deterministic mode (both dQ reductions): right, and bitwise repeatable over 10 runs;
+//   * calls it does not serve (not opted in, varlen, head dims without a unit) run the sm80
+//     backward and the reason says why.
+#include <gtest/gtest.h>
+
+#if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/harness.hpp"
+#include "harness/tensors.hpp"
+#include "reference/reference.hpp"
+#include "test_support.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+class CudaSm90Backward : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    const BuildInfo info = build_info();
+    if (info.cuda_device_paths.empty() || info.cuda_device_paths.front().rfind("sm90", 0) != 0) {
+      GTEST_SKIP() << "the device's path is not sm90: "
+                   << (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
+    }
+    for (int d : info.cuda_head_dims) {
+      if (d == 64 || d == 128) dims_.push_back(d);
+    }
+    if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 128) in this build";
+    opt_in_.emplace("FASTATTN_CUDA_BWD_SM90", std::string("1"));
+  }
+  std::vector<int> dims_;
+  std::optional<ScopedEnv> opt_in_;
+};
+
+void expect_sm90_backward(const std::string& text) {
+  const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda);
+  EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+  EXPECT_EQ(r.backward_choice.isa, "sm90") << text << "\n" << r.backward_choice.describe();
+  EXPECT_NE(r.backward_choice.kernel.find("cuda.backward.sm90."), std::string::npos) << r.backward_choice.describe();
+}
+
+// The issue's odd shapes for one head dim and dtype.
+std::vector<std::string> odd_shapes(int d, const char* dtype) {
+  const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
+  return {
+      "b=1 sq=1 sk=1 h=2 hkv=2" + t + " mask=none",
+      "b=2 sq=1 sk=777 h=4 hkv=2" + t + " mask=none",
+      "b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=none",
+      "b=1 sq=17 sk=300 h=2 hkv=1" + t + " mask=causal align=bottom_right",
+      "b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal",
+      "b=1 sq=1023 sk=1023 h=1 hkv=1" + t + " mask=causal align=bottom_right",
+      "b=1 sq=1023 sk=1023 h=2 hkv=2" + t + " mask=none",
+      // seqlen_q > seqlen_k, bottom-right causal: the first 235 query rows see no key (dq = 0).
+      "b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right",
+      // top-left, seqlen_q < seqlen_k: keys past the last query's diagonal are seen by no query
+      // (whole key blocks with dk = dv = 0).
+      "b=1 sq=65 sk=1000 h=2 hkv=2" + t + " mask=causal align=top_left",
+      "b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left",
+      // A window that misses every key of some rows, and one that cuts both sides.
+      "b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right",
+      "b=1 sq=257 sk=513 h=3 hkv=1" + t + " mask=window wl=40 wr=7 softcap=30",
+      "b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=window wl=100",
+      "b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=none",          // GQA 7:1
+      "b=1 sq=300 sk=300 h=7 hkv=1" + t + " mask=causal",        // GQA 7:1, causal
+      "b=1 sq=200 sk=333 h=2 hkv=1" + t + " mask=causal scale=-0.09",
+      "b=1 sq=129 sk=1031 h=2 hkv=2" + t + " mask=none softcap=20",
+      "b=1 sq=256 sk=256 h=2 hkv=2" + t + " mask=none qk_std=4",  // large logits
+  };
+}
+
+TEST_F(CudaSm90Backward, OddShapesMatchFloat64) {
+  for (int d : dims_) {
+    for (const char* dtype : {"bf16", "f16"}) {
+      for (const std::string& text : odd_shapes(d, dtype)) expect_sm90_backward(text);
+    }
+  }
+}
+
+// The dQ tiles through the TMA unit's bulk reduce-add instead of red.global.add.
+TEST_F(CudaSm90Backward, BulkReduceDqMatchesFloat64) {
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  for (int d : dims_) {
+    for (const std::string& text : odd_shapes(d, "bf16")) expect_sm90_backward(text);
+  }
+}
+
+// A few small sm90 calls (every mask kind, GQA, soft-cap, both dtypes, both dQ reductions,
+// deterministic): the set compute-sanitizer's memcheck and racecheck run
+// (tools/dev/gpu-sm90-bwd.sh).
+TEST_F(CudaSm90Backward, SmallShapesMatchFloat64) {
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims_) {
+      const std::string hd = " d=" + std::to_string(d);
+      expect_sm90_backward("b=1 sq=17 sk=300 h=2 hkv=1" + hd + " dtype=bf16 mask=none");
+      expect_sm90_backward("b=1 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right det=1");
+      expect_sm90_backward("b=1 sq=257 sk=513 h=2 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
+    }
+  }
+}
+
+// Deterministic mode: right, and the same bits in 10 runs, with both dQ reductions; causal GQA
+// (the semaphores' ranks start at each query block's first key block) and a window.
+TEST_F(CudaSm90Backward, DeterministicIsBitwiseRepeatable) {
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims_) {
+      const std::string hd = " d=" + std::to_string(d);
+      for (const std::string& text : {"b=2 sq=700 sk=900 h=4 hkv=2" + hd + " dtype=bf16 mask=causal det=1",
+                                      "b=1 sq=1023 sk=1023 h=7 hkv=1" + hd + " dtype=f16 mask=causal det=1",
+                                      "b=1 sq=600 sk=800 h=2 hkv=2" + hd + " dtype=bf16 mask=window wl=130 wr=20 det=1",
+                                      "b=1 sq=512 sk=2048 h=4 hkv=4" + hd + " dtype=bf16 mask=none det=1"}) {
+        expect_sm90_backward(text);
+        harness::CaseData data(harness::parse_case(text));
+        const reference::ForwardResult ref = reference::forward_f64(data.problem());
+        data.set_forward_outputs(ref.out, ref.lse);
+        data.run_backward(Backend::cuda);
+        const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+        for (int run = 1; run < 10; ++run) {
+          data.run_backward(Backend::cuda);
+          EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+              << dq << " " << text << ": run " << run << " differs from run 0";
+        }
+      }
+    }
+  }
+}
+
+// Random cases of the backward suites' generator (varlen and strided views included where the
+// generator draws them): whatever path each takes, it must be right; most take sm90.
+TEST_F(CudaSm90Backward, RandomCasesMatchFloat64) {
+  harness::CaseLimits l;
+  l.dtypes = {DType::f16, DType::bf16};
+  for (int d : dims_) l.head_dims.push_back(d);
+  l.allow_strided = false;
+  l.allow_long = true;
+  int sm90 = 0;
+  for (std::uint64_t seed = 301; seed <= 360; ++seed) {
+    const harness::Case c = harness::random_case(seed, l);
+    const harness::CheckReport r = harness::check_case(c, Backend::cuda);
+    EXPECT_TRUE(r.pass) << "seed " << seed << "\n" << r.to_string();
+    sm90 += r.backward_choice.isa == "sm90";
+  }
+  EXPECT_GT(sm90, 10);
+}
+
+TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
+  const std::string hd = " d=" + std::to_string(dims_.front());
+  auto expect_sm80 = [](const std::string& text, const std::string& why) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda);
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.backward_choice.isa, "sm80") << r.backward_choice.describe();
+    EXPECT_NE(r.backward_choice.reason.find("on an sm90 device"), std::string::npos) << r.backward_choice.describe();
+    EXPECT_NE(r.backward_choice.reason.find(why), std::string::npos) << r.backward_choice.describe();
+  };
+  expect_sm80("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90", "varlen");
+  for (int d : build_info().cuda_head_dims) {
+    if (d == 64 || d == 128) continue;
+    expect_sm80("b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal",
+                "no sm90 backward for head_dim");
+  }
+  const ScopedEnv off("FASTATTN_CUDA_BWD_SM90", std::string("0"));
+  expect_sm80("b=1 sq=300 sk=300 h=2 hkv=2" + hd + " dtype=bf16 mask=causal", "FASTATTN_CUDA_BWD_SM90=1");
+}
+
+}  // namespace
+}  // namespace fastattn::testing
+#endif

@@ -1,0 +1,251 @@
+// gpu_sm90_test.cpp — the Hopper forward path (src/cuda/flash_fwd_sm90, issue 15), ctest label
+// `gpu`. Skipped unless the device's path is sm90 (a build with FASTATTN_CUDA_ARCHS containing
+// 90, on a compute capability 9.0 GPU, FASTATTN_CUDA_PATH unset or sm90).
+//
+//   * odd shapes against float64 (one split forced, so the few-CTA ones stay on sm90), with the
+//     softmax/GEMM overlap and without: seqlen 17, 1023, 4097; seqlen_q != seqlen_k both ways with
+//     causal masks in which whole rows see no key; windows; GQA 7:1; soft-cap; large logits;
+//     both dtypes, every sm90 head dim; the kernel must be the sm90 one;
+//   * calls the sm90 kernel does not serve (seqlen_q <= 16, varlen, head dims without a unit)
+//     run the sm80 kernels and the reason says why;
+//   * strided views (head-major storage, padded rows, 16-byte aligned as TMA needs) give the
+//     same bits as the contiguous call.
+#include <gtest/gtest.h>
+
+#if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harness/harness.hpp"
+#include "test_support.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+#define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+harness::CheckOptions forward_only() {
+  harness::CheckOptions o;
+  o.backward = false;
+  return o;
+}
+
+class CudaSm90 : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    const BuildInfo info = build_info();
+    if (info.cuda_device_paths.empty() || info.cuda_device_paths.front().rfind("sm90", 0) != 0) {
+      GTEST_SKIP() << "the device's forward path is not sm90: "
+                   << (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
+    }
+    for (int d : info.cuda_head_dims) {
+      if (d == 64 || d == 128) dims_.push_back(d);
+    }
+    if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 128) in this build";
+  }
+  std::vector<int> dims_;
+};
+
+void expect_sm90(const std::string& text) {
+  const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+  EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+  EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
+  EXPECT_NE(r.forward_choice.kernel.find("cuda.forward.sm90."), std::string::npos) << r.forward_choice.describe();
+}
+
+TEST_F(CudaSm90, OddShapesMatchFloat64) {
+  // One split: the heuristic would hand the few-CTA shapes here to sm80's split-KV.
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    const std::string hd = " d=" + std::to_string(d);
+    for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
+      const std::string t = hd + dtype;
+      expect_sm90("b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=none");
+      expect_sm90("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal");
+      expect_sm90("b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal");
+      // seqlen_q > seqlen_k, bottom-right causal: the first 235 rows see no key (0, lse -inf).
+      expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right");
+      expect_sm90("b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left");
+      expect_sm90("b=1 sq=65 sk=1000 h=2 hkv=2" + t + " mask=causal align=bottom_right");
+      expect_sm90("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left");
+      // A window that misses every key of some rows, and one that cuts both sides.
+      expect_sm90("b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right");
+      expect_sm90("b=1 sq=257 sk=513 h=3 hkv=1" + t + " mask=window wl=40 wr=7 softcap=30");
+      expect_sm90("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=none");  // GQA 7:1
+      expect_sm90("b=1 sq=200 sk=333 h=2 hkv=1" + t + " mask=causal scale=-0.09");
+      expect_sm90("b=1 sq=129 sk=4099 h=2 hkv=2" + t + " mask=none qk_std=4");  // large logits
+      expect_sm90("b=1 sq=256 sk=256 h=2 hkv=2" + t + " mask=none qk_std=12");
+    }
+  }
+}
+
+// A few small sm90 calls (every mask kind, GQA, soft-cap, both dtypes): the set that
+// compute-sanitizer's memcheck, racecheck and synccheck run (tools/dev/gpu-sm90.sh).
+TEST_F(CudaSm90, SmallShapesMatchFloat64) {
+  for (int d : dims_) {
+    const std::string hd = " d=" + std::to_string(d);
+    expect_sm90("b=1 sq=17 sk=300 h=2 hkv=1" + hd + " dtype=bf16 mask=none");
+    expect_sm90("b=1 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
+    expect_sm90("b=1 sq=257 sk=513 h=2 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
+  }
+}
+
+// The consumer loop without the softmax/GEMM overlap (FASTATTN_CUDA_SM90_OVERLAP=0, the A/B
+// baseline) computes the same function.
+TEST_F(CudaSm90, PlainLoopMatchesFloat64) {
+  const ScopedEnv plain("FASTATTN_CUDA_SM90_OVERLAP", std::string("0"));
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    const std::string hd = " d=" + std::to_string(d);
+    expect_sm90("b=1 sq=1023 sk=1023 h=2 hkv=1" + hd + " dtype=bf16 mask=causal");
+    expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
+    expect_sm90("b=1 sq=257 sk=513 h=3 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
+    expect_sm90("b=1 sq=129 sk=4099 h=2 hkv=2" + hd + " dtype=f16 mask=none qk_std=4");
+  }
+}
+
+// Random cases of the sm80 suites' generator with no varlen/short rows filtered out: whatever
+// path each takes, it must be right; most take sm90.
+TEST_F(CudaSm90, RandomCasesMatchFloat64) {
+  harness::CaseLimits l;
+  l.dtypes = {DType::f16, DType::bf16};
+  for (int d : dims_) l.head_dims.push_back(d);
+  l.allow_strided = false;
+  l.allow_long = true;
+  int sm90 = 0;
+  for (std::uint64_t seed = 1; seed <= 80; ++seed) {
+    const harness::Case c = harness::random_case(seed, l);
+    const harness::CheckReport r = harness::check_case(c, Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << "seed " << seed << "\n" << r.to_string();
+    sm90 += r.forward_choice.isa == "sm90";
+  }
+  EXPECT_GT(sm90, 10);
+}
+
+TEST_F(CudaSm90, UnservedCallsRunSm80WithAReason) {
+  const std::string hd = " d=" + std::to_string(dims_.front());
+  struct Routed {
+    std::string text, why;
+  };
+  for (const Routed& c : {Routed{"b=1 sq=1 sk=777 h=8 hkv=8" + hd + " dtype=bf16 mask=none", "seqlen_q <= 16"},
+                          Routed{"b=2 sq=16 sk=300 h=2 hkv=2" + hd + " dtype=f16 mask=causal", "seqlen_q <= 16"},
+                          Routed{"b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90",
+                                 "varlen"}}) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(c.text), Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << c.text << "\n" << r.to_string();
+    EXPECT_EQ(r.forward_choice.isa, "sm80") << r.forward_choice.describe();
+    EXPECT_NE(r.forward_choice.reason.find("on an sm90 device"), std::string::npos) << r.forward_choice.describe();
+    EXPECT_NE(r.forward_choice.reason.find(c.why), std::string::npos) << r.forward_choice.describe();
+  }
+  for (int d : build_info().cuda_head_dims) {
+    if (d == 64 || d == 128) continue;
+    const std::string text = "b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal";
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_NE(r.forward_choice.reason.find("no sm90 kernel for head_dim"), std::string::npos)
+        << r.forward_choice.describe();
+  }
+}
+
+// Device buffers of one bf16 problem in two layouts: contiguous [b, s, h, d], and head-major
+// storage [b, h, s, d + 8] with 64 elements between heads and 128 between batches (every row
+// 16-byte aligned, as TMA needs). Same values; the outputs must be bitwise equal.
+struct TwoLayouts {
+  std::int64_t b, s, h, d;
+  std::vector<void*> buffers;
+  ~TwoLayouts() {
+    for (void* p : buffers) cudaFree(p);
+  }
+  std::int64_t token_stride() const { return d + 8; }
+  std::int64_t head_stride() const { return s * token_stride() + 64; }
+  std::int64_t batch_stride() const { return h * head_stride() + 128; }
+  void* alloc(std::size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0x7f, bytes), cudaSuccess);  // poison
+    buffers.push_back(p);
+    return p;
+  }
+  TensorView contiguous(const std::vector<std::uint16_t>& host) {
+    void* p = alloc(host.size() * 2);
+    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    return make_tensor(p, DType::bf16, {b, s, h, d}, Device::cuda(0));
+  }
+  TensorView strided(const std::vector<std::uint16_t>& host) {
+    std::vector<std::uint16_t> wide(static_cast<std::size_t>(b * batch_stride()), 0x7fc0);
+    for (std::int64_t ib = 0; ib < b; ++ib)
+      for (std::int64_t is = 0; is < s; ++is)
+        for (std::int64_t ih = 0; ih < h; ++ih)
+          std::memcpy(&wide[ib * batch_stride() + ih * head_stride() + is * token_stride()],
+                      &host[((ib * s + is) * h + ih) * d], static_cast<std::size_t>(d) * 2);
+    void* p = alloc(wide.size() * 2);
+    EXPECT_EQ(cudaMemcpy(p, wide.data(), wide.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    return make_tensor(p, DType::bf16, {b, s, h, d}, {batch_stride(), token_stride(), head_stride(), 1},
+                       Device::cuda(0));
+  }
+  TensorView strided_output() {
+    void* p = alloc(static_cast<std::size_t>(b * batch_stride()) * 2);
+    return make_tensor(p, DType::bf16, {b, s, h, d}, {batch_stride(), token_stride(), head_stride(), 1},
+                       Device::cuda(0));
+  }
+  std::vector<std::uint16_t> gather(const TensorView& t) {
+    std::vector<std::uint16_t> all(static_cast<std::size_t>(t.stride[0] * b)), out;
+    EXPECT_EQ(cudaMemcpy(all.data(), t.data, all.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (std::int64_t ib = 0; ib < b; ++ib)
+      for (std::int64_t is = 0; is < s; ++is)
+        for (std::int64_t ih = 0; ih < h; ++ih)
+          for (std::int64_t k = 0; k < d; ++k)
+            out.push_back(all[ib * t.stride[0] + is * t.stride[1] + ih * t.stride[2] + k]);
+    return out;
+  }
+};
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> v(n);
+  for (auto& x : v) {
+    float f = normal(rng);
+    if (f == 0.0f) f = 0.5f;
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = static_cast<std::uint16_t>(bits >> 16);
+  }
+  return v;
+}
+
+TEST_F(CudaSm90, StridedViewsGiveTheContiguousBits) {
+  for (int d : dims_) {
+    TwoLayouts t{2, 333, 3, d, {}};
+    const std::size_t n = static_cast<std::size_t>(t.b * t.s * t.h * t.d);
+    const auto q = random_bf16(n, 1), k = random_bf16(n, 2), v = random_bf16(n, 3);
+    const TensorView qc = t.contiguous(q), kc = t.contiguous(k), vc = t.contiguous(v), oc = t.contiguous(q);
+    const TensorView qs = t.strided(q), ks = t.strided(k), vs = t.strided(v), os = t.strided_output();
+    AttentionOptions o;
+    o.backend = Backend::cuda;
+    o.causal = true;
+    const KernelChoice a = forward(qc, kc, vc, oc, std::nullopt, o);
+    const KernelChoice b = forward(qs, ks, vs, os, std::nullopt, o);
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(a.isa, "sm90") << a.describe();
+    EXPECT_EQ(b.isa, "sm90") << b.describe();
+    const std::vector<std::uint16_t> out_c = t.gather(oc), out_s = t.gather(os);
+    ASSERT_EQ(out_c.size(), out_s.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < out_c.size(); ++i) differ += out_c[i] != out_s[i];
+    EXPECT_EQ(differ, 0u) << "d=" << d;
+  }
+}
+
+}  // namespace
+}  // namespace fastattn::testing
+#endif

@@ -1,0 +1,81 @@
+// kv_cache_heuristics_test.cpp — the CUDA KV-cache kernel's host-side plan
+// (src/cuda/inference/kv_cache_heuristics.hpp): row tiles, shared memory, split counts, scratch.
+// Plain C++, so every machine checks it (label `cpu`); the kernels themselves are tested in
+// gpu_kv_cache_kernel_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/inference/kv_cache_heuristics.hpp"
+
+namespace fastattn::testing {
+namespace {
+
+TEST(KVCacheHeuristics, RowTilesPackTheGroupAndTokens) {
+  EXPECT_EQ(cuda::kv_row_tile(1, 128).rows, 16);
+  EXPECT_EQ(cuda::kv_row_tile(4, 128).key_warps, 4);
+  EXPECT_EQ(cuda::kv_row_tile(32, 128).rows, 32);
+  EXPECT_EQ(cuda::kv_row_tile(33, 128).rows, 64);
+  EXPECT_EQ(cuda::kv_row_tile(128, 128).m_tiles, 2);
+  EXPECT_EQ(cuda::kv_row_tile(4096, 128).rows, 128);
+  EXPECT_EQ(cuda::kv_row_tile(128, 256).rows, 64) << "no 128-row tile at d = 256 (registers)";
+  for (int d : {64, 96, 128, 256}) {
+    for (std::int64_t rows : {1, 17, 33, 65}) {
+      const cuda::KVRowTile t = cuda::kv_row_tile(rows, d);
+      EXPECT_EQ(t.row_warps * t.key_warps, 4);
+      EXPECT_EQ(t.rows, t.row_warps * t.m_tiles * 16);
+      EXPECT_EQ(cuda::kv_block_n(d) % (16 * t.key_warps), 0) << "whole k16 steps per key warp";
+      EXPECT_LE(cuda::kv_smem_bytes(t, d, cuda::kv_stages(d)), 227 * 1024) << "d " << d << " rows " << t.rows;
+      if (t.rows == 16 && cuda::kv_deep_stages(d) > 0) {
+        EXPECT_LE(cuda::kv_smem_bytes(t, d, cuda::kv_deep_stages(d)), 227 * 1024) << "deep ring, d " << d;
+      }
+    }
+  }
+  // Two decode CTAs per H200 SM (228 KiB): 64 KiB of K/V in flight each.
+  for (std::int64_t rows : {1, 17, 33}) {
+    const int smem = cuda::kv_smem_bytes(cuda::kv_row_tile(rows, 128), 128, cuda::kv_stages(128)) +
+                     cuda::kKVSmemReservedPerCta;
+    EXPECT_GE(228 * 1024 / smem, 2) << rows;
+  }
+}
+
+cuda::KVSplitShape h200_split(std::int64_t batch, std::int64_t kv_heads, std::int64_t keys) {
+  cuda::KVSplitShape s;
+  s.units = batch * kv_heads;
+  s.tiles = (keys + 63) / 64;
+  s.multiprocessors = 132;
+  s.ctas_per_sm = 1;  // as kv_cache_plan counts
+  return s;
+}
+
+TEST(KVCacheHeuristics, SplitsFillTheGpuOnceAndNoMore) {
+  // b1, 8 KV heads: 16 splits, one CTA per SM (the measured best of 1..64).
+  const cuda::KVSplitChoice one = cuda::choose_kv_splits(h200_split(1, 8, 131072));
+  EXPECT_EQ(one.splits, 16);
+  EXPECT_NE(one.reason.find("key splits"), std::string::npos) << one.reason;
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(1, 8, 4096)).splits, 16);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(1, 32, 131072)).splits, 4);
+  // b16 GQA: 128 CTAs already fill the SMs once.
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 8, 32768)).splits, 1);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 8, 131072)).splits, 1);
+  // Enough CTAs: no split.
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(64, 8, 4096)).splits, 1);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(16, 32, 4096)).splits, 1);
+  // Short caches: at least kKVMinTilesPerSplit tiles per split.
+  const cuda::KVSplitChoice short_cache = cuda::choose_kv_splits(h200_split(1, 8, 256));
+  EXPECT_LE(short_cache.splits, 2);
+  EXPECT_EQ(cuda::choose_kv_splits(h200_split(1, 8, 0)).splits, 1);
+  cuda::KVSplitShape forced = h200_split(64, 8, 4096);
+  forced.forced = 7;
+  EXPECT_EQ(cuda::choose_kv_splits(forced).splits, 7);
+}
+
+TEST(KVCacheHeuristics, ScratchHoldsEverySplitsPartials) {
+  EXPECT_EQ(cuda::kv_scratch_bytes(1, 4, 8, 4, 128), 0u);
+  const std::size_t rows = 3u * 2 * 5 * 7;
+  EXPECT_EQ(cuda::kv_scratch_bytes(3, 2, 5, 7, 128), cuda::scratch_align(rows * 128 * 4) + cuda::scratch_align(rows * 4));
+}
+
+}  // namespace
+}  // namespace fastattn::testing

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# gpu-kvcache.sh — the CUDA KV-cache kernel's GPU job (issue 17), one device call: build the GPU
+# test suite and fastattn_kv_cache_bench there, run the KV-cache and forward tests, then the
+# decode benchmark beside PyTorch SDPA (cuDNN, flash) in the same job.
+#
+# Device call (from a carry copy, see helper rules): carry [<this tree>, "build/debs"],
+#   command "cd <this tree> && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-kvcache.sh"
+# Environment: STAGES (default "build test bench anchor bench2 sanitize ncu"), GTEST_FILTER, HEAD_DIMS (64;128),
+# BENCH_MODES (decode paged multitoken splits stages), MAX_SECONDS (per row, 0.5), BUDGET_S (280).
+# $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 2
+out=${OUT:-/tmp/fastattn_out}
+mkdir -p "$out"
+exec > >(tee -a "$out/summary.txt") 2>&1
+stages=${STAGES:-"build test bench anchor bench2 sanitize ncu"}
+head_dims=${HEAD_DIMS:-"64;128"}
+budget=${BUDGET_S:-280}
+filter=${GTEST_FILTER:-"KVCache*:CudaKVCacheKernel.*:CudaBackend.*:CudaHardening.*:CudaMemoryCap.*"}
+modes=${BENCH_MODES:-"decode paged multitoken splits stages"}
+max_seconds=${MAX_SECONDS:-0.5}
+python=${PYTHON:-/opt/torch/.venv/bin/python3}
+[ -x "$python" ] || python=python3
+command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
+build=$root/build/gpu-kv
+t0=$SECONDS
+status=()
+has() { [[ " $stages " == *" $1 "* ]]; }
+note() { echo "[$((SECONDS - t0))s] $*"; }
+run() {
+  local name=$1 limit=$2; shift 2
+  local left=$((budget - (SECONDS - t0) - 5))
+  ((limit > left)) && limit=$left
+  if ((limit < 10)); then status+=("$name: skipped (budget)"); note "== $name skipped"; return; fi
+  note "== $name (limit ${limit}s)"
+  local t=$SECONDS rc
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  status+=("$name: rc=$rc ($((SECONDS - t))s)")
+  note "-- $name rc=$rc"
+}
+
+FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
+for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
+  # shellcheck disable=SC1090
+  [ -f "$env" ] && . "$env"
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader
+
+if has build; then
+  run build 150 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=$head_dims' -DFASTATTN_BUILD_CLI=OFF \
+      > '$out/build.log' 2>&1 && cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_kv_cache_bench \
+      >> '$out/build.log' 2>&1"
+  grep -E "error|warning" "$out/build.log" | head -20
+  tail -2 "$out/build.log"
+fi
+if has test; then
+  run test 100 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
+  tail -40 "$out/tests.log" | cut -c1-1500
+fi
+if has bench; then
+  # shellcheck disable=SC2086
+  run bench 90 bash -c "'$build/bench/cuda/fastattn_kv_cache_bench' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
+  tail -3 "$out/bench.err"
+fi
+if has anchor; then
+  run anchor 100 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode kv_multitoken --backends cudnn,flash \
+      --no-gemm --max-seconds $max_seconds --warm-ms 30 >> '$out/kv.jsonl' 2> '$out/anchor.err'"
+  tail -3 "$out/anchor.err"
+fi
+if has bench2; then  # the decode rows again after the anchors: the run-to-run spread
+  run bench2 40 bash -c "'$build/bench/cuda/fastattn_kv_cache_bench' decode2 --max-seconds $max_seconds >> '$out/kv.jsonl' 2>> '$out/bench.err'"
+fi
+if has sanitize; then
+  run sanitize 60 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*:CudaKVCacheKernel.ChosenCases*:CudaKVCacheKernel.Graph*' > '$out/sanitize.log' 2>&1"
+  tail -5 "$out/sanitize.log"
+fi
+if has ncu; then
+  # DRAM bytes of one decode call (b16 kv 32k GQA 32/8: K+V = 2147483648 bytes) against its K+V bytes.
+  run ncu 40 bash -c "ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+      -k regex:kv_cache_attention -c 1 '$build/bench/cuda/fastattn_kv_cache_bench' one --max-seconds 0.05 \
+      > '$out/ncu.log' 2>&1"
+  grep -E "dram__bytes|kv_cache_attention|ERR" "$out/ncu.log" | head -6
+fi
+if [ -f "$out/kv.jsonl" ]; then
+  python3 bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md" 2>&1 || "$python" bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md"
+  cat "$out/kv.md"
+fi
+echo
+echo "== stages"
+printf '%s\n' "${status[@]}"

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# gpu-sm90.sh — the Hopper forward's device job (issue 15), one call: build with
+# FASTATTN_CUDA_ARCHS=90 (sm80 units for sm_90 + the sm_90a units), check the SASS (HGMMA,
+# setmaxnreg, no local memory) and the ptxas log, run the sm90 tests, time the issue's rows
+# beside PyTorch SDPA (cuDNN, flash) in the same job, and A/B the sm90 path against
+# FASTATTN_CUDA_PATH=sm80.
+#   carry ["build/carry-sm90", "build/debs"]; command:
+#   cd build/carry-sm90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90.sh
+# STAGES (default "build sass sm90 bench"; run in the order build sass sm90 bench suite suite80 sanitize): also "suite" (ctest -L gpu, then the forward suites
+# with FASTATTN_CUDA_PATH=sm80; "suite80" that second part alone) and "sanitize" (memcheck/racecheck/synccheck of the small set).
+# BUDGET_S (default 285) caps the whole job. $OUT (8 files at most): summary.txt, build.log,
+# sass.txt, sm90-tests.log, ctest-gpu.log or suite-sm80.log, sanitize.log, bench.jsonl, bench.err.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 2
+out=${OUT:-/tmp/fastattn_out}
+mkdir -p "$out"
+exec > >(tee -a "$out/summary.txt") 2>&1
+stages=${STAGES:-"build sass sm90 bench"}
+budget=${BUDGET_S:-285}
+python=/opt/torch/.venv/bin/python3
+[ -x "$python" ] || python=python3
+command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
+export PATH
+build=$root/build/sm90
+t0=$SECONDS
+status=()
+has() { [[ " $stages " == *" $1 "* ]]; }
+note() { echo "[$((SECONDS - t0))s] $*"; }
+run() {
+  local name=$1 limit=$2; shift 2
+  local left=$((budget - (SECONDS - t0) - 5))
+  ((limit > left)) && limit=$left
+  if ((limit < 10)); then status+=("$name: skipped (budget)"); note "== $name skipped"; return; fi
+  note "== $name (limit ${limit}s)"
+  local t=$SECONDS rc
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  status+=("$name: rc=$rc ($((SECONDS - t))s)")
+  note "-- $name rc=$rc"
+}
+
+FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
+for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
+  # shellcheck disable=SC1090
+  [ -f "$env" ] && . "$env"
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+
+if has build; then
+  run build 170 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=64;128' > '$out/build.log' 2>&1 &&
+    cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli >> '$out/build.log' 2>&1"
+  tail -3 "$out/build.log"
+  grep -E "ptxas (warning|error)|C75(08|10|17|19)" "$out/build.log" | head -5
+fi
+if has sass; then
+  {
+    for o in "$build"/CMakeFiles/fastattn_cuda_sm90.dir/src/cuda/generated/*.o; do
+      cuobjdump --dump-sass "$o" > /tmp/sass_one.txt 2>&1
+      echo "$(basename "$o"): HGMMA $(grep -c HGMMA /tmp/sass_one.txt), UTMALDG $(grep -c UTMALDG /tmp/sass_one.txt)," \
+        "SETMAXREG $(grep -c SETMAXREG /tmp/sass_one.txt), LDL/STL $(grep -cE 'LDL|STL' /tmp/sass_one.txt)," \
+        "WARPGROUP.DEPBAR $(grep -c 'WARPGROUP.DEPBAR' /tmp/sass_one.txt)"
+    done
+    cuobjdump --dump-resource-usage "$build"/CMakeFiles/fastattn_cuda_sm90.dir/src/cuda/generated/*bf16_hdim128*.o
+    # ptxas reports injected waits / serialised wgmma (C7510/C7517/C7519) and ignored setmaxnreg
+    # (C7508) as info lines under -v: one unit compiled again with -v, they must be absent.
+    nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -Iinclude -Isrc \
+      -DFASTATTN_HAVE_CUDA=1 -c src/cuda/generated/flash_fwd_sm90_bf16_hdim128.cu -o /tmp/ptxas_check.o 2>&1 |
+      grep -E "C75(08|10|17|19)|registers|spill" | sort | uniq -c
+  } > "$out/sass.txt" 2>&1
+  cat "$out/sass.txt" | head -12
+fi
+"$build/tools/cli/fastattn" info 2>&1 | grep -iE "path|device|arch" | head -8
+if has sm90; then
+  run sm90 120 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90.*:CudaBackend.BuildReportsCuda' > '$out/sm90-tests.log' 2>&1"
+  grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/sm90-tests.log" | head -20
+  grep -B2 -A12 "Failure" "$out/sm90-tests.log" | head -60
+  run cpu_plan 30 bash -c "'$build/tests/fastattn_tests' --gtest_brief=1 \
+      --gtest_filter='CudaForwardPath.*:CudaHeuristics.*:Environment.*:CudaBackwardPlan.*' >> '$out/sm90-tests.log' 2>&1"
+  tail -3 "$out/sm90-tests.log"
+fi
+if has bench; then
+  bench="$build/bench/cuda/fastattn_cuda_bench"
+  run bench_sm90 60 bash -c "'$bench' hopper > '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_plain 60 bash -c "FASTATTN_CUDA_SM90_OVERLAP=0 '$bench' hopper | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-no-overlap\"/' >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_sm80 60 bash -c "FASTATTN_CUDA_PATH=sm80 '$bench' hopper | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm80\"/' >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py hopper --backends cudnn,flash --no-gemm >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  "$python" - "$out/bench.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+key = lambda r: (r.get("b"), r.get("h"), r.get("hkv"), r.get("sq"), r.get("d"), r.get("causal"))
+table = {}
+for r in rows:
+    if r.get("kind") == "device" or "tflops" not in r: continue
+    who = r.get("variant", "fastattn") if r["source"] == "fastattn" else r.get("backend")
+    table.setdefault(key(r), {})[who] = r["tflops"]
+print("b h hkv s d causal | fastattn(sm90) | sm90 no overlap | sm80 forced | cudnn | flash | /cudnn")
+for k, v in table.items():
+    f, c = v.get("fastattn"), v.get("cudnn")
+    print(k, "|", *(f"{v.get(x, float('nan')):.0f}" for x in ("fastattn", "sm90-no-overlap", "sm80", "cudnn", "flash")),
+          "|", f"{f / c:.2f}" if f and c else "-")
+PY
+fi
+if has suite; then
+  run suite 150 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
+  tail -6 "$out/ctest-gpu.log"
+fi
+if has suite80; then  # the CUDA forward suites and the sm90 ones (which then skip) with sm80 forced
+  run suite_sm80 110 bash -c "FASTATTN_CUDA_PATH=sm80 '$build/tests/fastattn_gpu_tests' --gtest_brief=1 \
+      --gtest_filter='CudaBackend.*:CudaSm90.*' > '$out/suite-sm80.log' 2>&1"
+  tail -4 "$out/suite-sm80.log"
+  grep -E "FAILED" "$out/suite-sm80.log" | head -5
+fi
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    run "$tool" 45 bash -c "compute-sanitizer --tool $tool --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+        --gtest_filter='CudaSm90.SmallShapesMatchFloat64' >> '$out/sanitize.log' 2>&1"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|PASSED|FAILED" "$out/sanitize.log" | tail -3
+  done
+fi
+echo "== stages"
+printf '%s\n' "${status[@]}"
