@@ -195,8 +195,8 @@ class KVCachePlan:
 
     def run(self, q: Array, k_cache: Array, v_cache: Array, cache_seqlens: Array,
             block_table: Optional[Array], k_new: Optional[Array], v_new: Optional[Array],
-            out: Array, lse: Optional[Array], cuda_stream: int, u16_is_bf16: bool) -> KernelChoice:
-        """KVCachePlan::run on arrays (no value checks, no allocation, no synchronisation)."""
+            out: Array, lse: Optional[Array], cuda_stream: int, u16_is_bf16: bool) -> None:
+        """KVCachePlan::run on arrays (no value checks, no allocation, no synchronisation); its KernelChoice is choice."""
 
     @property
     def choice(self) -> KernelChoice:

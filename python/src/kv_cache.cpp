@@ -114,13 +114,15 @@ void register_kv_cache(nb::module_& m) {
           [](const KVCachePlan& plan, nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle seqlens,
              nb::handle block_table, nb::handle k_new, nb::handle v_new, nb::handle out, nb::handle lse,
              std::uintptr_t cuda_stream, bool u16_is_bf16) {
+            // No KernelChoice back (it is plan.choice): converting its strings would be a
+            // measurable part of a decode step's host time.
             KVCall call(q, k_cache, v_cache, seqlens, block_table, k_new, v_new, out, lse, u16_is_bf16);
             nb::gil_scoped_release release;
-            return plan.run(call.q, call.cache, call.out, call.lse, call.append, reinterpret_cast<void*>(cuda_stream));
+            plan.run(call.q, call.cache, call.out, call.lse, call.append, reinterpret_cast<void*>(cuda_stream));
           },
           "q"_a, "k_cache"_a, "v_cache"_a, "cache_seqlens"_a, "block_table"_a.none(), "k_new"_a.none(),
           "v_new"_a.none(), "out"_a, "lse"_a.none(), "cuda_stream"_a, "u16_is_bf16"_a,
-          "KVCachePlan::run on arrays (no value checks, no allocation, no synchronisation).")
+          "KVCachePlan::run on arrays (no value checks, no allocation, no synchronisation); its KernelChoice is choice.")
       .def_prop_ro("choice", &KVCachePlan::choice, "The KernelChoice run() launches, and why.")
       .def_prop_ro("shape", [](const KVCachePlan& plan) { return shape_dict(plan.shape()); },
                    "The KVCacheShape the plan serves, as a dict.");
