@@ -4,8 +4,8 @@
 //
 // The grid: cache lengths 0, 1, 17, a ragged batch and long caches over several splits;
 // contiguous caches and page sizes 1, 3, 16, 64, 256; seqlen_q 1, 4, 8, 16 (multi-token decode)
-// and 33; GQA 4:1, 7:1 and MQA; masks, soft-cap, appends, strided (16-byte aligned) layouts,
-// f16 and bf16, the head dims of this build. Then: plan.run bitwise equal to the eager call;
+// and 33 (chunked prefill); GQA 4:1, 7:1 and MQA; masks, soft-cap, appends, strided (16-byte
+// aligned) layouts, f16 and bf16, the head dims of this build. Then: plan.run bitwise equal to the eager call;
 // a CUDA graph of plan.run replayed while cache.seqlens and the block table change on the device,
 // bitwise equal to plan.run outside the graph, with and without an append; the value errors of
 // an eager call (read back from the device) with nothing written. Skipped without a CUDA build
@@ -74,9 +74,12 @@ class DevicePlace : public Place {
   cudaStream_t stream_ = nullptr;
 };
 
+// Every (cache lengths, page size) pair with two of the query counts, rotating, so each count
+// meets short, ragged and long caches; heads, dtypes, head dims, masks, appends and layouts
+// rotated over the cases (60 cases; the float64 oracle of the long ones takes a second each).
 std::vector<KVCase> cuda_grid() {
   std::vector<KVCase> cases;
-  const std::vector<std::vector<std::int32_t>> lens = {{0}, {1}, {17}, {17, 0, 1, 40}, {5000, 300, 1}};
+  const std::vector<std::vector<std::int32_t>> lens = {{0}, {1}, {17}, {17, 0, 1, 40}, {3000, 300, 1}};
   const std::int64_t pages[] = {0, 1, 3, 16, 64, 256};
   const std::int64_t queries[] = {1, 4, 8, 16, 33};
   const std::int64_t heads[][2] = {{32, 8}, {14, 2}, {8, 1}, {4, 4}};
@@ -84,15 +87,15 @@ std::vector<KVCase> cuda_grid() {
   int n = 0;
   for (const auto& l : lens) {
     for (std::int64_t page : pages) {
-      for (std::int64_t sq : queries) {
-        if ((n++ % 2) != 0 && l.size() < 4) continue;  // every other pair of the short single-sequence rows
+      for (int pick = 0; pick < 2; ++pick) {
+        const std::int64_t sq = queries[(n / 2 + 2 * pick) % 5];
         KVCase c;
         c.cache_lens = l;
         c.page_size = page;
         c.seqlen_q = sq;
         c.num_heads = heads[n % 4][0];
         c.num_kv_heads = heads[n % 4][1];
-        c.head_dim = dims.empty() ? 128 : dims[static_cast<std::size_t>(n) % dims.size()];
+        c.head_dim = dims.empty() ? 128 : dims[static_cast<std::size_t>(n / 3) % dims.size()];
         c.dtype = n % 2 == 0 ? DType::bf16 : DType::f16;
         switch (n % 5) {
           case 0: c.causal = true; break;
@@ -107,6 +110,7 @@ std::vector<KVCase> cuda_grid() {
         c.with_lse = n % 7 != 6;
         c.seed = 5000 + static_cast<std::uint64_t>(n);
         cases.push_back(c);
+        ++n;
       }
     }
   }
