@@ -296,6 +296,32 @@ TEST(KVCache, OnePlanServesChangingSeqlens) {
   }
 }
 
+// A plan sized for short caches (max_cache_len 8) still serves longer ones correctly, on the
+// decode route (fewer splits than ideal) and the prefill route (its gather buffer holds a
+// whole sequence's capacity).
+TEST(KVCache, PlanForShortCachesServesLongerOnes) {
+  for (std::int64_t sq : {1, 33}) {
+    KVCase c;
+    c.cache_lens = {60, 5};
+    c.seqlen_q = sq;
+    c.page_size = 16;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.dtype = DType::f32;
+    c.seed = 90 + static_cast<std::uint64_t>(sq);
+    KVData data(c);
+    HostPlace host;
+    const KVData::Views v = data.views(host);
+    KVCacheShape shape = kv_cache_shape(v.q, v.cache, v.lse, v.append);
+    shape.max_cache_len = 8;
+    const KVCachePlan plan(shape, data.options(Backend::cpu));
+    const KVReport r = judge_kv_call(data, host, [&](const KVData::Views& views) {
+      return plan.run(views.q, views.cache, views.out, views.lse, views.append);
+    });
+    EXPECT_TRUE(r.pass) << r.text;
+  }
+}
+
 // A plan's run refuses a call of another shape, naming the argument.
 TEST(KVCache, PlanRefusesAnotherShape) {
   KVCase c;

@@ -137,6 +137,12 @@ KVCachePlan::KVCachePlan(const KVCacheShape& shape, const AttentionOptions& opti
   const KVCacheProblem p = kv_cache_problem_of(shape, options);
   const std::int64_t max_cache_len = shape.max_cache_len > 0 ? shape.max_cache_len : p.capacity();
   m.route = choose_kv_cache_route(p, options.backend, max_cache_len);
+  if (m.route.kernel == KVCacheKernel::cpu_prefill) {
+    // A run may see caches longer than max_cache_len (the splits are only sized for it): the
+    // gather buffer holds the most a sequence can show, its capacity (or its window).
+    m.route.gather_bytes = cpu::kv_cache_gather_bytes(p, p.capacity());
+    m.route.choice.workspace_bytes = m.route.host_scratch_bytes();
+  }
   check_cuda_memory(m.route.choice, p, shape.with_lse, options.device_memory_limit_bytes);
 
   // Scratch, allocated once here. CPU: the decode partials, then each thread's tiles (64-byte
