@@ -43,17 +43,25 @@ struct KVAppend {
 // query i sees key j when j <= cache_len - seqlen_q + i (causal). options.alignment must be
 // bottom_right; varlen options (cu_seqlens_*) must be absent. GQA/MQA, softcap, softmax_scale
 // as in forward(). A sequence with no keys gives out 0 and lse -inf.
+// The append happens even when seqlen_q is 0 (a call that only fills the cache); batch 0 and
+// seqlen_q 0 are valid empty calls otherwise.
 // Errors (fastattn::Error naming the argument; nothing written, the cache included): shapes,
-// dtypes or devices that disagree; a block table entry outside [0, num_pages); seqlens[b] < 0 or
-// seqlens[b] + seqlen_new beyond the capacity (contiguous: capacity; paged: max_pages_per_seq *
-// page_size). On CUDA those value checks read seqlens and block_table back to the host, which
-// synchronises: KVCachePlan::run skips them (see there).
+// dtypes or devices that disagree; k and v caches of different shapes; a block table entry
+// outside [0, num_pages) among the pages a sequence uses (slot p < ceil((seqlens[b] +
+// seqlen_new) / page_size); the other slots are never read, so they may hold anything, e.g. -1);
+// seqlens[b] < 0 or beyond the capacity (contiguous: capacity; paged: max_pages_per_seq *
+// page_size); an append that would overflow it (seqlens[b] + seqlen_new > capacity). On CUDA
+// those value checks read seqlens and block_table back to the host, which synchronises:
+// KVCachePlan::run skips them (see there).
+// An eager call is KVCachePlan(kv_cache_shape(...) with max_cache_len = its longest cache,
+// options).run(...): the two give bitwise equal results.
 KernelChoice attention_with_kv_cache(const TensorView& q, const KVCache& cache, const TensorView& out,
                                      const std::optional<TensorView>& lse = std::nullopt,
                                      const std::optional<KVAppend>& append = std::nullopt,
                                      const AttentionOptions& options = {});
 
-// The shape a plan serves; every call of its run must match it.
+// The shape a plan serves; every call of its run must match it (kv_cache_shape below builds it
+// from a call's tensors).
 struct KVCacheShape {
   DType dtype = DType::bf16;
   Device device{};
@@ -74,6 +82,12 @@ struct KVCacheShape {
   bool with_lse = false;
 };
 
+// The shape of a call (max_cache_len 0), with the structural checks of attention_with_kv_cache
+// (Error naming the argument); values in seqlens / block_table are not read.
+KVCacheShape kv_cache_shape(const TensorView& q, const KVCache& cache,
+                            const std::optional<TensorView>& lse = std::nullopt,
+                            const std::optional<KVAppend>& append = std::nullopt);
+
 // Plan once per batch shape on the host (split counts, grid, scratch: allocated here, owned by
 // the plan), then run many times. run() makes no allocation, no synchronisation and no decision
 // that depends on seqlens or block_table values: on CUDA it can be captured in a CUDA graph and
@@ -81,6 +95,12 @@ struct KVCacheShape {
 // calls with the same plan. run() checks the views against the shape (cheap host checks) but
 // not the values in seqlens / block_table: out-of-range values there are the caller's bug; the
 // kernels clamp them so nothing outside the cache is read or written.
+// The scratch is the plan's: one run at a time per plan (on CUDA: runs ordered on a stream).
+// CUDA: options.workspace, when given, is that scratch for the life of the plan (it must hold
+// choice().workspace_bytes from a 256-byte aligned address); else the plan cudaMallocs it.
+// On the CPU, shapes beyond the decode kernel's range (seqlen_q > 16, chunked prefill) gather
+// each sequence's visible pages into the plan's host scratch (sized for the capacity) and run
+// the prefill kernel, whose own tile scratch comes from fastattn's cached host pools.
 class KVCachePlan {
  public:
   KVCachePlan(const KVCacheShape& shape, const AttentionOptions& options = {});
@@ -88,9 +108,15 @@ class KVCachePlan {
   KVCachePlan(KVCachePlan&&) noexcept;
   KVCachePlan& operator=(KVCachePlan&&) noexcept;
 
+  // On options.cuda_stream (the plan's).
   KernelChoice run(const TensorView& q, const KVCache& cache, const TensorView& out,
                    const std::optional<TensorView>& lse = std::nullopt,
                    const std::optional<KVAppend>& append = std::nullopt) const;
+  // On `cuda_stream` (a cudaStream_t; nullptr: the default stream), e.g. the stream a CUDA
+  // graph is captured on. CPU plans ignore it.
+  KernelChoice run(const TensorView& q, const KVCache& cache, const TensorView& out,
+                   const std::optional<TensorView>& lse, const std::optional<KVAppend>& append,
+                   void* cuda_stream) const;
 
   const KVCacheShape& shape() const;
   const KernelChoice& choice() const;  // what run() launches, and why

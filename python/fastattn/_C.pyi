@@ -174,3 +174,34 @@ def merge_states(out_a: Array, lse_a: Array, out_b: Array, lse_b: Array, out: Ar
     """
     fastattn::merge_states (or plan_merge_states with plan_only) on arrays, without copies.
     """
+
+def attention_with_kv_cache(q: Array, k_cache: Array, v_cache: Array, cache_seqlens: Array,
+                            block_table: Optional[Array], k_new: Optional[Array],
+                            v_new: Optional[Array], out: Array, lse: Optional[Array],
+                            options: CallOptions) -> KernelChoice:
+    """
+    fastattn::attention_with_kv_cache on arrays, without copies.
+    """
+
+class KVCachePlan:
+    """
+    fastattn::KVCachePlan: planned once for a call's shape, run many times (internal; use fastattn.KVCachePlan).
+    """
+
+    def __init__(self, q: Array, k_cache: Array, v_cache: Array, cache_seqlens: Array,
+                 block_table: Optional[Array], k_new: Optional[Array], v_new: Optional[Array],
+                 with_lse: bool, max_cache_len: int, options: CallOptions) -> None:
+        """Plans for the shapes, dtype and device of these arrays (their values are not read)."""
+
+    def run(self, q: Array, k_cache: Array, v_cache: Array, cache_seqlens: Array,
+            block_table: Optional[Array], k_new: Optional[Array], v_new: Optional[Array],
+            out: Array, lse: Optional[Array], cuda_stream: int, u16_is_bf16: bool) -> None:
+        """KVCachePlan::run on arrays (no value checks, no allocation, no synchronisation); its KernelChoice is choice."""
+
+    @property
+    def choice(self) -> KernelChoice:
+        """The KernelChoice run() launches, and why."""
+
+    @property
+    def shape(self) -> Dict[str, Any]:
+        """The KVCacheShape the plan serves, as a dict."""

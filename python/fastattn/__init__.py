@@ -4,6 +4,8 @@
     out = fastattn.attention(q, k, v, causal=True)          # q: [batch, seqlen, heads, head_dim]
     out, lse = fastattn.attention(q, k, v, return_lse=True)
     dq, dk, dv = fastattn.attention_backward(dout, q, k, v, out, lse)
+    out = fastattn.attention_with_kv_cache(q, k_cache, v_cache, cache_seqlens, block_table,
+                                           k_new, v_new, causal=True)   # decode over a (paged) cache
 
 Works on NumPy (bfloat16 via ml_dtypes), PyTorch, CuPy and JAX arrays without copies; outputs
 are allocated in the framework of q. For PyTorch autograd and torch.compile use
@@ -14,6 +16,7 @@ from ._C import KernelChoice, UnsupportedError
 from ._C import __version__ as _version
 from ._api import (attention, attention_backward, build_info, device_memory_limit, plan,
                    reload_environment, set_device_memory_limit)
+from ._kv_cache import KVCachePlan, attention_with_kv_cache
 from ._merge import merge_states
 
 # Importing makes no CUDA call and reads no environment variable (docs/python.md): the version is
@@ -21,10 +24,12 @@ from ._merge import merge_states
 __version__: str = _version
 
 __all__ = [
+    "KVCachePlan",
     "KernelChoice",
     "UnsupportedError",
     "attention",
     "attention_backward",
+    "attention_with_kv_cache",
     "build_info",
     "device_memory_limit",
     "merge_states",

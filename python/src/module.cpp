@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "call_options.hpp"
 #include "errors.hpp"
+#include "kv_cache.hpp"
 #include "merge.hpp"
 #include "fastattn/fastattn.hpp"
 #include "tensor_import.hpp"
@@ -23,44 +25,6 @@ using namespace nb::literals;
 
 namespace fastattn::python {
 namespace {
-
-// The scalar options of a call, built once per call by the Python layer. cu_seqlens are
-// tensors and travel with the other arrays.
-struct CallOptions {
-  bool causal = false;
-  std::int64_t window_left = -1;
-  std::int64_t window_right = -1;
-  std::optional<float> softmax_scale;
-  float softcap = 0.0f;
-  std::int64_t max_seqlen_q = 0;
-  std::int64_t max_seqlen_k = 0;
-  MaskAlignment alignment = MaskAlignment::bottom_right;
-  Backend backend = Backend::automatic;
-  int num_threads = 0;
-  bool deterministic = false;
-  std::uintptr_t cuda_stream = 0;  // cudaStream_t as an integer; 0: the default stream
-  bool u16_is_bf16 = false;        // uint16 arrays hold bfloat16 (NumPy + ml_dtypes)
-};
-
-AttentionOptions to_attention_options(const CallOptions& c, ImportedTensors& imports,
-                                      nb::handle cu_seqlens_q, nb::handle cu_seqlens_k) {
-  AttentionOptions o;
-  o.softmax_scale = c.softmax_scale;
-  o.causal = c.causal;
-  o.window_left = c.window_left;
-  o.window_right = c.window_right;
-  o.alignment = c.alignment;
-  o.softcap = c.softcap;
-  o.cu_seqlens_q = imports.import_optional(cu_seqlens_q, "cu_seqlens_q", Role::index, false);
-  o.cu_seqlens_k = imports.import_optional(cu_seqlens_k, "cu_seqlens_k", Role::index, false);
-  o.max_seqlen_q = c.max_seqlen_q;
-  o.max_seqlen_k = c.max_seqlen_k;
-  o.deterministic = c.deterministic;
-  o.backend = c.backend;
-  o.num_threads = c.num_threads;
-  o.cuda_stream = reinterpret_cast<void*>(c.cuda_stream);
-  return o;
-}
 
 // The views of a forward call, imported in argument order so errors name the first bad one.
 struct ForwardCall {
@@ -235,7 +199,8 @@ NB_MODULE(_C, m) {
   // A constant, so that `import fastattn` makes no CUDA call and reads no environment variable
   // (build_info() queries the devices and the CPU ISA choice).
   m.attr("__version__") = FASTATTN_VERSION_STRING;
-  register_merge(m);  // merge_states (merge.cpp)
+  register_merge(m);     // merge_states (merge.cpp)
+  register_kv_cache(m);  // attention_with_kv_cache, KVCachePlan (kv_cache.cpp)
   m.def("build_info", &build_info_dict, "Build and machine facts of the C++ library.");
   m.def("reload_environment", &fastattn::reload_environment,
         "fastattn::reload_environment: re-read the FASTATTN_* environment variables (read once per process).");

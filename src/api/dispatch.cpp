@@ -83,13 +83,6 @@ Backend resolve_backend(const AttentionProblem& p, Backend requested) {
   return requested;
 }
 
-// The CPU ISA for this dtype: the AVX-512 BF16 dot-product kernels only pay for bf16 inputs.
-cpu::Isa cpu_isa_for(DType dtype) {
-  cpu::Isa isa = cpu::selected_isa();
-  if ((isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) && dtype != DType::bf16) isa = cpu::Isa::avx512;
-  return isa;
-}
-
 #if FASTATTN_HAVE_CUDA
 // The chosen path (forward or backward) must be in this build, compiled for an architecture
 // the device runs: otherwise the launch would fail with "no kernel image is available".
@@ -228,6 +221,12 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
 }
 
 }  // namespace
+
+cpu::Isa cpu_isa_for(DType dtype) {
+  cpu::Isa isa = cpu::selected_isa();
+  if ((isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) && dtype != DType::bf16) isa = cpu::Isa::avx512;
+  return isa;
+}
 
 KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested) {
   const char* dir = direction == Direction::forward ? "forward" : "backward";

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "common/problem.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn {
@@ -11,5 +12,9 @@ enum class Direction { forward, backward };
 // Chooses the backend, kernel, ISA and tiles for a validated problem, or throws
 // Error(unsupported) naming what is missing. Never picks a slower path silently.
 KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested);
+
+// The CPU ISA for this dtype: the selected one (FASTATTN_CPU_ISA), except that the AVX-512 BF16
+// and AMX kernels only pay for bf16 inputs (others run the avx512 kernels there).
+cpu::Isa cpu_isa_for(DType dtype);
 
 }  // namespace fastattn

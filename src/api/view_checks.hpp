@@ -24,4 +24,11 @@ struct ByteSpan {
 };
 ByteSpan byte_span(const TensorView& t);
 
+// An output view must not write one element twice: throws "<name>: expected an output view whose
+// elements do not overlap ..." or "... non-zero strides on an output" (the test of validate.cpp).
+void check_writable_view(const TensorView& t, const std::string& name);
+
+// Whether the byte ranges of two non-empty views overlap.
+bool views_overlap(const TensorView& a, const TensorView& b);
+
 }  // namespace fastattn

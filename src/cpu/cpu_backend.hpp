@@ -11,6 +11,7 @@
 
 #include "common/problem.hpp"
 #include "cpu/amx.hpp"
+#include "cpu/decode_keys.hpp"
 #include "fastattn/options.hpp"
 
 namespace fastattn::cpu {
@@ -76,6 +77,7 @@ inline constexpr std::int64_t kDecodeUnitStateBytes = 256 * 1024;  // Q + O of a
 // AMX from this many packed rows per KV head (group * seqlen_q) up: below, a 16-row tile is
 // mostly padding and vdpbf16ps wins (measured in docs/inference.md, "CPU decode").
 inline constexpr std::int64_t kDecodeAmxMinRows = 8;
+inline constexpr std::int64_t kDecodeMaxBlockK = 128;      // keys per inner tile, at most
 
 struct DecodePlan {
   bool use = false;
@@ -94,6 +96,27 @@ struct DecodePlan {
 // FASTATTN_CPU_DECODE, FASTATTN_CPU_DECODE_SPLITS and FASTATTN_CPU_BF16_DOT (throws on a bad
 // value). The dispatcher and cpu::forward both call it, so the two agree.
 DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads);
+
+// Scratch of a decode call: the split partials (out and lse of every unit) and, per thread, the
+// tiles of decode_kernel.hpp (DecodeGeometry), 64-byte multiples.
+struct DecodeScratchSize {
+  std::size_t parts_bytes = 0;
+  std::size_t thread_bytes = 0;
+};
+DecodeGeometry decode_geometry(const AttentionProblem& p, const DecodePlan& plan);
+DecodeScratchSize decode_scratch_size(const AttentionProblem& p, const DecodePlan& plan);
+// A caller's scratch for a decode call (a KV-cache plan owns it, so its run does not allocate):
+// parts: parts_bytes; threads: plan.threads x thread_bytes; 64-byte aligned. Null members: the
+// call takes its scratch from the host pools (api/host_pool.hpp).
+struct DecodeBuffers {
+  float* parts = nullptr;
+  float* threads = nullptr;
+};
+
+// Runs the decode kernel of `plan` (made by decode_plan for `isa`) on p: its K/V, or with
+// `cache` a KV cache's pages and lengths (decode_keys.hpp; p is then the KVCacheProblem's attn).
+void run_decode_plan(const AttentionProblem& p, const DecodePlan& plan, Isa isa, const DecodeKeys* cache,
+                     const DecodeBuffers& buffers);
 
 // Run the forward/backward pass of `p` with the ISA and tiles of `choice`.
 void forward(const AttentionProblem& p, const KernelChoice& choice);

@@ -8,8 +8,9 @@
 
 namespace fastattn::cpu {
 
-void decode_amx(const AttentionProblem& p, const DecodePlan& plan) {
-  decode_detail::run_decode<simd::Avx512, Bf16Dot::off, amx::Native>(p, plan);
+void decode_amx(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                const DecodeBuffers& buffers) {
+  decode_detail::run_decode<simd::Avx512, Bf16Dot::off, amx::Native>(p, plan, cache, buffers);
 }
 
 }  // namespace fastattn::cpu

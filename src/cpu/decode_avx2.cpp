@@ -5,12 +5,13 @@
 
 namespace fastattn::cpu {
 
-void decode_avx2(const AttentionProblem& p, const DecodePlan& plan) {
+void decode_avx2(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                 const DecodeBuffers& buffers) {
   using V = simd::Avx2;
   if (plan.dot == Bf16Dot::emulated) {
-    decode_detail::run_decode<V, Bf16Dot::emulated>(p, plan);
+    decode_detail::run_decode<V, Bf16Dot::emulated>(p, plan, cache, buffers);
   } else {
-    decode_detail::run_decode<V, Bf16Dot::off>(p, plan);
+    decode_detail::run_decode<V, Bf16Dot::off>(p, plan, cache, buffers);
   }
 }
 

@@ -11,15 +11,16 @@
 
 namespace fastattn::cpu {
 
-void decode_avx512(const AttentionProblem& p, const DecodePlan& plan) {
+void decode_avx512(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                   const DecodeBuffers& buffers) {
   using V = simd::Avx512;
   if (plan.amx == amx::AmxMode::emulated) {
-    return decode_detail::run_decode<V, Bf16Dot::off, amx::Emulated>(p, plan);
+    return decode_detail::run_decode<V, Bf16Dot::off, amx::Emulated>(p, plan, cache, buffers);
   }
   switch (plan.dot) {
-    case Bf16Dot::native: return decode_detail::run_decode<V, Bf16Dot::native>(p, plan);
-    case Bf16Dot::emulated: return decode_detail::run_decode<V, Bf16Dot::emulated>(p, plan);
-    case Bf16Dot::off: return decode_detail::run_decode<V, Bf16Dot::off>(p, plan);
+    case Bf16Dot::native: return decode_detail::run_decode<V, Bf16Dot::native>(p, plan, cache, buffers);
+    case Bf16Dot::emulated: return decode_detail::run_decode<V, Bf16Dot::emulated>(p, plan, cache, buffers);
+    case Bf16Dot::off: return decode_detail::run_decode<V, Bf16Dot::off>(p, plan, cache, buffers);
   }
 }
 

@@ -105,7 +105,7 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
   // of L1, 16..128 keys, a multiple of 16 (one AVX-512 vector of scores).
   const std::int64_t padded_dim = ceil_div(p.head_dim, 32) * 32;
   std::int64_t bk = 32768 / (2 * padded_dim * 4) / 16 * 16;
-  plan.block_k = bk < 16 ? 16 : (bk > 128 ? 128 : bk);
+  plan.block_k = bk < 16 ? 16 : (bk > kDecodeMaxBlockK ? kDecodeMaxBlockK : bk);
   if (plan.amx != amx::AmxMode::off) plan.block_k = (plan.block_k + 31) / 32 * 32;  // whole 32-key k-steps
   // KV heads per unit: as many as keep their Q and O (2 * rows * padded_dim f32 each) within
   // kDecodeUnitStateBytes of L2; their K/V tiles are then one contiguous read.
@@ -140,6 +140,22 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
                 ", merged exactly (merge_weights)";
   plan.reason += "; " + dot.reason;
   return plan;
+}
+
+DecodeGeometry decode_geometry(const AttentionProblem& p, const DecodePlan& plan) {
+  // AMX: state rows per head rounded up to whole 16-row tiles.
+  const std::int64_t rows = plan.amx != amx::AmxMode::off ? ceil_div(plan.rows, 16) * 16 : plan.rows;
+  return DecodeGeometry(p.head_dim, rows, plan.heads_per_unit, plan.block_k);
+}
+
+DecodeScratchSize decode_scratch_size(const AttentionProblem& p, const DecodePlan& plan) {
+  const DecodeGeometry g = decode_geometry(p, plan);
+  const std::int64_t units = p.batch * plan.head_blocks * plan.row_chunks * plan.splits;
+  const auto part_rows = static_cast<std::size_t>(units * plan.heads_per_unit * g.rows);
+  DecodeScratchSize s;
+  s.parts_bytes = part_rows * static_cast<std::size_t>(g.dp + 1) * sizeof(float);
+  s.thread_bytes = (g.scratch_floats() * sizeof(float) + 63) / 64 * 64;
+  return s;
 }
 
 }  // namespace fastattn::cpu

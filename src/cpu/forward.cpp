@@ -18,29 +18,7 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   }
   const int threads = p.num_threads > 0 ? p.num_threads : choice.num_threads;
   const DecodePlan decode = decode_plan(p, isa, threads);
-  if (decode.use) {
-    if (decode.dot != Bf16Dot::off && p.dtype != DType::bf16) {
-      throw Error(ErrorCode::unsupported, "cpu decode: bf16 dot products expect bf16 inputs, got " +
-                                              std::string(to_string(p.dtype)));
-    }
-    if (decode.dot == Bf16Dot::native && isa != Isa::avx512bf16 && isa != Isa::amx) {
-      throw Error(ErrorCode::unsupported, "cpu decode: vdpbf16ps needs AVX-512 BF16, got ISA " +
-                                              std::string(to_string(isa)));
-    }
-    if (decode.amx == amx::AmxMode::native) {
-#if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
-      return decode_amx(p, decode);
-#else
-      throw Error(ErrorCode::unsupported, "cpu decode: this build has no AMX kernels");
-#endif
-    }
-    if (isa == Isa::avx2) return decode_avx2(p, decode);
-#if FASTATTN_HAVE_AVX512
-    return decode_avx512(p, decode);
-#else
-    throw Error(ErrorCode::unsupported, std::string("cpu decode: no kernel for ISA ") + to_string(isa) + " in this build");
-#endif
-  }
+  if (decode.use) return run_decode_plan(p, decode, isa, nullptr, DecodeBuffers{});
   ForwardTiles tiles;
   tiles.block_q = choice.block_q;
   tiles.block_k = choice.block_k;
@@ -104,6 +82,31 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
   }
   throw Error(ErrorCode::unsupported,
               std::string("cpu forward: no kernel for ISA ") + to_string(isa) + " in this build");
+}
+
+void run_decode_plan(const AttentionProblem& p, const DecodePlan& plan, Isa isa, const DecodeKeys* cache,
+                     const DecodeBuffers& buffers) {
+  if (plan.dot != Bf16Dot::off && p.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported, "cpu decode: bf16 dot products expect bf16 inputs, got " +
+                                            std::string(to_string(p.dtype)));
+  }
+  if (plan.dot == Bf16Dot::native && isa != Isa::avx512bf16 && isa != Isa::amx) {
+    throw Error(ErrorCode::unsupported, "cpu decode: vdpbf16ps needs AVX-512 BF16, got ISA " +
+                                            std::string(to_string(isa)));
+  }
+  if (plan.amx == amx::AmxMode::native) {
+#if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
+    return decode_amx(p, plan, cache, buffers);
+#else
+    throw Error(ErrorCode::unsupported, "cpu decode: this build has no AMX kernels");
+#endif
+  }
+  if (isa == Isa::avx2) return decode_avx2(p, plan, cache, buffers);
+#if FASTATTN_HAVE_AVX512
+  return decode_avx512(p, plan, cache, buffers);
+#else
+  throw Error(ErrorCode::unsupported, std::string("cpu decode: no kernel for ISA ") + to_string(isa) + " in this build");
+#endif
 }
 
 }  // namespace fastattn::cpu

@@ -37,12 +37,17 @@ void forward_amx(const AttentionProblem& p, const ForwardTiles& tiles);
 // bf16 inputs only: the bf16-pair kernel with the dot product emulated (forward_bf16.hpp).
 void forward_bf16_emulated_avx2(const AttentionProblem& p, const ForwardTiles& tiles);
 // The decode kernel (decode_kernel.hpp) with its plan (decode_plan).
-void decode_avx2(const AttentionProblem& p, const DecodePlan& plan);
+// cache, buffers: as run_decode_plan (cpu_backend.hpp).
+void decode_avx2(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                 const DecodeBuffers& buffers);
 #if FASTATTN_HAVE_AVX512
-void decode_avx512(const AttentionProblem& p, const DecodePlan& plan);  // also the emulated AMX form
+// Also the emulated AMX form.
+void decode_avx512(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                   const DecodeBuffers& buffers);
 #endif
 #if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX
-void decode_amx(const AttentionProblem& p, const DecodePlan& plan);  // plan.amx == native
+void decode_amx(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
+                const DecodeBuffers& buffers);  // plan.amx == native
 void forward_avx512(const AttentionProblem& p, const ForwardTiles& tiles);
 // bf16 inputs only: native = vdpbf16ps (CPUs with AVX-512 BF16), else emulated.
 void forward_bf16_avx512(const AttentionProblem& p, const ForwardTiles& tiles, bool native);

@@ -17,6 +17,7 @@
 #include "bench_cuda.hpp"
 #endif
 #include "cpu_features.hpp"
+#include "kv_cache_bench.hpp"
 #include "peaks.hpp"
 #include "progress.hpp"
 #include "report_json.hpp"
@@ -92,6 +93,11 @@ std::vector<Row> expand(const BenchArgs& a, const std::vector<bool>& masks) {
   if (!a.seqlen_k.empty())
     multiply(rows, a.seqlen_k, [](Row& r, std::int64_t s) { r.shape.seqlen_k = s; });
   multiply(rows, masks, [](Row& r, bool causal) { r.shape.causal = causal; });
+  if (a.kv_cache) {  // forward over a KV cache: one row per page size
+    const std::vector<std::int64_t> pages = a.page_size.empty() ? std::vector<std::int64_t>{0} : a.page_size;
+    multiply(rows, pages, [](Row& r, std::int64_t p) { r.shape.kv_page_size = p < 0 ? -1 : p; });
+    return rows;
+  }
   multiply(rows, a.pass, [](Row& r, const std::string& p) { r.pass = perf::pass_from_string(p); });
   return rows;
 }
@@ -147,7 +153,10 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, Backend backend,
                    perf::to_string(row.pass));
     Outcome o{row, std::nullopt, ""};
     try {
-      o.result = perf::run_attention_bench(row.shape, row.pass, backend, row.threads, timing);
+      // kv_page_size -1 (the default, and --page-size -1 beside KV-cache rows): forward().
+      o.result = row.shape.kv_page_size >= 0
+                     ? perf::run_kv_cache_bench(row.shape, backend, row.threads, timing)
+                     : perf::run_attention_bench(row.shape, row.pass, backend, row.threads, timing);
     } catch (const Error& e) {
       o.error = e.what();
     }
@@ -216,6 +225,13 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
       ->delimiter(',')
       ->expected(2);
   cmd->add_option("--softcap", a.softcap, "Logit soft-cap (0: off)");
+  cmd->add_flag("--kv-cache", a.kv_cache,
+                "Time attention_with_kv_cache (a KVCachePlan's run) over caches of seqlen-k tokens per sequence "
+                "instead of forward(); forward pass only");
+  cmd->add_option("--page-size", a.page_size,
+                  "KV-cache page sizes (0: contiguous cache; >= 1: paged, pages in shuffled order; -1: plain "
+                  "forward() on a contiguous K/V, the anchor); implies --kv-cache")
+      ->delimiter(',');
   cmd->add_option("--threads", a.threads, "CPU thread counts (default: all)")->delimiter(',');
   cmd->add_option("--device", a.device, "cpu or cuda (CUDA events; f16/bf16; default bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -233,8 +249,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->final_callback([cmd, &a] {
     a.default_sweep = true;
     for (const char* name : {"--batch", "--seqlen", "--seqlen-q", "--seqlen-k", "--heads", "--kv-heads",
-                             "--head-dim", "--causal", "--window"})
+                             "--head-dim", "--causal", "--window", "--kv-cache", "--page-size"})
       if (cmd->count(name) > 0) a.default_sweep = false;
+    if (cmd->count("--page-size") > 0) a.kv_cache = true;
     a.warmup_given = cmd->count("--warmup") > 0;
     a.repeats_given = cmd->count("--repeats") > 0;
     a.min_time_given = cmd->count("--min-time") > 0;
@@ -276,7 +293,17 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
   if (a.head_dim.empty()) a.head_dim = {128};
   if (a.seqlen.empty()) a.seqlen = {2048};
   if (a.pass.empty() && !a.default_sweep) a.pass = {"fwd", "bwd", "fwdbwd"};
-  if (a.device == "cuda") return run_bench_on_cuda(std::move(a), masks, argc, argv);
+  if (a.device == "cuda") {
+    if (a.kv_cache) {
+      fmt::print(stderr, "fastattn bench: --kv-cache: CPU only for now (the CUDA KV-cache benchmark is the GPU job's)\n");
+      return kExitUsage;
+    }
+    return run_bench_on_cuda(std::move(a), masks, argc, argv);
+  }
+  if (a.kv_cache) {
+    if (a.seqlen_q.empty()) a.seqlen_q = {1};
+    a.pass = {"fwd"};
+  }
   if (a.default_sweep) apply_default_sweep(a);
   if (a.dtype.empty()) a.dtype = {"f32"};
   if (a.threads.empty()) a.threads = {omp_get_max_threads()};

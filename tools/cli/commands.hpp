@@ -45,6 +45,8 @@ struct BenchArgs {
   std::vector<std::int64_t> window;  // {left, right}
   bool causal = false;
   float softcap = 0.0f;
+  bool kv_cache = false;                // time attention_with_kv_cache's plan/run instead of forward()
+  std::vector<std::int64_t> page_size;  // KV-cache rows: 0 contiguous cache, >= 1 paged
   std::string device = "cpu";
   std::string backend = "cpu";
   int warmup = 1;

@@ -92,6 +92,7 @@ if has python; then
   run python 150 bash -c "PYTHONUNBUFFERED=1 '$python' -m pytest -q -ra -p no:cacheprovider \
       tests/python/test_import_side_effects.py tests/python/test_merge_states.py \
       tests/python/test_torch.py tests/python/test_memory_cap.py tests/python/test_cuda_compare.py \
+      tests/python/test_kv_cache.py \
       >> '$out/python.log' 2>&1"
   tail -15 "$out/python.log"
 fi

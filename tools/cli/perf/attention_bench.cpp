@@ -66,6 +66,8 @@ std::string BenchShape::label() const {
   s += " s" + std::to_string(seqlen_q);
   if (seqlen_k != seqlen_q) s += "x" + std::to_string(seqlen_k);
   s += " d" + std::to_string(head_dim) + " " + to_string(dtype);
+  if (kv_page_size == 0) s += " kv-cache";
+  if (kv_page_size > 0) s += " kv-page" + std::to_string(kv_page_size);
   return s;
 }
 

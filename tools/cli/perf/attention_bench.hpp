@@ -35,6 +35,9 @@ struct BenchShape {
   std::int64_t window_left = -1;   // -1: unbounded
   std::int64_t window_right = -1;  // -1: unbounded
   float softcap = 0.0f;
+  // KV-cache rows (kv_cache_bench.hpp): -1: a plain forward(); 0: attention_with_kv_cache over a
+  // contiguous cache holding seqlen_k tokens per sequence; >= 1: over a paged cache of this page size.
+  std::int64_t kv_page_size = -1;
 
   std::string mask_label() const;  // "none", "causal", "window(128,0)", "causal+window(..)"
   std::string label() const;       // "b1 h8/2 s2048x4096 d128 f32" (no mask; see mask_label)

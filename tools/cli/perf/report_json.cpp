@@ -70,6 +70,7 @@ nlohmann::json to_json(const BenchShape& s) {
           {"window_left", s.window_left},
           {"window_right", s.window_right},
           {"softcap", s.softcap},
+          {"kv_page_size", s.kv_page_size},
           {"label", s.label()}};
 }
 
