@@ -63,6 +63,9 @@ def parse_args():
                    help="--suite: rounds per row, each fastattn then torch (the ratio is their median)")
     p.add_argument("--suite", choices=["issue19"],
                    help="run a preset instead of the shape options: issue19 = the CPU decode / GQA bars")
+    p.add_argument("--rows", default="",
+                   help="--suite: comma-separated row indices of the preset to run (default: every row), "
+                        "e.g. to measure one bar first when the device time is short")
     return p.parse_args()
 
 
@@ -300,7 +303,10 @@ def run_suite_issue19(args):
     notes.append(f"{args.rounds} rounds per row, each fastattn then torch; times are the medians of the "
                  "rounds' medians, the ratio is the median of the rounds' ratios (each round's pair ran "
                  "back to back, so drift in the host's speed cancels), with its range over the rounds")
+    wanted = {int(x) for x in args.rows.split(",") if x.strip()}
     for i, (name, sq, sk, heads, kv_heads, dtype, causal, pass_name, bars) in enumerate(ISSUE19):
+        if wanted and i not in wanted:
+            continue
         fa_rounds, t_rounds = [], []
         for r in range(args.rounds):
             fa = run_fastattn_row(args, out_dir, f"{i}_{r}", sq, sk, heads, kv_heads, dtype, causal, pass_name)
