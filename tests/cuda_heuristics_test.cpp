@@ -397,6 +397,14 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
     EXPECT_NE(cuda::describe_plan(p).find(std::string("on an sm90 device (") + c.why), std::string::npos)
         << cuda::describe_plan(p);
   }
+  {  // Splits forced by the environment: the reason names it, not the SM count.
+    ScopedEnv forced(cuda::kNumSplitsEnv, "3");
+    const cuda::ForwardPlan p = cuda::plan_forward(hopper(2, 16, 8192, 8192, 128));
+    EXPECT_EQ(p.path, ForwardPath::sm80);
+    EXPECT_NE(p.sm90_declined.find("3 splits forced by FASTATTN_CUDA_NUM_SPLITS"), std::string::npos)
+        << p.sm90_declined;
+    EXPECT_EQ(p.sm90_declined.find("too few CTAs"), std::string::npos) << p.sm90_declined;
+  }
 }
 
 // Which CMake architecture lists hold code a device runs (forward_path.hpp: archs_run_on):

@@ -146,7 +146,11 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
   }
   if (s.seqlen_k == 0) return "no keys";
   if (sm80_plan.short_query) return "seqlen_q <= 16 runs the KV-cache decode kernel";
-  if (sm80_plan.num_splits > 1) return "split-KV (too few CTAs for the SMs) has no sm90 kernel yet";
+  if (sm80_plan.num_splits > 1) {
+    return sm80_plan.forced ? "split-KV (" + std::to_string(sm80_plan.num_splits) + " splits forced by " +
+                                  kNumSplitsEnv + ") has no sm90 kernel yet"
+                            : "split-KV (too few CTAs for the SMs) has no sm90 kernel yet";
+  }
   return {};
 }
 
