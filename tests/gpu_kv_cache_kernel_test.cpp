@@ -86,7 +86,7 @@ struct KVCase {
   bool causal = true;
   std::int64_t window_left = -1, window_right = -1;
   float softcap = 0.0f;
-  bool bad_pages = false;  // block-table entries outside [0, num_pages) (no append then: pages may alias)
+  bool bad_pages = false;  // block-table entries outside [0, num_pages) (the append skips them)
   bool nan_outside = true; // NaN in cache slots the attention must not read
   std::uint64_t seed = 1;
 
@@ -121,11 +121,10 @@ struct HostCache {
   }
 };
 
-std::int64_t clamped_held(const KVCase& c, std::int64_t b, std::int64_t capacity) {
-  return std::min<std::int64_t>(std::max<std::int64_t>(c.held[static_cast<std::size_t>(b)], 0), capacity);
-}
+// Keys the attention of sequence b sees, as the kernels and the CPU count them (kv_cache_pages.cuh,
+// src/cpu/decode_keys.hpp): seqlens[b] + seqlen_new clamped to [0, capacity].
 std::int64_t attended_length(const KVCase& c, std::int64_t b, std::int64_t capacity) {
-  return std::min(clamped_held(c, b, capacity) + c.seqlen_new, capacity);
+  return std::clamp<std::int64_t>(std::int64_t{c.held[static_cast<std::size_t>(b)]} + c.seqlen_new, 0, capacity);
 }
 
 std::vector<std::uint16_t> random_bits(harness::Random& rng, DType dtype, std::int64_t n, double scale) {
@@ -188,13 +187,21 @@ KVRun make_inputs(const KVCase& c) {
   r.seqlens = c.held;
   r.expected = h;
   for (std::int64_t s = 0; s < b; ++s) {
-    const std::int64_t start = clamped_held(c, s, h.capacity);
-    for (std::int64_t t = 0; t < c.seqlen_new && start + t < h.capacity; ++t)
+    // The append writes token t at seqlens[b] + t, skipping positions outside [0, capacity) and
+    // block-table entries outside [0, num_pages), as the CPU append does.
+    for (std::int64_t t = 0; t < c.seqlen_new; ++t) {
+      const std::int64_t pos = std::int64_t{c.held[static_cast<std::size_t>(s)]} + t;
+      if (pos < 0 || pos >= h.capacity) continue;
+      if (!h.block_table.empty()) {
+        const std::int64_t page = h.block_table[static_cast<std::size_t>(s * h.pages_per_seq + pos / h.page_size)];
+        if (page < 0 || page >= h.num_pages) continue;
+      }
       for (std::int64_t kvh = 0; kvh < c.kv_heads; ++kvh) {
         const std::int64_t src = ((s * c.seqlen_new + t) * c.kv_heads + kvh) * d;
-        std::copy_n(r.k_new.begin() + src, d, r.expected.k.begin() + h.offset(s, start + t, kvh));
-        std::copy_n(r.v_new.begin() + src, d, r.expected.v.begin() + h.offset(s, start + t, kvh));
+        std::copy_n(r.k_new.begin() + src, d, r.expected.k.begin() + h.offset(s, pos, kvh));
+        std::copy_n(r.v_new.begin() + src, d, r.expected.v.begin() + h.offset(s, pos, kvh));
       }
+    }
   }
   return r;
 }
@@ -460,15 +467,19 @@ std::vector<KVCase> chosen_cases(std::int64_t d) {
     c.page_size = 64;
     add(c);
   }
-  {  // Out-of-range seqlens and block-table values: clamped, nothing outside the cache touched.
+  {  // Out-of-range seqlens and block-table values: nothing outside the cache touched, and no
+     // append into a page of another sequence (bad entries are skipped, as on the CPU).
     KVCase c;
     c.held = std::vector<std::int32_t>{-5, 1000, 7};
     c.capacity = 100;
     c.page_size = 16;
     c.seqlen_new = 3;
     add(c);
-    c.seqlen_new = 0;
+    c.held = std::vector<std::int32_t>{-2, 1000, 7};  // sequence 0: tokens at -2, -1 skipped, 1 key
+    add(c);
     c.bad_pages = true;
+    add(c);
+    c.seqlen_new = 0;
     add(c);
   }
   return cases;

@@ -30,8 +30,10 @@ namespace {
 
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 
-// Appends k_new / v_new at seqlens[b] .. seqlens[b] + seqlen_new - 1 (clamped: positions at or
-// past the capacity are not written). One thread per 16-byte chunk of one (batch, token, KV head)
+// Appends k_new / v_new at seqlens[b] .. seqlens[b] + seqlen_new - 1, as the CPU append does
+// (src/cpu/kv_cache.cpp): positions outside [0, capacity), and block-table entries outside
+// [0, num_pages) (unallocated pages: a clamped entry would land in another sequence's page), are
+// not written. One thread per 16-byte chunk of one (batch, token, KV head)
 // row of K and of V; plain loads and stores, any architecture.
 __global__ void kv_cache_append_kernel(const KVCacheParams p) {
   const int chunks = p.head_dim / 8;  // 16-bit elements: 8 per chunk
@@ -44,10 +46,11 @@ __global__ void kv_cache_append_kernel(const KVCacheParams p) {
   rest /= p.num_kv_heads;
   const int t = static_cast<int>(rest % p.seqlen_new);
   const int b = static_cast<int>(rest / p.seqlen_new);
-  const std::int64_t pos = static_cast<std::int64_t>(kv_cache_held(p, b)) + t;
-  if (pos >= p.capacity) return;
+  const std::int64_t pos = kv_append_position(p, b, t);
+  if (pos < 0 || pos >= p.capacity) return;
   const int position = static_cast<int>(pos);
-  const int page = p.block_table != nullptr ? kv_page(p, b, position / p.page_size) : b;
+  const int page = p.block_table != nullptr ? kv_page_entry(p, b, position / p.page_size) : b;
+  if (p.block_table != nullptr && (page < 0 || page >= p.num_pages)) return;
   const int row = p.block_table != nullptr ? position % p.page_size : position;
   using Chunk = uint4;
   const auto* k_src = static_cast<const std::uint16_t*>(p.k_new) + b * p.k_new_batch_stride + t * p.k_new_token_stride +

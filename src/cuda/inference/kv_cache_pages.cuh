@@ -11,22 +11,34 @@
 
 namespace fastattn::cuda {
 
-// Tokens held before this call's append: seqlens[b] clamped to [0, capacity] (null: capacity).
-__device__ __forceinline__ int kv_cache_held(const KVCacheParams& p, int b) {
-  if (p.seqlens == nullptr) return p.capacity;
-  return static_cast<int>(min(max(static_cast<long long>(p.seqlens[b]), 0LL), static_cast<long long>(p.capacity)));
+// Position of appended token t of sequence b: seqlens[b] + t, unclamped (null seqlens: the
+// capacity, so nothing is appended). The append writes it only inside [0, capacity), as the CPU
+// append does (src/cpu/kv_cache.cpp).
+__device__ __forceinline__ long long kv_append_position(const KVCacheParams& p, int b, int t) {
+  const long long held = p.seqlens == nullptr ? static_cast<long long>(p.capacity) : static_cast<long long>(p.seqlens[b]);
+  return held + t;
 }
 
-// Tokens the attention of sequence b sees: held + seqlen_new, at most the capacity.
+// Tokens the attention of sequence b sees: seqlens[b] + seqlen_new clamped to [0, capacity], in
+// the CPU's order (src/cpu/decode_keys.hpp: DecodeKeys::length); null seqlens: the capacity. A
+// paged cache without pages holds nothing.
 __device__ __forceinline__ int kv_cache_length(const KVCacheParams& p, int b) {
-  return static_cast<int>(min(static_cast<long long>(kv_cache_held(p, b)) + p.seqlen_new,
-                              static_cast<long long>(p.capacity)));
+  if (p.block_table != nullptr && p.num_pages < 1) return 0;  // no page to read
+  if (p.seqlens == nullptr) return p.capacity;
+  const long long n = static_cast<long long>(p.seqlens[b]) + p.seqlen_new;
+  return static_cast<int>(min(max(n, 0LL), static_cast<long long>(p.capacity)));
 }
 
-// Page `page_index` of sequence b (paged caches only), clamped into [0, num_pages).
+// Raw block-table entry: page `page_index` of sequence b (paged caches only), unchecked.
+__device__ __forceinline__ int kv_page_entry(const KVCacheParams& p, int b, int page_index) {
+  return p.block_table[static_cast<std::int64_t>(b) * p.block_table_stride + page_index];
+}
+
+// Page `page_index` of sequence b for reads (paged caches only, num_pages >= 1), clamped into
+// [0, num_pages): a bad entry reads some page, never outside the cache. The append does not
+// clamp: it skips a bad entry (kv_cache.cu).
 __device__ __forceinline__ int kv_page(const KVCacheParams& p, int b, int page_index) {
-  const int page = p.block_table[static_cast<std::int64_t>(b) * p.block_table_stride + page_index];
-  return min(max(page, 0), p.num_pages - 1);
+  return min(max(kv_page_entry(p, b, page_index), 0), p.num_pages - 1);
 }
 
 }  // namespace fastattn::cuda

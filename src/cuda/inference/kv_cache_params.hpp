@@ -4,8 +4,11 @@
 //
 // Key t of sequence b lives in page block_table[b * block_table_stride + t / page_size] (or page
 // b when block_table is null: the contiguous cache, page_size = capacity) at row t % page_size.
-// Values read from seqlens and block_table are clamped on the device (seqlens to [0, capacity],
-// pages to [0, num_pages)), so out-of-range values never reach memory outside the cache.
+// Values read from seqlens and block_table are checked on the device as the CPU checks them
+// (kv_cache_pages.cuh): the attention sees seqlens[b] + seqlen_new keys clamped to [0, capacity]
+// (none when a paged cache has no pages) and reads pages clamped to [0, num_pages); the append
+// skips positions outside [0, capacity) and block-table entries outside [0, num_pages). So
+// out-of-range values never reach memory outside the cache, nor another sequence's page.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +38,7 @@ struct KVCacheParams {
   int page_size;
   int num_pages;
   int capacity;    // max_pages_per_seq * page_size
-  int seqlen_new;  // appended tokens: the attention sees min(seqlens[b] + seqlen_new, capacity) keys
+  int seqlen_new;  // appended tokens: the attention sees clamp(seqlens[b] + seqlen_new, 0, capacity) keys
 
   int batch;
   int num_heads;
