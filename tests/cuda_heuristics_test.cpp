@@ -100,6 +100,16 @@ TEST_F(CudaHeuristics, FlashAttention2WaveEfficiency) {
   EXPECT_EQ(cuda::num_splits_heuristic(1, 264, 1, 128), 1);      // nothing to split
 }
 
+// A decode call whose KV-cache tile fits no ring in the device's shared memory (cuda_backend.cu:
+// forward_plan) runs the 16-row decode kernel, and the report says why.
+TEST_F(CudaHeuristics, DecodeReportsWhyNotTheKVCacheKernel) {
+  ForwardPlan plan = cuda::plan_forward(h200(1, 32, 1, 65536));
+  plan.kv_cache_declined = "the KV-cache kernel's 16-row tile at head_dim 256 needs 139264 bytes";
+  const std::string r = cuda::describe_plan(plan);
+  EXPECT_NE(r.find("not the KV-cache kernel (the KV-cache kernel's 16-row tile at head_dim 256"), std::string::npos) << r;
+  EXPECT_NE(r.find("16-query-row kernel"), std::string::npos) << r;
+}
+
 TEST_F(CudaHeuristics, EnvironmentForcesTheSplitCount) {
   {
     ScopedEnv forced(cuda::kNumSplitsEnv, "7");

@@ -497,6 +497,20 @@ TEST_F(CudaKVCacheKernel, ChosenCasesMatchFloat64) {
 #endif
 }
 
+// The reduced 2-stage K/V ring (kv_reduced_stages: devices of 101,376 bytes per block, sm86 / sm89
+// / sm120) on every chosen case whose tile has it.
+TEST_F(CudaKVCacheKernel, ReducedRingMatchesFloat64) {
+#if FASTATTN_TESTS_CUDA
+  for (int d : build_info().cuda_head_dims) {
+    if (cuda::kv_reduced_stages(d) == 0) continue;
+    for (const KVCase& c : chosen_cases(d)) {
+      const std::string failures = run_and_judge(c, cuda::kv_reduced_stages(d));
+      EXPECT_TRUE(failures.empty()) << c.describe() << " reduced ring:" << failures;
+    }
+  }
+#endif
+}
+
 // The deep K/V ring (kv_deep_stages) of the 16-row tile on the chosen cases that use that tile.
 TEST_F(CudaKVCacheKernel, DeepRingMatchesFloat64) {
 #if FASTATTN_TESTS_CUDA

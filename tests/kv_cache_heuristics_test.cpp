@@ -40,6 +40,40 @@ TEST(KVCacheHeuristics, RowTilesPackTheGroupAndTokens) {
   }
 }
 
+// The plan's ring on a device of 101,376 bytes of opt-in shared memory per block (sm86, sm89,
+// sm120): the 3-stage ring where it fits, the 2-stage one where only that fits, none (forward()
+// takes the 16-row decode kernel, the KV-cache API throws unsupported) where neither does.
+TEST(KVCacheHeuristics, RingsFitA101376ByteBlock) {
+  constexpr int kLimit = 101376;
+  auto stages = [](std::int64_t rows, int d) { return cuda::kv_stages_within(cuda::kv_row_tile(rows, d), d, kLimit); };
+  EXPECT_EQ(cuda::kv_smem_bytes(cuda::kv_row_tile(1, 128), 128, 3), 102400) << "the regression's tile";
+  EXPECT_EQ(stages(1, 64), 3) << "100,352 bytes";
+  EXPECT_EQ(stages(32, 64), 2);
+  EXPECT_EQ(stages(128, 64), 2);
+  EXPECT_EQ(stages(1, 96), 2);
+  EXPECT_EQ(stages(1, 128), 2) << "69,632 bytes";
+  EXPECT_EQ(stages(64, 128), 2);
+  EXPECT_EQ(stages(128, 128), 0) << "102,912 bytes with 2 stages";
+  EXPECT_EQ(stages(1, 256), 0) << "139,264 bytes with its 2 stages";
+  for (int d : {64, 96, 128, 256}) {
+    for (std::int64_t rows : {1, 17, 33, 65}) {
+      const cuda::KVRowTile t = cuda::kv_row_tile(rows, d);
+      const int s = cuda::kv_stages_within(t, d, kLimit);
+      const std::string why = cuda::kv_smem_decline_reason(t, d, kLimit);
+      EXPECT_EQ(s == 0, !why.empty()) << "d " << d << " rows " << rows;
+      if (s != 0) {
+        EXPECT_TRUE(cuda::kv_stages_valid(t, d, s));
+        EXPECT_LE(cuda::kv_smem_bytes(t, d, s), kLimit);
+      } else {
+        EXPECT_NE(why.find("head_dim " + std::to_string(d)), std::string::npos) << why;
+        EXPECT_NE(why.find(std::to_string(kLimit)), std::string::npos) << why;
+      }
+      // An H200 (232,448 bytes) keeps the default ring.
+      EXPECT_EQ(cuda::kv_stages_within(t, d, 232448), cuda::kv_stages(d));
+    }
+  }
+}
+
 cuda::KVSplitShape h200_split(std::int64_t batch, std::int64_t kv_heads, std::int64_t keys) {
   cuda::KVSplitShape s;
   s.units = batch * kv_heads;

@@ -49,7 +49,8 @@ template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, cudaSt
 KV_CACHE = """#include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {{
-template void run_kv_cache<{ctype}, {head_dim}>(const KVCacheParams&, int, int, cudaStream_t);
+template void run_kv_cache<{ctype}, {head_dim}>(const KVCacheParams&, int, int, KVCacheBeforeAttention,
+                                                 cudaStream_t);
 }}  // namespace fastattn::cuda
 """
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
@@ -22,6 +23,7 @@
 #include "cuda/flash_fwd_sm90/plan.hpp"
 #include "cuda/inference/kv_cache.hpp"
 #include "cuda/inference/kv_cache_forward.hpp"
+#include "cuda/inference/kv_cache_heuristics.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -317,15 +319,29 @@ ForwardPlan kv_cache_forward_plan(const AttentionProblem& call, bool path_forced
   return plan;
 }
 
+// Why the KV-cache kernel cannot run forward()'s call on its device (no ring of its row tile
+// fits the opt-in shared memory per block); empty when it can.
+namespace {
+std::string kv_cache_forward_decline(const AttentionProblem& call) {
+  const std::int64_t group = call.num_kv_heads > 0 ? call.group_size() : 1;
+  const int d = static_cast<int>(call.head_dim);
+  return kv_smem_decline_reason(kv_row_tile(group * call.seqlen_q, d), d, shared_memory_per_block(call.device.index));
+}
+}  // namespace
+
 ForwardPlan forward_plan(const AttentionProblem& call) {
+  std::string kv_cache_declined;
   {
     const ForwardPathRequest request = forward_path_request();
     const ForwardPath path = select_forward_path(device_shape(call.device.index).compute_capability, request,
                                                  sm90_runs_on(call.device.index));
     if (forward_uses_kv_cache_kernel(path, call.is_varlen(), call.seqlen_q)) {
-      ForwardPlan plan = kv_cache_forward_plan(call, !request.automatic);
-      if (path == ForwardPath::sm90) plan.sm90_declined = "seqlen_q <= 16 runs the KV-cache decode kernel";
-      return plan;
+      kv_cache_declined = kv_cache_forward_decline(call);
+      if (kv_cache_declined.empty()) {
+        ForwardPlan plan = kv_cache_forward_plan(call, !request.automatic);
+        if (path == ForwardPath::sm90) plan.sm90_declined = "seqlen_q <= 16 runs the KV-cache decode kernel";
+        return plan;
+      }
     }
   }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp); so does forward().
@@ -348,7 +364,12 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.query_group = packed_query_group(call);
   s.varlen = p.is_varlen();
   s.tma_describes = sm90_tma_describes(p);
-  return cuda::plan_forward(s);
+  ForwardPlan plan = cuda::plan_forward(s);
+  if (!kv_cache_declined.empty()) {
+    plan.kv_cache_declined = std::move(kv_cache_declined);  // the 16-row decode kernel runs it
+    if (!plan.sm90_declined.empty()) plan.sm90_declined = "seqlen_q <= 16 runs an sm80 decode kernel";
+  }
+  return plan;
 }
 
 void forward(const AttentionProblem& call, const KernelChoice& choice) {

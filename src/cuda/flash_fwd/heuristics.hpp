@@ -82,13 +82,19 @@ struct ForwardPlan {
   // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
   bool kv_cache_kernel = false;
   std::string kv_cache_reason;
+  // Non-empty when forward_uses_kv_cache_kernel chose the KV-cache kernel but no ring of it fits
+  // the device's opt-in shared memory per block (kv_cache_heuristics.hpp: kv_smem_decline_reason),
+  // so the 16-row decode kernel above runs the call instead: why.
+  std::string kv_cache_declined;
 };
 
 // 5. Short queries (seqlen_q <= kDecodeMaxSeqlenQ) of a padded (not varlen) batch on the sm80
 //    path, and on the sm90 path (which has no decode kernel of its own yet), run on the KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh: every query head of
 //    a KV head and every query token packed as rows of one tile, any mask, 4 warps, a 3-stage
 //    cp.async ring), their K/V taken as a contiguous cache (kv_cache_forward.hpp). Varlen calls
-//    and the sm75 / sm70 paths keep the kernels above.
+//    and the sm75 / sm70 paths keep the kernels above; so do calls whose row tile fits no ring of
+//    the KV-cache kernel in the device's opt-in shared memory per block (sm86 / sm89 / sm120:
+//    101,376 B; d256), which cuda_backend.cu's forward_plan checks (ForwardPlan::kv_cache_declined).
 inline bool forward_uses_kv_cache_kernel(ForwardPath path, bool varlen, std::int64_t seqlen_q) {
   return (path == ForwardPath::sm80 || path == ForwardPath::sm90) && !varlen && seqlen_q >= 1 &&
          seqlen_q <= kDecodeMaxSeqlenQ;
@@ -256,6 +262,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
                       ? "sm70 path (Volta): mma.sync m8n8k4 quad pairs, register-staged prefetch, "
                   : plan.short_query ? "mma.sync m16n8k16, 16-query-row kernel (seqlen_q <= 16), "
                                      : "mma.sync m16n8k16 kernel, ";
+  if (!plan.kv_cache_declined.empty()) r = "not the KV-cache kernel (" + plan.kv_cache_declined + "): " + r;
   if (!plan.sm90_declined.empty()) r = "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): " + r;
   if (plan.path_forced) r += std::string("path forced by ") + kForwardPathEnv + ", ";
   if (plan.query_group > 1) {

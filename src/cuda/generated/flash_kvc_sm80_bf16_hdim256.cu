@@ -3,5 +3,6 @@
 #include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {
-template void run_kv_cache<__nv_bfloat16, 256>(const KVCacheParams&, int, int, cudaStream_t);
+template void run_kv_cache<__nv_bfloat16, 256>(const KVCacheParams&, int, int, KVCacheBeforeAttention,
+                                                 cudaStream_t);
 }  // namespace fastattn::cuda

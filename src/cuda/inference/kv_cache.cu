@@ -65,6 +65,18 @@ __global__ void kv_cache_append_kernel(const KVCacheParams p) {
   *reinterpret_cast<Chunk*>(v_dst) = *reinterpret_cast<const Chunk*>(v_src);
 }
 
+// Enqueues the append kernel (p.seqlen_new > 0): run_kv_cache calls it once the attention's
+// launch can no longer fail before enqueueing (KVCacheBeforeAttention), so a call that throws
+// writes nothing into the cache.
+void enqueue_append(const KVCacheParams& p, cudaStream_t stream) {
+  if (p.seqlen_new <= 0 || p.batch <= 0 || p.num_kv_heads <= 0) return;
+  const std::int64_t chunks = static_cast<std::int64_t>(p.batch) * p.seqlen_new * p.num_kv_heads * (p.head_dim / 8);
+  constexpr int kThreads = 256;
+  const std::int64_t blocks = (chunks + kThreads - 1) / kThreads;
+  kv_cache_append_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  check_launch("kv_cache_append_kernel");
+}
+
 std::string int_text(std::int64_t x) { return std::to_string(x); }
 
 // Strides of size-1 dimensions are never used (token 0, batch 0): left out of the alignment
@@ -162,23 +174,25 @@ bool head_dim_compiled(std::int64_t head_dim) {
 }
 
 template <typename Element>
-void run_for_dtype(const KVCacheParams& f, int rows_per_tile, int stages, cudaStream_t stream) {
+void run_for_dtype(const KVCacheParams& f, int rows_per_tile, int stages, KVCacheBeforeAttention before_attention,
+                   cudaStream_t stream) {
   (void)f;
   (void)rows_per_tile;
   (void)stages;
+  (void)before_attention;
   (void)stream;
   switch (f.head_dim) {
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
-    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stages, stream);
+    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stages, before_attention, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
-    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stages, stream);
+    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stages, before_attention, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
-    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stages, stream);
+    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stages, before_attention, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
-    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stages, stream);
+    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stages, before_attention, stream);
 #endif
     default: break;
   }
@@ -207,9 +221,17 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   const KVRowTile tile = kv_row_tile(rows, d);
   const std::int64_t row_blocks = (rows + tile.rows - 1) / tile.rows;
 
+  // The ring that fits the device's opt-in shared memory per block (kv_stages_within).
+  const int device = p.device.index;
+  const int smem_limit = shared_memory_per_block(device);
+  const int stages = kv_stages_within(tile, d, smem_limit);
+  if (stages == 0) {
+    throw Error(ErrorCode::unsupported, "cuda kv_cache: " + kv_smem_decline_reason(tile, d, smem_limit) +
+                                            " (device " + std::to_string(device) + ")");
+  }
+
   KVSplitShape s;
   s.units = p.batch * p.num_kv_heads * row_blocks;
-  const int device = p.device.index;
   s.multiprocessors = multiprocessor_count(device);
   s.ctas_per_sm = 1;  // one CTA per SM saturates the memory (kv_cache_heuristics.hpp)
   // Keys a row block sees at most: the longest cache, or a two-sided window's span.
@@ -232,7 +254,7 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   l.num_splits = split.splits;
   l.rows_per_tile = tile.rows;
   l.block_k = block_n;
-  l.stages = kv_stages(d);
+  l.stages = stages;
   l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
   l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
              (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
@@ -252,8 +274,14 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
                                                           "the kernel, no gather), "
                                                         : "KV-cache decode kernel, ") +
              "4 warps x " + std::to_string(tile.row_warps) + " row warps / " + std::to_string(tile.key_warps) +
-             " key warps, " + std::to_string(kv_stages(d)) + "-stage cp.async ring of " + std::to_string(block_n) +
-             "-key tiles; GQA packing: " + packing + "; " + loads + "; " + split.reason;
+             " key warps, " + std::to_string(stages) + "-stage cp.async ring of " + std::to_string(block_n) +
+             "-key tiles" +
+             (stages != kv_stages(d) ? " (the " + std::to_string(kv_stages(d)) + "-stage ring's " +
+                                           std::to_string(kv_smem_bytes(tile, d, kv_stages(d))) +
+                                           " bytes exceed the device's opt-in " + std::to_string(smem_limit) +
+                                           " bytes per block)"
+                                     : std::string()) +
+             "; GQA packing: " + packing + "; " + loads + "; " + split.reason;
   return l;
 }
 
@@ -291,23 +319,25 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
                                           kv_lse_offset(launch.num_splits, p.batch, p.num_kv_heads, rows, p.head_dim));
   }
 
-  // Append first, on the same stream: the attention below reads the new tokens after they land.
+  // The append's grid size is checked here, before anything is enqueued.
   if (kp.seqlen_new > 0 && p.batch > 0 && p.num_kv_heads > 0) {
     const std::int64_t chunks = p.batch * kp.seqlen_new * p.num_kv_heads * (p.head_dim / 8);
     constexpr int kThreads = 256;
-    const std::int64_t blocks = (chunks + kThreads - 1) / kThreads;
-    if (blocks > kIntMax) {
+    if ((chunks + kThreads - 1) / kThreads > kIntMax) {
       throw Error(ErrorCode::unsupported, "cuda kv_cache: the append has too many 16-byte chunks (" + int_text(chunks) +
                                               ")");
     }
-    kv_cache_append_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(f);
-    check_launch("kv_cache_append_kernel");
   }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) return;
+  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) {
+    enqueue_append(f, stream);  // no attention: nothing else can fail
+    return;
+  }
+  // The append runs first on the same stream (the attention reads the new tokens after they
+  // land), enqueued by run_kv_cache after the attention's cudaFuncSetAttribute and checks.
   if (p.dtype == DType::bf16) {
-    run_for_dtype<__nv_bfloat16>(f, tile.rows, stages, stream);
+    run_for_dtype<__nv_bfloat16>(f, tile.rows, stages, enqueue_append, stream);
   } else {
-    run_for_dtype<__half>(f, tile.rows, stages, stream);
+    run_for_dtype<__half>(f, tile.rows, stages, enqueue_append, stream);
   }
 }
 

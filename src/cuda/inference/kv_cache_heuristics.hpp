@@ -79,9 +79,33 @@ constexpr int kv_smem_bytes(const KVRowTile& t, int head_dim, int stages) {
 // __launch_bounds__ minimum CTAs per SM (kv_cache_kernel.cuh): 2 up to 64 rows with the default
 // ring, 1 at 128 rows (two 16-row tiles per warp: ~230 registers) or with the deep ring.
 constexpr int kv_launch_ctas_per_sm(const KVRowTile& t, int stages) { return t.rows <= 64 && stages <= 3 ? 2 : 1; }
-// The rings a row tile has: the default, and the deep one for 16 rows.
+// The smaller ring (2 stages, 1 tile in flight while one is computed) for devices whose opt-in
+// shared memory per block is below the default ring's CTA: sm86 / sm89 / sm120 allow 101,376 B,
+// and d96 / d128 with the 3-stage ring need 102,400 B at 16 rows. 0: none (d256 has 2 already).
+constexpr int kv_reduced_stages(int head_dim) { return kv_stages(head_dim) > 2 ? 2 : 0; }
+// The rings a row tile has: the default, the reduced one, and the deep one for 16 rows.
 constexpr bool kv_stages_valid(const KVRowTile& t, int head_dim, int stages) {
-  return stages == kv_stages(head_dim) || (t.rows == 16 && stages != 0 && stages == kv_deep_stages(head_dim));
+  return stages == kv_stages(head_dim) || (stages != 0 && stages == kv_reduced_stages(head_dim)) ||
+         (t.rows == 16 && stages != 0 && stages == kv_deep_stages(head_dim));
+}
+// The ring kv_cache_plan takes on a device allowing smem_limit bytes per block (opt-in): the
+// default when its CTA fits, else the reduced one when that fits; 0 when neither does.
+constexpr int kv_stages_within(const KVRowTile& t, int head_dim, int smem_limit) {
+  if (kv_smem_bytes(t, head_dim, kv_stages(head_dim)) <= smem_limit) return kv_stages(head_dim);
+  const int reduced = kv_reduced_stages(head_dim);
+  if (reduced != 0 && kv_smem_bytes(t, head_dim, reduced) <= smem_limit) return reduced;
+  return 0;
+}
+// Why no ring of the row tile fits smem_limit bytes (kv_stages_within == 0), in words; empty
+// when one does. kv_cache_plan throws it, forward()'s router reports it and takes the 16-row
+// decode kernel instead (cuda_backend.cu: forward_plan).
+inline std::string kv_smem_decline_reason(const KVRowTile& t, int head_dim, int smem_limit) {
+  if (kv_stages_within(t, head_dim, smem_limit) != 0) return {};
+  const int smallest = kv_reduced_stages(head_dim) != 0 ? kv_reduced_stages(head_dim) : kv_stages(head_dim);
+  return "the KV-cache kernel's " + std::to_string(t.rows) + "-row tile at head_dim " + std::to_string(head_dim) +
+         " needs " + std::to_string(kv_smem_bytes(t, head_dim, smallest)) + " bytes of shared memory with its " +
+         std::to_string(smallest) + "-stage ring, over the device's opt-in limit of " + std::to_string(smem_limit) +
+         " bytes per block";
 }
 
 // Split partials (kv_cache_combine.cuh): oaccum (splits, batch, kv_heads, rows, head_dim) f32,

@@ -15,9 +15,10 @@
 
 namespace fastattn::cuda {
 
-// grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler.
+// grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler. The shared
+// memory attribute is set (and can fail) before before_attention enqueues anything.
 template <class T>
-void launch_kv_cache_attention(const KVCacheParams& p, cudaStream_t stream) {
+void launch_kv_cache_attention(const KVCacheParams& p, KVCacheBeforeAttention before_attention, cudaStream_t stream) {
   auto kernel = p.softcap > 0.0f ? kv_cache_attention_kernel<T, true> : kv_cache_attention_kernel<T, false>;
   const dim3 grid(static_cast<unsigned>(p.row_blocks) * static_cast<unsigned>(p.num_splits),
                   static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
@@ -27,33 +28,51 @@ void launch_kv_cache_attention(const KVCacheParams& p, cudaStream_t stream) {
                            std::to_string(p.num_splits) + " splits>";
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", name);
+  if (before_attention != nullptr) before_attention(p, stream);
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   check_launch(name);
 }
 
-template <typename Element, int kHeadDim>
-void run_kv_cache(const KVCacheParams& p, int rows_per_tile, int stages, cudaStream_t stream) {
-  if (p.batch == 0 || p.rows == 0 || p.num_kv_heads == 0) return;
+// The kRows-row tile with the ring `stages` (run_kv_cache checked it is one of the tile's).
+template <typename Element, int kHeadDim, int kRows>
+void launch_kv_cache_rows(const KVCacheParams& p, int stages, KVCacheBeforeAttention before_attention,
+                          cudaStream_t stream) {
   constexpr int kDeep = kv_deep_stages(kHeadDim);
-  if (stages != kv_stages(kHeadDim) && !(rows_per_tile == 16 && kDeep != 0 && stages == kDeep)) {
+  constexpr int kReduced = kv_reduced_stages(kHeadDim);
+  if constexpr (kRows == 16 && kDeep != 0) {
+    if (stages == kDeep) {
+      return launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(p, before_attention, stream);
+    }
+  }
+  if constexpr (kReduced != 0) {
+    if (stages == kReduced) {
+      return launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, kRows, kReduced>>(p, before_attention, stream);
+    }
+  }
+  launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, kRows>>(p, before_attention, stream);
+}
+
+template <typename Element, int kHeadDim>
+void run_kv_cache(const KVCacheParams& p, int rows_per_tile, int stages, KVCacheBeforeAttention before_attention,
+                  cudaStream_t stream) {
+  constexpr int kDeep = kv_deep_stages(kHeadDim);
+  constexpr int kReduced = kv_reduced_stages(kHeadDim);
+  if (stages != kv_stages(kHeadDim) && !(kReduced != 0 && stages == kReduced) &&
+      !(rows_per_tile == 16 && kDeep != 0 && stages == kDeep)) {
     throw Error(ErrorCode::internal, "kv_cache: no " + std::to_string(stages) + "-stage ring for " +
                                          std::to_string(rows_per_tile) + " rows at head_dim " + std::to_string(kHeadDim));
   }
+  if (p.batch == 0 || p.rows == 0 || p.num_kv_heads == 0) {
+    if (before_attention != nullptr) before_attention(p, stream);
+    return;
+  }
   switch (rows_per_tile) {
-    case 16:
-      if constexpr (kDeep != 0) {
-        if (stages == kDeep) {
-          launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(p, stream);
-          break;
-        }
-      }
-      launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16>>(p, stream);
-      break;
-    case 32: launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 32>>(p, stream); break;
-    case 64: launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 64>>(p, stream); break;
+    case 16: launch_kv_cache_rows<Element, kHeadDim, 16>(p, stages, before_attention, stream); break;
+    case 32: launch_kv_cache_rows<Element, kHeadDim, 32>(p, stages, before_attention, stream); break;
+    case 64: launch_kv_cache_rows<Element, kHeadDim, 64>(p, stages, before_attention, stream); break;
     case 128:
       if constexpr (kv_max_rows_per_tile(kHeadDim) >= 128) {
-        launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 128>>(p, stream);
+        launch_kv_cache_rows<Element, kHeadDim, 128>(p, stages, before_attention, stream);
         break;
       }
       [[fallthrough]];
