@@ -25,4 +25,21 @@ std::size_t view_bytes(const TensorView& t);
 
 std::string format_ms(std::chrono::milliseconds ms);
 
+// Runs `body`; a failure on this rank aborts `comm` so the peers fail fast instead of waiting
+// out the timeout, then rethrows. A device_error is a communication failure already seen by
+// the group, so it is rethrown without a second abort. `what` names the operation in the
+// abort message, e.g. "ring attention".
+template <typename Body>
+void with_abort_on_failure(Communicator& comm, const char* what, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::device_error) comm.abort(std::string(what) + " failed on this rank: " + e.what());
+    throw;
+  } catch (const std::exception& e) {
+    comm.abort(std::string(what) + " failed on this rank: " + e.what());
+    throw;
+  }
+}
+
 }  // namespace fastattn::distributed

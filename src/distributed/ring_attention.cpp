@@ -136,7 +136,7 @@ void run_ring(Communicator& comm, const RingOptions& o, Transfer transfer, Compu
   const int steps = comm.size();
   std::unique_ptr<CommThread> thread;
   if (o.overlap && steps > 1) thread = std::make_unique<CommThread>();
-  try {
+  with_abort_on_failure(comm, "ring attention", [&] {
     for (int s = 0; s < steps; ++s) {
       if (thread) {
         thread->submit([&transfer, s] { transfer(s); });
@@ -158,13 +158,7 @@ void run_ring(Communicator& comm, const RingOptions& o, Transfer transfer, Compu
       }
       after(s);
     }
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::device_error) comm.abort(std::string("ring attention failed on this rank: ") + e.what());
-    throw;
-  } catch (const std::exception& e) {
-    comm.abort(std::string("ring attention failed on this rank: ") + e.what());
-    throw;
-  }
+  });
 }
 
 }  // namespace

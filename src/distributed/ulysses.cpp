@@ -153,20 +153,6 @@ AttentionOptions full_options(const RingOptions& o, const Geometry& g) {
   return a;
 }
 
-// Runs `body`; a failure on this rank aborts the communicator so the peers fail fast.
-template <typename Body>
-void with_abort_on_failure(Communicator& comm, Body body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::device_error) comm.abort(std::string("Ulysses attention failed on this rank: ") + e.what());
-    throw;
-  } catch (const std::exception& e) {
-    comm.abort(std::string("Ulysses attention failed on this rank: ") + e.what());
-    throw;
-  }
-}
-
 }  // namespace
 
 RingReport ulysses_attention_forward(Communicator& comm, const SequenceShards& q_shards, const SequenceShards& kv_shards,
@@ -185,7 +171,7 @@ RingReport ulysses_attention_forward(Communicator& comm, const SequenceShards& q
   const TensorView flse_v = make_tensor(flse.data(), DType::f32, {g.batch, hb.q, sq});
   RingReport report;
   report.steps = 1;
-  with_abort_on_failure(comm, [&] {
+  with_abort_on_failure(comm, "Ulysses attention", [&] {
     tokens_to_heads(comm, q_shards, q, fq.view);
     tokens_to_heads(comm, kv_shards, k, fk.view);
     tokens_to_heads(comm, kv_shards, v, fv.view);
@@ -218,7 +204,7 @@ RingReport ulysses_attention_backward(Communicator& comm, const SequenceShards& 
   const TensorView flse_v = make_tensor(flse.data(), DType::f32, {g.batch, hb.q, sq});
   RingReport report;
   report.steps = 1;
-  with_abort_on_failure(comm, [&] {
+  with_abort_on_failure(comm, "Ulysses attention", [&] {
     tokens_to_heads(comm, q_shards, q, fq.view);
     tokens_to_heads(comm, q_shards, out, fo.view);
     tokens_to_heads(comm, q_shards, dout, fdo.view);
