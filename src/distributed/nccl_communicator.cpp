@@ -16,6 +16,7 @@
 #include <cstring>
 #include <thread>
 
+#include "cuda/common/cuda_device.hpp"
 #include "distributed/comm_common.hpp"
 
 namespace fastattn::distributed {
@@ -39,7 +40,9 @@ class NcclCommunicator final : public Communicator {
       : rank_(rank), size_(size), device_(device), options_(options) {
     // NVLS off unless the caller decided otherwise (overwrite = 0).
     setenv("NCCL_NVLS_ENABLE", "0", 0);
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    // The communicator's device is current while it is made (NCCL binds the communicator to the
+    // current device); the caller's device comes back when the constructor returns.
+    const cuda::DeviceGuard device_guard(device_);
     ncclUniqueId nid;
     static_assert(sizeof(nid.internal) == sizeof(id.bytes), "ncclUniqueId size");
     std::memcpy(nid.internal, id.bytes.data(), sizeof(nid.internal));

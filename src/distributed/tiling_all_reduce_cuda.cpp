@@ -12,7 +12,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
+
+#include "cuda/common/cuda_device.hpp"
+#include "cuda/common/device_scratch.hpp"
 
 #include "distributed/comm_common.hpp"
 #include "distributed/tiling_all_reduce_cuda.hpp"
@@ -87,7 +92,7 @@ TilingAllReduceReport tiled_all_reduce_cuda(Communicator& comm, const TensorView
   report.num_tiles = rows == 0 ? 0 : (rows + report.tile_rows - 1) / report.tile_rows;
   report.overlapped = options.overlap && report.num_tiles > 1;
   const cudaStream_t compute = static_cast<cudaStream_t>(options.cuda_stream);
-  check_cuda(cudaSetDevice(out.device.index), "cudaSetDevice");
+  const cuda::DeviceGuard device_guard(out.device.index);  // the caller's device comes back on return
   CommStreams comm_streams(report.num_tiles);
   const std::int64_t tile = report.tile_rows;
   try {
@@ -118,38 +123,57 @@ TilingAllReduceReport tiled_all_reduce_cuda(Communicator& comm, const TensorView
   return report;
 }
 
+// One cuBLASLt handle per device for the life of the process (never destroyed: destroying it
+// at exit could run after the CUDA runtime has been torn down).
+static cublasLtHandle_t lt_handle(int device) {
+  static std::mutex mutex;
+  static auto* handles = new std::unordered_map<int, cublasLtHandle_t>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = handles->find(device);
+  if (it != handles->end()) return it->second;
+  cublasLtHandle_t handle = nullptr;
+  check_lt(cublasLtCreate(&handle), "cublasLtCreate");
+  handles->emplace(device, handle);
+  return handle;
+}
+
 TilingAllReduceReport matmul_all_reduce_cuda(Communicator& comm, const TensorView& attn_out, const TensorView& w_o,
                                              const TensorView& out, const TilingAllReduceOptions& options) {
   const std::int64_t k = attn_out.shape[1], n = w_o.shape[1];
   const std::size_t elem = dtype_size(out.dtype);
   const cudaDataType_t type = lt_type(out.dtype);
   const cudaStream_t compute = static_cast<cudaStream_t>(options.cuda_stream);
-  check_cuda(cudaSetDevice(out.device.index), "cudaSetDevice");
+  const cuda::DeviceGuard device_guard(out.device.index);
 
   // Row-major out[M, N] = attn_out[M, K] @ w_o[K, N] is column-major out^T = w_o^T attn_out^T:
   // cuBLASLt's A = w_o as an (N x K, ld N) matrix, B = the tile of attn_out as (K x rows, ld K),
   // C = the tile of out as (N x rows, ld N). f32 accumulation.
+  // The cuBLASLt handle is made once per device and kept (a handle carries no stream state, so
+  // concurrent calls may share it); the descriptors are host objects, cheap to make per call.
+  // The workspace comes from fastattn's stream-ordered scratch pool on the compute stream, so
+  // the steady state makes no cudaMalloc and the GEMM tiles' use of it is stream-ordered.
   struct Lt {
-    cublasLtHandle_t handle = nullptr;
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatmulPreference_t preference = nullptr;
     void* workspace = nullptr;
+    cudaStream_t stream = nullptr;
     ~Lt() {
-      if (workspace) cudaFree(workspace);
+      if (workspace) (void)cudaFreeAsync(workspace, stream);
       if (preference) cublasLtMatmulPreferenceDestroy(preference);
       if (desc) cublasLtMatmulDescDestroy(desc);
-      if (handle) cublasLtDestroy(handle);
     }
   } lt;
+  lt.stream = compute;
+  const cublasLtHandle_t handle = lt_handle(out.device.index);
   constexpr std::size_t kWorkspaceBytes = 32u << 20;
-  check_lt(cublasLtCreate(&lt.handle), "cublasLtCreate");
   check_lt(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   check_lt(cublasLtMatmulPreferenceCreate(&lt.preference), "cublasLtMatmulPreferenceCreate");
   std::size_t workspace_bytes = kWorkspaceBytes;
   check_lt(cublasLtMatmulPreferenceSetAttribute(lt.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                 sizeof workspace_bytes),
            "cublasLtMatmulPreferenceSetAttribute");
-  check_cuda(cudaMalloc(&lt.workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  check_cuda(cudaMallocFromPoolAsync(&lt.workspace, kWorkspaceBytes, cuda::scratch_pool(out.device.index), compute),
+             "cudaMallocFromPoolAsync (cuBLASLt workspace)");
 
   auto gemm_tile = [&](std::int64_t row_begin, std::int64_t row_end) {
     const std::uint64_t rows = static_cast<std::uint64_t>(row_end - row_begin);
@@ -166,7 +190,7 @@ TilingAllReduceReport matmul_all_reduce_cuda(Communicator& comm, const TensorVie
     check_lt(cublasLtMatrixLayoutCreate(&c, type, static_cast<std::uint64_t>(n), rows, n), "cublasLtMatrixLayoutCreate");
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    check_lt(cublasLtMatmulAlgoGetHeuristic(lt.handle, lt.desc, a, b, c, c, lt.preference, 1, &heuristic, &found),
+    check_lt(cublasLtMatmulAlgoGetHeuristic(handle, lt.desc, a, b, c, c, lt.preference, 1, &heuristic, &found),
              "cublasLtMatmulAlgoGetHeuristic");
     if (found == 0)
       throw Error(ErrorCode::unsupported, "matmul_all_reduce: cuBLASLt has no algorithm for this tile (" + std::to_string(rows) + " x " +
@@ -174,7 +198,7 @@ TilingAllReduceReport matmul_all_reduce_cuda(Communicator& comm, const TensorVie
     const float alpha = 1.0f, beta = 0.0f;
     const auto* tile_in = static_cast<const std::uint8_t*>(attn_out.data) + static_cast<std::size_t>(row_begin * k) * elem;
     auto* tile_out = static_cast<std::uint8_t*>(out.data) + static_cast<std::size_t>(row_begin * n) * elem;
-    check_lt(cublasLtMatmul(lt.handle, lt.desc, &alpha, w_o.data, a, tile_in, b, &beta, tile_out, c, tile_out, c, &heuristic.algo,
+    check_lt(cublasLtMatmul(handle, lt.desc, &alpha, w_o.data, a, tile_in, b, &beta, tile_out, c, tile_out, c, &heuristic.algo,
                             lt.workspace, kWorkspaceBytes, compute),
              "cublasLtMatmul");
   };
