@@ -68,8 +68,10 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
                             static_cast<double>(num_heads) * static_cast<double>(head_dim);
   const double cpu_read = std::min(rates.cpu_attention, rates.host_read_during_dma);
   // Seconds per page of each part.
-  const double d = std::max(per_page(page_bytes, rates.gpu_hbm), per_page(page_flops, rates.gpu_attention_flops));
-  const double s = std::max(per_page(page_bytes, rates.pcie_h2d), per_page(page_flops, rates.gpu_attention_flops));
+  // A FLOP rate of 0 means "not measured": no compute bound (a byte rate of 0: that path is absent).
+  const double gpu_compute = rates.gpu_attention_flops > 0 ? page_flops / rates.gpu_attention_flops : 0.0;
+  const double d = std::max(per_page(page_bytes, rates.gpu_hbm), gpu_compute);
+  const double s = std::max(per_page(page_bytes, rates.pcie_h2d), gpu_compute);
   const double c = std::max(per_page(page_bytes, cpu_read),
                             rates.cpu_attention_flops > 0 ? page_flops / rates.cpu_attention_flops : 0.0);
   const std::int64_t H = host_pages;

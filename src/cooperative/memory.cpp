@@ -21,10 +21,12 @@ void* aligned_host(std::size_t bytes, const char* what) {
   return p;
 }
 
+#if !FASTATTN_HAVE_CUDA
 [[noreturn]] void no_cuda(const char* what) {
   throw Error(ErrorCode::unsupported,
               std::string(what) + ": expected config.device cpu (this build has no CUDA backend), got cuda");
 }
+#endif
 
 }  // namespace
 
