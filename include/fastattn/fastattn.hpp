@@ -4,6 +4,7 @@
 #include "fastattn/attention.hpp"
 #include "fastattn/environment.hpp"
 #include "fastattn/error.hpp"
+#include "fastattn/cooperative.hpp"
 #include "fastattn/kv_cache.hpp"
 #include "fastattn/memory.hpp"
 #include "fastattn/merge.hpp"

@@ -243,6 +243,18 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->add_option("--repeats", a.repeats, "Timed calls per row, at least")->capture_default_str();
   cmd->add_option("--min-time", a.min_time, "Seconds of timed calls per row, at least")
       ->capture_default_str();
+  cmd->add_flag("--cooperative", a.cooperative,
+                "Time the CPU-GPU cooperative step (docs/long-context.md): one sequence of --context tokens, "
+                "device pages up to --device-budget / --layers, the rest in pinned host memory");
+  cmd->add_option("--context", a.coop_context, "--cooperative: cached tokens")->capture_default_str();
+  cmd->add_option("--device-budget", a.coop_budget, "--cooperative: device memory of the KV cache of all layers (e.g. 16G)")
+      ->capture_default_str();
+  cmd->add_option("--layers", a.coop_layers, "--cooperative: layers sharing the budget (one is timed)")->capture_default_str();
+  cmd->add_option("--coop-page-size", a.coop_page_size, "--cooperative: tokens per page")->capture_default_str();
+  cmd->add_option("--strategies", a.coop_strategies,
+                  "--cooperative: auto, device, streamed, cpu (each part alone, auto's split), stream_all, cpu_all")
+      ->delimiter(',');
+  cmd->add_flag("--check", a.coop_check, "--cooperative: error vs float64, beside one single-device call");
   cmd->add_flag("--no-peaks", a.no_peaks, "Do not measure peaks (no % of peak column)");
   cmd->add_flag("--markdown", a.markdown, "Print the table as markdown");
   cmd->add_option("--json", a.json_path, "Write the results as JSON to this file");
@@ -286,6 +298,7 @@ int run_bench_on_cuda(BenchArgs a, std::vector<bool> masks, int argc, const char
 }
 
 int run_bench(BenchArgs a, int argc, const char* const* argv) {
+  if (a.cooperative) return run_cooperative_bench(a);
   std::vector<bool> masks = {a.causal};
   if (a.default_sweep) masks = {false, true};
   if (a.batch.empty()) a.batch = {1};

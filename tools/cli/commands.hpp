@@ -61,7 +61,17 @@ struct BenchArgs {
   bool warmup_given = false;
   bool repeats_given = false;
   bool min_time_given = false;
+  // --cooperative (bench_coop.cpp): the CPU-GPU cooperative step over a cache split between
+  // device and host memory (fastattn/cooperative.hpp, docs/long-context.md).
+  bool cooperative = false;
+  std::int64_t coop_context = 65536;        // cached tokens
+  std::string coop_budget = "16G";          // device budget of the whole model's KV cache
+  std::int64_t coop_layers = 1;             // the budget is shared by this many layers
+  std::int64_t coop_page_size = 256;
+  std::vector<std::string> coop_strategies;  // auto, device, streamed, cpu, stream_all, cpu_all
+  bool coop_check = false;                   // exactness vs float64 and one single-device call
 };
+int run_cooperative_bench(const BenchArgs& args);
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
 int run_bench(BenchArgs args, int argc, const char* const* argv);
 

@@ -1,0 +1,88 @@
+// cooperative_internal.hpp — what the cooperative step's files share: the memory operations of
+// the two tiers (CUDA or the CPU emulation), the step's plan (which pages go to which part, in
+// token order), and the f32 accumulation of partial results (merge_states' formula).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "fastattn/cooperative.hpp"
+
+namespace fastattn::coop {
+
+// ---- memory of the tiers (memory.cpp; CUDA in memory_cuda.cu) ---------------------------------
+// Device memory on `device` (CPU: 64-byte aligned host memory), pinned host memory when `device`
+// is CUDA (else aligned host memory). Throw Error(out_of_memory) naming `what` and the bytes.
+void* allocate_device(Device device, std::size_t bytes, const char* what);
+void free_device(Device device, void* p) noexcept;
+void* allocate_host(Device device, std::size_t bytes, const char* what);
+void free_host(Device device, void* p) noexcept;
+// Synchronous copy of `bytes` between any two of: host memory, `device` memory.
+void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes);
+
+#if FASTATTN_HAVE_CUDA
+void* cuda_allocate(int ordinal, std::size_t bytes, const char* what);
+void cuda_free(int ordinal, void* p) noexcept;
+void* cuda_allocate_pinned(std::size_t bytes, const char* what);
+void cuda_free_pinned(void* p) noexcept;
+void cuda_copy(int ordinal, void* dst, const void* src, std::size_t bytes);
+#endif
+
+// ---- the step's plan (step.cpp) ---------------------------------------------------------------
+// A run of pages of one part, in token order: tier-local page indices and the tokens they hold
+// (every page full except a sequence's last).
+struct PartPages {
+  std::vector<std::int32_t> local;  // indices into the tier's pool
+  std::int64_t tokens = 0;
+};
+struct StreamChunk {
+  std::vector<std::int32_t> local;  // host pool indices, copied in this order into staging
+  std::vector<std::int64_t> tokens; // tokens of each page
+  std::int64_t total = 0;
+};
+struct StepPlan {
+  CooperativeSplit split;
+  PartPages device;                  // part 1
+  std::vector<StreamChunk> chunks;   // part 2, chunk i through staging buffer i % 2
+  PartPages cpu;                     // part 3
+  std::int64_t seqlen_q = 0, num_heads = 0, head_dim = 0, num_kv_heads = 0;
+  bool run_device = true, run_streamed = true, run_cpu = true;
+};
+StepPlan make_step_plan(const TensorView& q, const CooperativeKVCache& cache, std::int64_t seq,
+                        const CooperativeOptions& options);
+
+// ---- partial results --------------------------------------------------------------------------
+// acc (f32 [rows, head_dim]), acc_lse (f32 [rows]) += the partial (out [rows, head_dim] in
+// `dtype`, lse [rows]), rows = seqlen_q x num_heads with out in [seqlen_q, num_heads, head_dim]
+// order and lse in [num_heads, seqlen_q] order (forward()'s layouts), by merge_states' formula:
+//   m = max(lse_a, lse_b); lse = m + log(exp(lse_a - m) + exp(lse_b - m));
+//   acc = acc * exp(lse_a - lse) + out * exp(lse_b - lse); -inf sides contribute nothing.
+void accumulate_partial_cpu(float* acc, float* acc_lse, const void* out, DType dtype, const float* lse,
+                            std::int64_t seqlen_q, std::int64_t num_heads, std::int64_t head_dim);
+// out (dtype, [seqlen_q, num_heads, head_dim] with q-like strides) = acc rounded once; lse = acc_lse.
+void finish_partials_cpu(const float* acc, const float* acc_lse, const TensorView& out,
+                         const TensorView* lse, std::int64_t seqlen_q, std::int64_t num_heads,
+                         std::int64_t head_dim);
+
+// Attention of q over `pages` of a paged host pool into out_part [1, seqlen_q, heads, d] (q's
+// dtype) and lse_part f32 [1, heads, seqlen_q], with the CPU kernels (step_cpu.cpp): part 3.
+void run_paged_part_cpu(const TensorView& q, const TensorView& pool_k, const TensorView& pool_v,
+                        const PartPages& pages, void* out_part, float* lse_part, const CooperativeOptions& options);
+
+// The emulated step (step_cpu.cpp) and the CUDA step (step_cuda.cu).
+void run_step_cpu(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache,
+                  const TensorView& out, const TensorView* lse, const CooperativeNewKV* new_kv,
+                  const CooperativeOptions& options);
+#if FASTATTN_HAVE_CUDA
+void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache,
+                   const TensorView& out, const TensorView* lse, const CooperativeNewKV* new_kv,
+                   const CooperativeOptions& options);
+CooperativeRates measure_rates_cuda(int ordinal, int cpu_threads);
+#endif
+// rates.cpp: the CPU's rates (K+V bytes/s of decode, FLOP/s of a 512-query call) and a host
+// read of `bytes` from `data` on `threads` threads (bytes/s).
+void measure_cpu_rates(int cpu_threads, CooperativeRates& rates);
+double measure_host_read(const void* data, std::size_t bytes, int threads);
+
+}  // namespace fastattn::coop
