@@ -270,8 +270,11 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   std::vector<Declined> cases;
   cases.push_back({hopper(128), "not sm90"});
   cases.back().shape.device_path_sm90 = false;
-  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=1"});
+  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=1"});  // off by default (kSm90BackwardDefault)
   cases.back().shape.opted_in = false;
+  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=0 forces the sm80 backward"});
+  cases.back().shape.opted_in = false;
+  cases.back().shape.switch_by_env = true;
   cases.push_back({hopper(96), "no sm90 backward for head_dim 96"});
   cases.push_back({hopper(256), "no sm90 backward for head_dim 256"});
   cases.push_back({hopper(128), "varlen"});
@@ -289,11 +292,18 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
 TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   {
     const ScopedEnv unset("FASTATTN_CUDA_BWD_SM90", std::nullopt);
-    EXPECT_FALSE(cuda::sm90_backward_opted_in());  // the default in this branch: sm80
+    EXPECT_EQ(cuda::sm90_backward_opted_in(), cuda::kSm90BackwardDefault == cuda::Sm90BackwardDefault::sm90);
+    EXPECT_FALSE(cuda::sm90_backward_switch().by_env);
   }
   {
     const ScopedEnv on("FASTATTN_CUDA_BWD_SM90", std::string("1"));
     EXPECT_TRUE(cuda::sm90_backward_opted_in());
+    EXPECT_TRUE(cuda::sm90_backward_switch().by_env);
+  }
+  {
+    const ScopedEnv off("FASTATTN_CUDA_BWD_SM90", std::string("0"));
+    EXPECT_FALSE(cuda::sm90_backward_opted_in());
+    EXPECT_TRUE(cuda::sm90_backward_switch().by_env);
   }
   {
     const ScopedEnv bad("FASTATTN_CUDA_BWD_SM90", std::string("yes"));

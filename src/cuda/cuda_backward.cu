@@ -163,7 +163,9 @@ Sm90BackwardChoice sm90_backward_choice(const AttentionProblem& p) {
   Sm90BackwardShape s;
   s.device_path_sm90 = forward_path(p.device.index) == ForwardPath::sm90;
   if (!s.device_path_sm90) return choose_sm90_backward(s);
-  s.opted_in = sm90_backward_opted_in();
+  const Sm90BackwardSwitch on = sm90_backward_switch();
+  s.opted_in = on.on;
+  s.switch_by_env = on.by_env;
   s.head_dim = p.head_dim;
   s.batch = p.batch;
   s.num_heads = p.num_heads;

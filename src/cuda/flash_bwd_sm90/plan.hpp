@@ -4,9 +4,9 @@
 // kernel's constants from these values.
 //
 // GPU tests pass on the H200 (tests/gpu_sm90_backward_test.cpp, 6/6, 2026-12-01:
-// bench/results/nvidia-h200-final-2026-12-01), speed not measured yet, opt-in: through
-// FASTATTN_CUDA_BWD_SM90=1 until the issue-16 bars are measured on the H200
-// (tools/dev/gpu-sm90-bwd.sh); without it an sm90 device runs the sm80 backward.
+// bench/results/nvidia-h200-final-2026-12-01), speed not measured yet. Which backward an sm90
+// device runs by default is kSm90BackwardDefault below (sm80 until the issue-16 bars are
+// measured on the H200 by tools/dev/gpu-sm90-bwd.sh); FASTATTN_CUDA_BWD_SM90=1|0 overrides it.
 #pragma once
 
 #include <cstddef>
@@ -63,10 +63,25 @@ inline Sm90DqReduction sm90_dq_reduction() {
                                                                        : Sm90DqReduction::atomic;
 }
 
-// FASTATTN_CUDA_BWD_SM90=1 opts into the sm90 backward on an sm90 device; unset or 0: the sm80
-// backward (the default while the kernel's speed is not measured).
+// The backward an sm90 device runs when FASTATTN_CUDA_BWD_SM90 is unset: the one value that
+// changes once tools/dev/gpu-sm90-bwd.sh has measured the sm90 backward against the sm80 one
+// and cuDNN on the H200 in one job (its summary: sm90_bwd_summary.json). The reasons below
+// follow it.
+enum class Sm90BackwardDefault { sm80, sm90 };
+constexpr Sm90BackwardDefault kSm90BackwardDefault = Sm90BackwardDefault::sm80;
+
+// FASTATTN_CUDA_BWD_SM90: 1 the sm90 backward, 0 the sm80 backward, unset: kSm90BackwardDefault.
+// `by_env` says whether the variable decided (for the reason text).
 constexpr const char* kSm90BwdEnv = "FASTATTN_CUDA_BWD_SM90";
-inline bool sm90_backward_opted_in() { return env_switch(EnvVar::cuda_bwd_sm90, "1", "0", false); }
+struct Sm90BackwardSwitch {
+  bool on = false;
+  bool by_env = false;
+};
+inline Sm90BackwardSwitch sm90_backward_switch() {
+  const bool by_env = env_value(EnvVar::cuda_bwd_sm90) != nullptr;
+  return {env_switch(EnvVar::cuda_bwd_sm90, "1", "0", kSm90BackwardDefault == Sm90BackwardDefault::sm90), by_env};
+}
+inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 
 // The order of the CTAs' tiles (tile_scheduler.hpp): key blocks seen by many query blocks
 // first. right-bounded masks (causal): low key blocks see the most queries; left-bounded only:
@@ -84,7 +99,8 @@ constexpr Sm90TileOrder sm90_tile_order(std::int64_t window_left, std::int64_t w
 // What the choice depends on.
 struct Sm90BackwardShape {
   bool device_path_sm90 = false;  // the device's forward path is sm90 (forward_path.hpp)
-  bool opted_in = false;          // FASTATTN_CUDA_BWD_SM90=1
+  bool opted_in = false;          // sm90_backward_switch().on (FASTATTN_CUDA_BWD_SM90 or the default)
+  bool switch_by_env = false;     // FASTATTN_CUDA_BWD_SM90 is set (else kSm90BackwardDefault decided)
   std::int64_t head_dim = 0;
   std::int64_t batch = 0, num_heads = 0, num_kv_heads = 0;
   std::int64_t seqlen_q = 0, seqlen_k = 0;
@@ -102,7 +118,9 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
   auto sm80 = [](std::string why) { return Sm90BackwardChoice{false, std::move(why)}; };
   if (!s.device_path_sm90) return sm80("the device's path is not sm90");
   if (!s.opted_in) {
-    return sm80(std::string("the sm90 backward is opt-in until verified on a GPU (") + kSm90BwdEnv + "=1)");
+    if (s.switch_by_env) return sm80(std::string(kSm90BwdEnv) + "=0 forces the sm80 backward");
+    return sm80(std::string("the sm90 backward is opt-in until its speed is measured on the H200 (") + kSm90BwdEnv +
+                "=1)");
   }
   if (!sm90_backward_has_head_dim(s.head_dim)) {
     return sm80("no sm90 backward for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64 and 128)");
@@ -148,14 +166,19 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
 }
 
 // The sm90 plan in words, for KernelChoice::reason.
-inline std::string describe_backward_sm90(const BackwardPlan& plan, bool deterministic) {
+inline std::string describe_backward_sm90(const BackwardPlan& plan, bool deterministic,
+                                          bool switch_by_env = sm90_backward_switch().by_env) {
   const char* order = plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_ascending)
                           ? "longest first (low key blocks first)"
                       : plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_descending)
                           ? "longest first (high key blocks first)"
                           : "(batch, KV head)-major";
-  return std::string("sm90 path (Hopper, opted in by ") + kSm90BwdEnv +
-         "=1; GPU tests pass on the H200, speed not measured yet, opt-in): K/V-stationary CTAs of " + std::to_string(plan.blocks.block_n) +
+  const std::string chosen = switch_by_env ? std::string("chosen by ") + kSm90BwdEnv + "=1"
+                             : kSm90BackwardDefault == Sm90BackwardDefault::sm90
+                                 ? std::string("the default on sm90 devices; ") + kSm90BwdEnv + "=0 runs the sm80 one"
+                                 : std::string("opt-in");
+  return std::string("sm90 path (Hopper, ") + chosen + "; GPU tests pass on the H200): K/V-stationary CTAs of " +
+         std::to_string(plan.blocks.block_n) +
          " keys, dK/dV in registers of 2 MMA warpgroups (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
          std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
          std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
