@@ -314,10 +314,14 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 4096, -1, 0, false).sm90_dq, 1);
   }
   {
+    const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
+    EXPECT_EQ(cuda::sm90_dq_reduction(), cuda::kSm90DqDefault);
+  }
+  {
     const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_DQ", std::string("tma"));
     expect_error([] { (void)cuda::sm90_dq_reduction(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
   }
-  const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
+  const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
   for (int d : {64, 128}) {
     const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, 1000, -1, 0, false);
     EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);

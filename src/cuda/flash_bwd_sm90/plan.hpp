@@ -54,13 +54,16 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 //   atomic  each MMA thread adds its accumulator registers with red.global.add.v2.f32;
 //   bulk    the MMA warpgroups stage the tile in shared memory and one warp of the producer
 //           warpgroup adds it row by row with cp.reduce.async.bulk (the TMA unit's reduce-add).
-// FASTATTN_CUDA_SM90_BWD_DQ=atomic|bulk; atomic when unset. The issue asks for both measured
-// and the faster kept.
+// FASTATTN_CUDA_SM90_BWD_DQ=atomic|bulk; kSm90DqDefault when unset. The issue asks for both
+// measured and the faster kept: kSm90DqDefault is the one value to change after
+// tools/dev/gpu-sm90-bwd.sh (sm90_bwd_summary.json: sm90-atomic against sm90-bulk).
 enum class Sm90DqReduction { atomic, bulk };
+constexpr Sm90DqReduction kSm90DqDefault = Sm90DqReduction::atomic;
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
 inline Sm90DqReduction sm90_dq_reduction() {
-  return env_switch(EnvVar::cuda_sm90_bwd_dq, "bulk", "atomic", false) ? Sm90DqReduction::bulk
-                                                                       : Sm90DqReduction::atomic;
+  return env_switch(EnvVar::cuda_sm90_bwd_dq, "bulk", "atomic", kSm90DqDefault == Sm90DqReduction::bulk)
+             ? Sm90DqReduction::bulk
+             : Sm90DqReduction::atomic;
 }
 
 // The backward an sm90 device runs when FASTATTN_CUDA_BWD_SM90 is unset: the one value that
