@@ -180,8 +180,9 @@ Sm90BackwardChoice sm90_backward_choice(const AttentionProblem& p) {
 BackwardPlan backward_plan(const AttentionProblem& p) {
   const Sm90BackwardChoice sm90 = sm90_backward_choice(p);
   if (sm90.sm90) {
-    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, p.seqlen_q, p.window_left, p.window_right,
-                              p.deterministic);
+    const Sm90MaskShape mask{p.window_left, p.window_right, p.alignment == MaskAlignment::bottom_right, p.seqlen_q,
+                             p.seqlen_k};
+    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, mask, p.deterministic);
   }
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
   const int sms = multiprocessor_count(p.device.index);

@@ -86,16 +86,42 @@ inline Sm90BackwardSwitch sm90_backward_switch() {
 }
 inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 
-// The order of the CTAs' tiles (tile_scheduler.hpp): key blocks seen by many query blocks
-// first. right-bounded masks (causal): low key blocks see the most queries; left-bounded only:
-// high ones; otherwise all (but the edges) see the same number and the (batch, head)-major
-// order keeps one head's Q and dO hot in L2 for its key blocks. Deterministic mode needs key
-// blocks in ascending order within a (batch, KV head) (its semaphores let a key block add its
-// dQ only after the lower ones, kernel.cuh), so it never takes the descending order.
+// The order of the CTAs' tiles (tile_scheduler.hpp): longest first. A key block's work is the
+// number of query rows that see one of its keys (times the group size, the same for all); under
+// a band mask it rises, stays flat, then falls with the key block index (the query interval
+// [k0 - offset - right, k1 - 1 - offset + left] clamped to [0, seqlen_q)). Right-bounded masks
+// (causal, either alignment, any seqlen_q / seqlen_k): non-increasing, so ascending key blocks
+// is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
+// the end whose clamp cuts less goes first. Where the first and last key block weigh the same
+// (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
+// for its key blocks. Deterministic mode needs key blocks in ascending order within a (batch,
+// KV head) (its semaphores let a key block add its dQ only after the lower ones, kernel.cuh),
+// so it never takes the descending order.
 enum class Sm90TileOrder : int { head_major = 0, key_block_ascending = 1, key_block_descending = 2 };
-constexpr Sm90TileOrder sm90_tile_order(std::int64_t window_left, std::int64_t window_right, bool deterministic) {
-  if (window_right >= 0 && window_left < 0) return Sm90TileOrder::key_block_ascending;
-  if (window_left >= 0 && window_right < 0 && !deterministic) return Sm90TileOrder::key_block_descending;
+
+// Query rows that see a key of key block n (tile_scheduler.hpp's sm90_query_blocks in rows;
+// the CPU test checks the two agree). window_left / window_right < 0: unbounded.
+struct Sm90MaskShape {
+  std::int64_t window_left = -1, window_right = -1;
+  bool bottom_right = true;
+  std::int64_t seqlen_q = 0, seqlen_k = 0;
+};
+constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t n, std::int64_t block_n) {
+  const std::int64_t offset = m.bottom_right ? m.seqlen_k - m.seqlen_q : 0;
+  const std::int64_t k0 = n * block_n, k1 = k0 + block_n < m.seqlen_k ? k0 + block_n : m.seqlen_k;
+  if (k0 >= k1) return 0;
+  // Compared as window < bound, so that windows near INT64_MAX (unbounded in effect) cannot overflow.
+  std::int64_t q_begin = 0, q_end = m.seqlen_q;
+  if (m.window_right >= 0 && m.window_right < k0 - offset) q_begin = k0 - offset - m.window_right;
+  if (m.window_left >= 0 && m.window_left < q_end - k1 + offset) q_end = k1 - offset + m.window_left;
+  return q_end > q_begin ? q_end - q_begin : 0;
+}
+constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic) {
+  const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
+  if (n_blocks <= 1) return Sm90TileOrder::head_major;
+  const std::int64_t first = sm90_key_block_rows(m, 0, block_n), last = sm90_key_block_rows(m, n_blocks - 1, block_n);
+  if (first > last) return Sm90TileOrder::key_block_ascending;
+  if (last > first && !deterministic) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
 }
 
@@ -148,15 +174,15 @@ inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
 // with semaphores instead of splitting into buffers), then in deterministic mode one int
 // semaphore per (batch, head, query block), zeroed with the accumulator.
 inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
-                                       std::int64_t seqlen_q, std::int64_t window_left, std::int64_t window_right,
-                                       bool deterministic) {
+                                       const Sm90MaskShape& mask, bool deterministic) {
+  const std::int64_t seqlen_q = mask.seqlen_q;
   const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
   BackwardPlan plan;
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
   plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk ? 1 : 0;
-  plan.sm90_tile_order = static_cast<int>(sm90_tile_order(window_left, window_right, deterministic));
+  plan.sm90_tile_order = static_cast<int>(sm90_tile_order(mask, b.block_n, deterministic));
   const std::int64_t total_q = batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
   plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
