@@ -365,6 +365,18 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 4096, 4096}, false).sm90_dq, 1);
   }
   {
+    const cuda::Sm90MaskShape causal{-1, 0, true, 4096, 4096};
+    const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_ORDER", std::nullopt);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::key_block_ascending));
+    const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::head_major));
+    const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("random"));
+    expect_error([&] { (void)cuda::plan_backward_sm90(128, 2, 16, causal, false); }, ErrorCode::invalid_argument,
+                 "FASTATTN_CUDA_SM90_BWD_ORDER");
+  }
+  {
     const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
     EXPECT_EQ(cuda::sm90_dq_reduction(), cuda::kSm90DqDefault);
   }

@@ -21,9 +21,10 @@
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
 #             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
-#             with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk) and the sm80
-#             backward (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same
-#             job; rows in bench.jsonl
+#             with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), without longest
+#             first (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
+#             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
+#             in bench.jsonl
 #   det       deterministic backward (sm90): dq/dk/dv bitwise equal over 10 runs, its speed
 #             against the default backward (det.jsonl)
 #   mem       b1 h16 d128 causal backward at seqlen 32k/64k/128k: tensors + scratch bytes per
@@ -134,9 +135,12 @@ fi
 # Timing (cuda_bench and sdpa_anchor.py alike): 3 warm-up calls, >= 20 timed calls between CUDA
 # events (fewer, >= 5, where 20 would take over 1 s), the median.
 timing="--warmup 3 --repeats 20 --max-seconds 1"
-variants="sm90-atomic:FASTATTN_CUDA_BWD_SM90=1+FASTATTN_CUDA_SM90_BWD_DQ=atomic"
-variants+=",sm90-bulk:FASTATTN_CUDA_BWD_SM90=1+FASTATTN_CUDA_SM90_BWD_DQ=bulk"
-variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0"
+# Every variant sets every switch (a variant's settings stay for the next one in the process).
+sm90="FASTATTN_CUDA_BWD_SM90=1"
+variants="sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+variants+=",sm90-headmajor:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=head_major"
+variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 if has bench; then
   # One process per mode: each shape's tensors filled once, its three backward variants timed
   # one after the other on them (cuda_bench --variants); then the anchors.

@@ -19,7 +19,11 @@ import math
 import sys
 from pathlib import Path
 
-VARIANTS = ("sm90-atomic", "sm90-bulk", "sm80-bwd")
+VARIANTS = ("sm90-atomic", "sm90-bulk", "sm90-headmajor", "sm80-bwd")
+# A/B pairs of the sm90 backward's elements: (name, variant B, variant A, rows): A's speed over B's.
+AB = (("bulk dQ vs atomic dQ", "sm90-atomic", "sm90-bulk", lambda k: True),
+      ("longest first vs (batch, head)-major, causal rows", "sm90-headmajor", "sm90-atomic", lambda k: k[5]),
+      ("sm90 backward (atomic) vs sm80 backward", "sm80-bwd", "sm90-atomic", lambda k: True))
 ANCHORS = ("cudnn", "flash")
 
 
@@ -99,6 +103,17 @@ def main():
             summary["bars"][who] = {
                 "fwdbwd": None if not fb else fb["geomean"] >= 1.05 and fb["min"] >= 0.97,
                 "bwd": None if not b else b["geomean"] >= 1.05}
+
+    summary["ab"] = {}
+    for name, b, a, keep in AB:
+        for pass_ in ("bwd", "fwdbwd"):
+            rs = [table[k][b] / table[k][a] for k in table if k[6] == pass_ and keep(k) and table[k].get(a)
+                  and table[k].get(b)]
+            if rs:
+                summary["ab"][f"{name}, {pass_}"] = {"rows": len(rs), "geomean": geomean(rs), "min": min(rs),
+                                                     "max": max(rs)}
+                print(f"A/B {name}, {pass_}: speed ratio geomean {geomean(rs):.3f} (min {min(rs):.3f}, "
+                      f"max {max(rs):.3f}, {len(rs)} rows)")
 
     det = [r for r in rows(out / "det.jsonl") if r.get("mode") == "determinism" and r.get("kind") != "device"]
     det_ok = [r for r in det if "slowdown" in r]

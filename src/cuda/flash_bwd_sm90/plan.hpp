@@ -116,6 +116,13 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
   if (m.window_left >= 0 && m.window_left < q_end - k1 + offset) q_end = k1 - offset + m.window_left;
   return q_end > q_begin ? q_end - q_begin : 0;
 }
+// FASTATTN_CUDA_SM90_BWD_ORDER=head_major turns longest first off ((batch, KV head)-major for
+// every call: the A/B measurement of the order; safe in deterministic mode, key blocks stay
+// ascending within a head); longest_first or unset: the order below.
+constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
+inline bool sm90_longest_first() {
+  return !env_switch(EnvVar::cuda_sm90_bwd_order, "head_major", "longest_first", false);
+}
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic) {
   const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
   if (n_blocks <= 1) return Sm90TileOrder::head_major;
@@ -182,7 +189,8 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
   plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk ? 1 : 0;
-  plan.sm90_tile_order = static_cast<int>(sm90_tile_order(mask, b.block_n, deterministic));
+  plan.sm90_tile_order = static_cast<int>(sm90_longest_first() ? sm90_tile_order(mask, b.block_n, deterministic)
+                                                                : Sm90TileOrder::head_major);
   const std::int64_t total_q = batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
   plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
