@@ -6,8 +6,12 @@
 # Carried binaries (the lead's final call; ~4 min):
 #   here:   bash tools/dev/build-carry.sh 2      # build/carry: fastattn, fastattn_cuda_bench,
 #                                                #   fastattn_gpu_tests, fastattn_tests (sm_90, d 64;128)
+#           these stages need only fastattn_cuda_bench and fastattn_gpu_tests (fastattn: its
+#           `info` line if present; fastattn_tests: stage tests only)
 #   device: carry ["build/carry", ...]; command
 #           BIN_DIR=build/carry STAGES="newtests bench det mem" BUDGET_S=240 bash tools/dev/gpu-sm90-bwd.sh
+#   Expected: newtests ~60 s, bench ~60 s (fastattn) + ~45 s (SDPA), det ~15 s, mem ~25 s; a
+#   step that would pass BUDGET_S is cut or skipped, in this order of priority.
 # Built on the device (two calls, the build directory stays on the warm machine):
 #   carry ["build/carry-bwd90", "build/debs"]; command
 #   cd build/carry-bwd90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90-bwd.sh
@@ -116,7 +120,7 @@ if has sass; then
   } > "$out/sass.txt" 2>&1
   head -30 "$out/sass.txt"
 fi
-"$cli" info --no-peaks 2>&1 | grep -iE "path|device|arch" | head -8
+[ -x "$cli" ] && "$cli" info --no-peaks 2>&1 | grep -iE "path|device|arch" | head -8
 export FASTATTN_CUDA_BWD_SM90=1
 if has tests; then
   run tests 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
