@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -181,13 +182,29 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
     }
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * kv_heads * batch));
   }
-  // Causal (right-bounded): low key blocks see the most queries, first. Deterministic mode keeps
-  // key blocks ascending within a (batch, KV head) in every order it takes.
-  EXPECT_EQ(cuda::sm90_tile_order(-1, 0, false), Sm90TileOrder::key_block_ascending);
-  EXPECT_EQ(cuda::sm90_tile_order(-1, -1, false), Sm90TileOrder::head_major);
-  EXPECT_EQ(cuda::sm90_tile_order(100, -1, false), Sm90TileOrder::key_block_descending);
-  EXPECT_EQ(cuda::sm90_tile_order(100, -1, true), Sm90TileOrder::head_major);
-  EXPECT_EQ(cuda::sm90_tile_order(100, 5, true), Sm90TileOrder::head_major);
+  // Causal (right-bounded): low key blocks see the most queries, first, in both alignments and
+  // with seqlen_q != seqlen_k. Deterministic mode keeps key blocks ascending within a (batch,
+  // KV head) in every order it takes.
+  auto order = [](std::int64_t left, std::int64_t right, bool bottom_right, std::int64_t sq, std::int64_t sk,
+                  bool deterministic) {
+    return cuda::sm90_tile_order(cuda::Sm90MaskShape{left, right, bottom_right, sq, sk}, 128, deterministic);
+  };
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, false), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, true, 8192, 1000, false), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, false, 1000, 8192, false), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, -1, true, 4096, 4096, false), Sm90TileOrder::head_major);
+  EXPECT_EQ(order(-1, 0, true, 100, 100, false), Sm90TileOrder::head_major);  // one key block
+  EXPECT_EQ(order(100, -1, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
+  EXPECT_EQ(order(100, -1, true, 4096, 4096, true), Sm90TileOrder::head_major);
+  // Sliding window (causal with a left bound): the last key blocks lose their window's tail.
+  EXPECT_EQ(order(1024, 0, true, 4096, 4096, false), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(100, 5, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(5, 100, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
+  EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::head_major);
+  // Windows near INT64_MAX (unbounded in effect) do not overflow.
+  EXPECT_EQ(order(std::numeric_limits<std::int64_t>::max(), 0, true, 4096, 4096, false),
+            Sm90TileOrder::key_block_ascending);
 }
 
 // The query-block range of a key block is exactly the blocks with a visible (query, key) pair,
@@ -227,6 +244,40 @@ TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
       const int first = cuda::sm90_first_key_block(mask, m, kBM, kBN);
       for (std::size_t rank = 0; rank < seers[m].size(); ++rank) {
         EXPECT_EQ(seers[m][rank], first + static_cast<int>(rank)) << "trial " << trial << " m " << m;
+      }
+    }
+    // The plan's rows per key block are the rows of the range above; the order it takes puts
+    // the heavier end first, and for one-sided masks the work never rises along it.
+    const cuda::Sm90MaskShape shape{mask.left, mask.right, bottom_right, len_q, len_k};
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(n_blocks));
+    for (int n = 0; n < n_blocks; ++n) {
+      rows[static_cast<std::size_t>(n)] = cuda::sm90_key_block_rows(shape, n, kBN);
+      std::int64_t brute = 0;
+      for (int i = 0; i < len_q; ++i) {
+        bool sees = false;
+        for (int j = n * kBN; j < std::min(len_k, (n + 1) * kBN) && !sees; ++j) sees = mask.visible(i, j);
+        brute += sees ? 1 : 0;
+      }
+      EXPECT_EQ(rows[static_cast<std::size_t>(n)], brute) << "trial " << trial << " n " << n;
+    }
+    for (const bool deterministic : {false, true}) {
+      const Sm90TileOrder o = cuda::sm90_tile_order(shape, kBN, deterministic);
+      const std::int64_t first = rows.front(), last = rows.back();
+      if (o == Sm90TileOrder::key_block_ascending) {
+        EXPECT_GT(first, last) << "trial " << trial;
+      }
+      if (o == Sm90TileOrder::key_block_descending) {
+        EXPECT_GT(last, first) << "trial " << trial;
+      }
+      if (deterministic) {
+        EXPECT_NE(o, Sm90TileOrder::key_block_descending);
+      }
+      if (o != Sm90TileOrder::head_major && (mask.left < 0 || mask.right < 0)) {
+        for (int n = 1; n < n_blocks; ++n) {
+          const std::int64_t earlier = rows[static_cast<std::size_t>(o == Sm90TileOrder::key_block_ascending ? n - 1 : n)];
+          const std::int64_t later = rows[static_cast<std::size_t>(o == Sm90TileOrder::key_block_ascending ? n : n - 1)];
+          EXPECT_GE(earlier, later) << "trial " << trial << " n " << n;
+        }
       }
     }
     // A CTA's steps (GQA group of 3): every (head, query block) of its range once.
@@ -270,8 +321,11 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   std::vector<Declined> cases;
   cases.push_back({hopper(128), "not sm90"});
   cases.back().shape.device_path_sm90 = false;
-  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=1"});
+  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=1"});  // off by default (kSm90BackwardDefault)
   cases.back().shape.opted_in = false;
+  cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=0 forces the sm80 backward"});
+  cases.back().shape.opted_in = false;
+  cases.back().shape.switch_by_env = true;
   cases.push_back({hopper(96), "no sm90 backward for head_dim 96"});
   cases.push_back({hopper(256), "no sm90 backward for head_dim 256"});
   cases.push_back({hopper(128), "varlen"});
@@ -289,11 +343,18 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
 TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   {
     const ScopedEnv unset("FASTATTN_CUDA_BWD_SM90", std::nullopt);
-    EXPECT_FALSE(cuda::sm90_backward_opted_in());  // the default in this branch: sm80
+    EXPECT_EQ(cuda::sm90_backward_opted_in(), cuda::kSm90BackwardDefault == cuda::Sm90BackwardDefault::sm90);
+    EXPECT_FALSE(cuda::sm90_backward_switch().by_env);
   }
   {
     const ScopedEnv on("FASTATTN_CUDA_BWD_SM90", std::string("1"));
     EXPECT_TRUE(cuda::sm90_backward_opted_in());
+    EXPECT_TRUE(cuda::sm90_backward_switch().by_env);
+  }
+  {
+    const ScopedEnv off("FASTATTN_CUDA_BWD_SM90", std::string("0"));
+    EXPECT_FALSE(cuda::sm90_backward_opted_in());
+    EXPECT_TRUE(cuda::sm90_backward_switch().by_env);
   }
   {
     const ScopedEnv bad("FASTATTN_CUDA_BWD_SM90", std::string("yes"));
@@ -301,22 +362,38 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   }
   {
     const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 4096, -1, 0, false).sm90_dq, 1);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 4096, 4096}, false).sm90_dq, 1);
+  }
+  {
+    const cuda::Sm90MaskShape causal{-1, 0, true, 4096, 4096};
+    const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_ORDER", std::nullopt);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::key_block_ascending));
+    const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::head_major));
+    const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("random"));
+    expect_error([&] { (void)cuda::plan_backward_sm90(128, 2, 16, causal, false); }, ErrorCode::invalid_argument,
+                 "FASTATTN_CUDA_SM90_BWD_ORDER");
+  }
+  {
+    const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
+    EXPECT_EQ(cuda::sm90_dq_reduction(), cuda::kSm90DqDefault);
   }
   {
     const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_DQ", std::string("tma"));
     expect_error([] { (void)cuda::sm90_dq_reduction(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
   }
-  const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
+  const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
   for (int d : {64, 128}) {
-    const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, 1000, -1, 0, false);
+    const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
     EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);
     EXPECT_EQ(plain.sm90_dq, 0);
     EXPECT_EQ(plain.num_splits, 1);
     EXPECT_EQ(plain.sm90_semaphore_bytes, 0u);
     EXPECT_GE(plain.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * d * 4));
     EXPECT_EQ(plain.workspace_bytes, plain.d_sum_bytes + plain.dq_accum_bytes);
-    const cuda::BackwardPlan det = cuda::plan_backward_sm90(d, 2, 16, 1000, -1, 0, true);
+    const cuda::BackwardPlan det = cuda::plan_backward_sm90(d, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, true);
     EXPECT_GE(det.sm90_semaphore_bytes, static_cast<std::size_t>(2 * 16 * 16 * 4));  // 16 query blocks of 64
     EXPECT_EQ(det.workspace_bytes, det.d_sum_bytes + det.dq_accum_bytes + det.sm90_semaphore_bytes);
     const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(d);

@@ -1,7 +1,7 @@
 // gpu_sm90_backward_test.cpp — the Hopper backward (src/cuda/flash_bwd_sm90, issue 16), ctest
 // label `gpu`. Skipped unless the device's path is sm90 (a build with FASTATTN_CUDA_ARCHS
-// containing 90, on a compute capability 9.0 GPU). The sm90 backward is opt-in until its speed is measured
-// (FASTATTN_CUDA_BWD_SM90=1, flash_bwd_sm90/plan.hpp); the fixture sets it.
+// containing 90, on a compute capability 9.0 GPU). The fixture sets FASTATTN_CUDA_BWD_SM90=1
+// (flash_bwd_sm90/plan.hpp: kSm90BackwardDefault is sm80 until its speed is measured).
 //
 //   * gradients (dq, dk, dv) against float64 on odd shapes: seqlen 1, 17, 1023; seqlen_q !=
 //     seqlen_k both ways with causal / window masks in which whole query rows see no key (their
@@ -10,11 +10,15 @@
 //     both dtypes, d = 64 and 128; the backward kernel must be the sm90 one;
 //   * the same with the bulk reduce-add dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk);
 //   * deterministic mode (both dQ reductions): right, and bitwise repeatable over 10 runs;
+//   * paths those leave out (seqlen 4097, causal with seqlen_q and seqlen_k far apart, GQA
+//     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
+//     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
 //   * calls it does not serve (not opted in, varlen, head dims without a unit) run the sm80
 //     backward and the reason says why.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -160,6 +164,104 @@ TEST_F(CudaSm90Backward, RandomCasesMatchFloat64) {
   EXPECT_GT(sm90, 10);
 }
 
+// Paths the shapes above leave out (issue-16 review): seqlen 4097 (33 query blocks, a
+// partial last one); causal with seqlen_q != seqlen_k far apart both ways (thousands of query rows that
+// see no key; key blocks no query sees, whose CTAs load nothing); GQA with 16 query heads per
+// KV head and with several KV heads and batches (the tile index's (n, kv head, batch) decode);
+// right-bounded and left-bounded windows alone (the two longest-first orders), the diagonal
+// only, and windows wider than a block; soft-cap with causal and GQA; seqlen 1 against long.
+std::vector<std::string> uncovered_shapes(int d, const char* dtype) {
+  const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
+  return {
+      "b=1 sq=4097 sk=1023 h=1 hkv=1" + t + " mask=causal",  // 33 query blocks over 8 key blocks
+      "b=1 sq=4097 sk=17 h=2 hkv=2" + t + " mask=causal align=bottom_right",  // 4080 rows see no key
+      "b=1 sq=17 sk=4097 h=2 hkv=2" + t + " mask=causal align=top_left",      // 31 key blocks unseen
+      "b=1 sq=1 sk=4097 h=4 hkv=1" + t + " mask=causal",                       // one row sees all
+      "b=2 sq=4097 sk=1 h=2 hkv=1" + t + " mask=causal align=bottom_right",    // only the last row sees
+      "b=2 sq=129 sk=257 h=32 hkv=2" + t + " mask=causal",                     // GQA 16:1
+      "b=3 sq=200 sk=200 h=32 hkv=8" + t + " mask=none",                       // GQA 4:1, 8 KV heads
+      "b=2 sq=1023 sk=700 h=6 hkv=3" + t + " mask=causal align=top_left softcap=25",
+      "b=2 sq=700 sk=300 h=4 hkv=2" + t + " mask=window wl=50 align=bottom_right softcap=15",
+      "b=1 sq=600 sk=900 h=2 hkv=2" + t + " mask=window wr=30",  // right-bounded only
+      "b=1 sq=333 sk=333 h=2 hkv=1" + t + " mask=window wl=0 wr=0",
+      "b=1 sq=1000 sk=1000 h=2 hkv=2" + t + " mask=window wl=300 wr=200",
+  };
+}
+
+TEST_F(CudaSm90Backward, UncoveredPathsMatchFloat64) {
+  for (int d : dims_) {
+    for (const std::string& text : uncovered_shapes(d, d == 64 ? "f16" : "bf16")) expect_sm90_backward(text);
+  }
+}
+
+// seqlen 4097 both ways (33 key blocks, the last with one key): one head, once (the serial
+// naive f32 bound of the harness costs ~10 s at this size).
+TEST_F(CudaSm90Backward, Seqlen4097MatchesFloat64) {
+  expect_sm90_backward("b=1 sq=4097 sk=4097 h=1 hkv=1 d=" + std::to_string(dims_.front()) + " dtype=bf16 mask=causal");
+}
+
+// The same paths in deterministic mode, once per dQ reduction (the semaphore ranks with
+// windows, many heads per KV head and query blocks that no key block serves).
+TEST_F(CudaSm90Backward, UncoveredPathsDeterministic) {
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims_) {
+      const std::string hd = " d=" + std::to_string(d) + " dtype=bf16 det=1";
+      expect_sm90_backward("b=2 sq=129 sk=257 h=32 hkv=2" + hd + " mask=causal");
+      expect_sm90_backward("b=2 sq=700 sk=300 h=4 hkv=2" + hd + " mask=window wl=50 align=bottom_right");
+      expect_sm90_backward("b=1 sq=600 sk=900 h=2 hkv=2" + hd + " mask=window wr=30");
+      expect_sm90_backward("b=1 sq=1000 sk=1000 h=2 hkv=2" + hd + " mask=window wl=300 wr=200");
+    }
+  }
+}
+
+// Rows of a gradient whose float64 value is exactly zero (a query row that sees no key: dq; a
+// key no query sees: dk, dv) are exactly zero, with both dQ reductions and deterministic mode,
+// and no gradient holds a NaN. Each case has such rows (checked, so the test cannot pass
+// vacuously).
+TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
+  auto zero_rows = [](const std::vector<double>& ref, const std::vector<double>& got, std::int64_t d,
+                      std::int64_t& expected, std::int64_t& wrong, std::int64_t& nans) {
+    for (std::size_t r = 0; r + static_cast<std::size_t>(d) <= ref.size(); r += static_cast<std::size_t>(d)) {
+      bool ref_zero = true, got_zero = true;
+      for (std::int64_t c = 0; c < d; ++c) {
+        const std::size_t i = r + static_cast<std::size_t>(c);
+        ref_zero = ref_zero && ref[i] == 0.0;
+        got_zero = got_zero && got[i] == 0.0;
+        nans += std::isnan(got[i]) ? 1 : 0;
+      }
+      expected += ref_zero ? 1 : 0;
+      wrong += ref_zero && !got_zero ? 1 : 0;
+    }
+  };
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims_) {
+      const std::string hd = " d=" + std::to_string(d);
+      for (const std::string& text :
+           {"b=2 sq=300 sk=65 h=4 hkv=2" + hd + " dtype=bf16 mask=causal align=bottom_right",
+            "b=1 sq=65 sk=1000 h=2 hkv=1" + hd + " dtype=f16 mask=causal align=top_left det=1",
+            "b=2 sq=500 sk=200 h=2 hkv=2" + hd + " dtype=bf16 mask=window wl=10 wr=0 align=bottom_right softcap=30",
+            "b=1 sq=65 sk=1000 h=4 hkv=1" + hd + " dtype=bf16 mask=window wl=50 align=bottom_right det=1"}) {
+        harness::CaseData data(harness::parse_case(text));
+        const AttentionProblem problem = data.problem();
+        const reference::ForwardResult ref = reference::forward_f64(problem);
+        data.set_forward_outputs(ref.out, ref.lse);
+        const reference::BackwardResult grad = reference::backward_f64(problem);
+        const KernelChoice choice = data.run_backward(Backend::cuda);
+        EXPECT_EQ(choice.isa, "sm90") << text << "\n" << choice.describe();
+        const std::pair<const std::vector<double>*, const harness::HostTensor*> tensors[] = {
+            {&grad.dq, &data.dq}, {&grad.dk, &data.dk}, {&grad.dv, &data.dv}};
+        std::int64_t expected = 0, wrong = 0, nans = 0;
+        for (const auto& [ref_grad, got] : tensors) zero_rows(*ref_grad, got->values(), d, expected, wrong, nans);
+        EXPECT_GT(expected, 0) << dq << " " << text << ": no zero gradient row to check";
+        EXPECT_EQ(wrong, 0) << dq << " " << text << ": rows that must be exactly zero are not";
+        EXPECT_EQ(nans, 0) << dq << " " << text;
+      }
+    }
+  }
+}
+
 TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
   const std::string hd = " d=" + std::to_string(dims_.front());
   auto expect_sm80 = [](const std::string& text, const std::string& why) {
@@ -176,7 +278,7 @@ TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
                 "no sm90 backward for head_dim");
   }
   const ScopedEnv off("FASTATTN_CUDA_BWD_SM90", std::string("0"));
-  expect_sm80("b=1 sq=300 sk=300 h=2 hkv=2" + hd + " dtype=bf16 mask=causal", "FASTATTN_CUDA_BWD_SM90=1");
+  expect_sm80("b=1 sq=300 sk=300 h=2 hkv=2" + hd + " dtype=bf16 mask=causal", "FASTATTN_CUDA_BWD_SM90=0");
 }
 
 }  // namespace

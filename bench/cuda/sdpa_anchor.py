@@ -50,6 +50,9 @@ MODES = {
                 ("hopper", 4, 8192, 8192, 32, 32, 64, False), ("hopper", 1, 16384, 16384, 32, 8, 128, True),
                 ("hopper", 8, 2048, 2048, 32, 8, 128, True), ("hopper", 1, 32768, 32768, 16, 16, 128, False)],
                ("fwd",)),
+    # Issue 16's GQA rows (the sm90 backward): 32/8 heads, d 128, causal, 16k tokens.
+    "gqa": ([("gqa", 16384 // s, s, s, 32, 8, 128, True) for s in (4096, 8192, 16384)],
+            ("fwd", "fwdbwd")),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
     # Issue 17's decode bar (kv_cache_bench.cpp decode): kv 4k, 32k, 128k, K+V up to 40 GB

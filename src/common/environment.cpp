@@ -16,6 +16,7 @@ constexpr const char* kNames[kEnvVarCount] = {
     "FASTATTN_CUDA_NUM_SPLITS", "FASTATTN_CUDA_BWD_BLOCKS",     "FASTATTN_CUDA_BWD_TAIL_SPLIT",
     "FASTATTN_DEVICE_MEMORY_LIMIT", "FASTATTN_CPU_DECODE",          "FASTATTN_CPU_DECODE_SPLITS",
     "FASTATTN_CUDA_SM90_OVERLAP", "FASTATTN_CUDA_BWD_SM90",       "FASTATTN_CUDA_SM90_BWD_DQ",
+    "FASTATTN_CUDA_SM90_BWD_ORDER",
 };
 
 std::mutex g_mutex;  // serialises installing snapshots

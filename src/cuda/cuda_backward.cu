@@ -163,7 +163,9 @@ Sm90BackwardChoice sm90_backward_choice(const AttentionProblem& p) {
   Sm90BackwardShape s;
   s.device_path_sm90 = forward_path(p.device.index) == ForwardPath::sm90;
   if (!s.device_path_sm90) return choose_sm90_backward(s);
-  s.opted_in = sm90_backward_opted_in();
+  const Sm90BackwardSwitch on = sm90_backward_switch();
+  s.opted_in = on.on;
+  s.switch_by_env = on.by_env;
   s.head_dim = p.head_dim;
   s.batch = p.batch;
   s.num_heads = p.num_heads;
@@ -178,8 +180,9 @@ Sm90BackwardChoice sm90_backward_choice(const AttentionProblem& p) {
 BackwardPlan backward_plan(const AttentionProblem& p) {
   const Sm90BackwardChoice sm90 = sm90_backward_choice(p);
   if (sm90.sm90) {
-    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, p.seqlen_q, p.window_left, p.window_right,
-                              p.deterministic);
+    const Sm90MaskShape mask{p.window_left, p.window_right, p.alignment == MaskAlignment::bottom_right, p.seqlen_q,
+                             p.seqlen_k};
+    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, mask, p.deterministic);
   }
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
   const int sms = multiprocessor_count(p.device.index);

@@ -1,27 +1,45 @@
 #!/usr/bin/env bash
-# gpu-sm90-bwd.sh — the Hopper backward's device job (issue 16), one call: build with
-# FASTATTN_CUDA_ARCHS=90 (sm80 units for sm_90 + the sm_90a units), check the ptxas log and the
-# SASS of the backward units (HGMMA, no local memory, no C7508/C7510/C7517/C7519), run the sm90
-# backward tests (opt-in FASTATTN_CUDA_BWD_SM90=1), then time the issue's rows (forward, backward
-# alone, forward+backward) beside PyTorch SDPA's cuDNN and flash backends in the same job, with
-# the sm80 backward and the bulk reduce-add dQ as A/B columns.
-#   carry ["build/carry-bwd90", "build/debs"]; command:
+# gpu-sm90-bwd.sh — the Hopper backward's device job (issue 16). Either builds on the device
+# (stage build: FASTATTN_CUDA_ARCHS=90, sm80 units for sm_90 + the sm_90a units) or runs
+# binaries built here and carried (BIN_DIR: nothing is built there, stages build and sass skip).
+#
+# Carried binaries (the lead's final call; ~4 min):
+#   here:   bash tools/dev/build-carry.sh 2      # build/carry: fastattn, fastattn_cuda_bench,
+#                                                #   fastattn_gpu_tests, fastattn_tests (sm_90, d 64;128)
+#           these stages need only fastattn_cuda_bench and fastattn_gpu_tests (fastattn: its
+#           `info` line if present; fastattn_tests: stage tests only)
+#   device: carry ["build/carry", ...]; command
+#           BIN_DIR=build/carry STAGES="newtests bench det mem" BUDGET_S=240 bash tools/dev/gpu-sm90-bwd.sh
+#   Expected: newtests ~60 s, bench ~60 s (fastattn) + ~45 s (SDPA), det ~15 s, mem ~25 s; a
+#   step that would pass BUDGET_S is cut or skipped, in this order of priority.
+# Built on the device (two calls, the build directory stays on the warm machine):
+#   carry ["build/carry-bwd90", "build/debs"]; command
 #   cd build/carry-bwd90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90-bwd.sh
-# Two calls fit the 600 s per-call limit (the build directory stays on the warm machine, so the
-# second build is incremental): first STAGES="build sass tests sanitize", then
-# STAGES="build bench det" (and "build suite" for the whole GPU suite on the sm90 backward).
-# STAGES (default "build sass tests"; run in the order build sass tests bench det suite
-# sanitize):
+#
+# STAGES (default "build sass tests"; run in the order build sass tests newtests bench det mem
+# suite sanitize):
 #   tests     CudaSm90Backward.* (gradients vs float64 on the odd shapes, both dQ reductions,
 #             deterministic 10-run bitwise repeatability, routing) and the CPU plan/layout tests
-#   bench     cuda_bench hopper --passes fwd,bwd,fwdbwd: sm90 backward (atomic dQ), sm90 (bulk
-#             dQ), sm80 backward; sdpa_anchor.py hopper --passes fwd,bwd,fwdbwd --backends cudnn,flash
-#   det       cuda_bench determinism (deterministic backward: bitwise check and its cost), sm90
+#   newtests  only the tests added after the first GPU run (6/6 on 2026-12-01): Uncovered*,
+#             FullyMasked*, Seqlen4097* (~60 s)
+#   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
+#             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
+#             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
+#             with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), without longest
+#             first (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
+#             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
+#             in bench.jsonl
+#   det       deterministic backward (sm90): dq/dk/dv bitwise equal over 10 runs, its speed
+#             against the default backward (det.jsonl)
+#   mem       b1 h16 d128 causal backward at seqlen 32k/64k/128k: tensors + scratch bytes per
+#             token (mem.jsonl); after bench/det/mem, tools/dev/sm90_bwd_summary.py judges the
+#             bars (geomeans and minimums vs cuDNN) into sm90_bwd_summary.json
 #   suite     ctest -L gpu with FASTATTN_CUDA_BWD_SM90=1 (every backward suite on the sm90 path
 #             where it serves), then CudaBackward.* with FASTATTN_CUDA_PATH=sm80
 #   sanitize  compute-sanitizer memcheck and racecheck of CudaSm90Backward.SmallShapesMatchFloat64
-# BUDGET_S (default 540) caps the whole job. $OUT: summary.txt, build.log, sass.txt,
-# tests.log, bench.jsonl, bench.err, det.jsonl, ctest-gpu.log, suite-sm80.log, sanitize.log.
+# Every step runs under timeout, capped by what is left of BUDGET_S (default 540).
+# $OUT: summary.txt, build.log, sass.txt, tests.log, newtests.log, bench.jsonl, bench.err,
+# det.jsonl, mem.jsonl, sm90_bwd_summary.json, ctest-gpu.log, suite-sm80.log, sanitize.log.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -35,6 +53,21 @@ python=/opt/torch/.venv/bin/python3
 command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
 export PATH
 build=$root/build/sm90
+bin_dir=${BIN_DIR:-}
+if [ -n "$bin_dir" ]; then
+  bin_dir=$(cd "$bin_dir" && pwd)
+  stages=$(sed -E 's/\b(build|sass)\b//g' <<<"$stages")  # carried binaries: nothing to build
+fi
+# The binaries: carried, or the build tree's.
+gpu_tests=${bin_dir:+$bin_dir/fastattn_gpu_tests}
+gpu_tests=${gpu_tests:-$build/tests/fastattn_gpu_tests}
+cpu_tests=${bin_dir:+$bin_dir/fastattn_tests}
+cpu_tests=${cpu_tests:-$build/tests/fastattn_tests}
+bench=${bin_dir:+$bin_dir/fastattn_cuda_bench}
+bench=${bench:-$build/bench/cuda/fastattn_cuda_bench}
+cli=${bin_dir:+$bin_dir/fastattn}
+cli=${cli:-$build/tools/cli/fastattn}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # libnccl, libcublasLt
 t0=$SECONDS
 status=()
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -52,7 +85,10 @@ run() {
   note "-- $name rc=$rc"
 }
 
-FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
+# The build's dependencies (and compute-sanitizer's) only when something is built or sanitised.
+if has build || has sanitize || has suite; then
+  FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
+fi
 for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
   # shellcheck disable=SC1090
   [ -f "$env" ] && . "$env"
@@ -84,61 +120,60 @@ if has sass; then
   } > "$out/sass.txt" 2>&1
   head -30 "$out/sass.txt"
 fi
-"$build/tools/cli/fastattn" info 2>&1 | grep -iE "path|device|arch" | head -8
+[ -x "$cli" ] && "$cli" info --no-peaks 2>&1 | grep -iE "path|device|arch" | head -8
 export FASTATTN_CUDA_BWD_SM90=1
 if has tests; then
-  run tests 200 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
+  run tests 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/tests.log" | head -20
   grep -B2 -A12 "Failure" "$out/tests.log" | head -80
-  run cpu_plan 30 bash -c "'$build/tests/fastattn_tests' --gtest_brief=1 \
+  run cpu_plan 30 bash -c "'$cpu_tests' --gtest_brief=1 \
       --gtest_filter='CudaSm90Backward*:CudaForwardPath.*:CudaBackwardPlan.*:Environment.*' >> '$out/tests.log' 2>&1"
   tail -3 "$out/tests.log"
 fi
+if has newtests; then
+  run newtests 75 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*' \
+      > '$out/newtests.log' 2>&1"
+  grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/newtests.log" | head -20
+  grep -B2 -A12 "Failure" "$out/newtests.log" | head -60
+fi
+# Timing (cuda_bench and sdpa_anchor.py alike): 3 warm-up calls, >= 20 timed calls between CUDA
+# events (fewer, >= 5, where 20 would take over 1 s), the median.
+timing="--warmup 3 --repeats 20 --max-seconds 1"
+# Every variant sets every switch (a variant's settings stay for the next one in the process).
+sm90="FASTATTN_CUDA_BWD_SM90=1"
+variants="sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+variants+=",sm90-headmajor:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=head_major"
+variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 if has bench; then
-  bench="$build/bench/cuda/fastattn_cuda_bench"
-  passes="--passes fwd,bwd,fwdbwd --max-seconds 2"
-  tag() { echo "sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"$1\"/'"; }
-  run bench_sm90 90 bash -c "'$bench' hopper $passes | $(tag sm90-atomic) >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  run bench_bulk 90 bash -c "FASTATTN_CUDA_SM90_BWD_DQ=bulk '$bench' hopper $passes | $(tag sm90-bulk) >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  run bench_sm80 90 bash -c "FASTATTN_CUDA_BWD_SM90=0 '$bench' hopper $passes | $(tag sm80-bwd) >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  run bench_sdpa 150 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py hopper --passes fwd,bwd,fwdbwd \
-      --backends cudnn,flash --no-gemm --max-seconds 2 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  "$python" - "$out/bench.jsonl" <<'PY'
-import json, math, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-key = lambda r: (r.get("b"), r.get("h"), r.get("hkv"), r.get("sq"), r.get("d"), r.get("causal"), r.get("pass"))
-table = {}
-for r in rows:
-    if r.get("kind") == "device" or "tflops" not in r: continue
-    who = r.get("variant", "fastattn") if r["source"] == "fastattn" else r.get("backend")
-    table.setdefault(key(r), {})[who] = r["tflops"]
-cols = ("sm90-atomic", "sm90-bulk", "sm80-bwd", "cudnn", "flash")
-print("b h hkv s d causal pass | " + " | ".join(cols) + " | atomic/cudnn bulk/cudnn")
-ratios = {}
-for k, v in sorted(table.items(), key=lambda kv: str(kv[0])):
-    c = v.get("cudnn")
-    rs = [v.get(x) / c if v.get(x) and c else float("nan") for x in ("sm90-atomic", "sm90-bulk")]
-    for x, r in zip(("sm90-atomic", "sm90-bulk"), rs):
-        if not math.isnan(r): ratios.setdefault((k[-1], x), []).append(r)
-    print(k, "|", " | ".join(f"{v.get(x, float('nan')):.0f}" for x in cols), "|", " ".join(f"{r:.2f}" for r in rs))
-for (p, x), rs in sorted(ratios.items()):
-    print(f"geomean {x} / cudnn, pass {p}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f} over {len(rs)} rows, min {min(rs):.2f}")
-PY
+  # One process per mode: each shape's tensors filled once, its three backward variants timed
+  # one after the other on them (cuda_bench --variants); then the anchors.
+  run bench_fastattn 110 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
+      >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
+      --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
 fi
 if has det; then
-  run det_sm90 90 bash -c "'$build/bench/cuda/fastattn_cuda_bench' determinism > '$out/det.jsonl' 2>> '$out/bench.err'"
-  tail -4 "$out/det.jsonl"
+  run det_sm90 40 bash -c "'$bench' determinism --runs 10 $timing > '$out/det.jsonl' 2>> '$out/bench.err'"
+fi
+if has mem; then
+  run mem_sm90 45 bash -c "'$bench' long --passes bwd --warmup 1 --repeats 5 --max-seconds 1 \
+      > '$out/mem.jsonl' 2>> '$out/bench.err'"
+fi
+if has bench || has det || has mem; then
+  "$python" tools/dev/sm90_bwd_summary.py "$out" | tee "$out/bars.txt" | tail -16
+  tail -3 "$out/bench.err" 2>/dev/null
 fi
 if has suite; then
-  run suite 150 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
+  run suite 150 bash -c "if [ -n '$bin_dir' ]; then '$gpu_tests' --gtest_brief=1; else cd '$build' && ctest -L gpu -j 1 --output-on-failure; fi > '$out/ctest-gpu.log' 2>&1"
   tail -6 "$out/ctest-gpu.log"
-  run suite_sm80 110 bash -c "FASTATTN_CUDA_PATH=sm80 '$build/tests/fastattn_gpu_tests' --gtest_brief=1 \
+  run suite_sm80 110 bash -c "FASTATTN_CUDA_PATH=sm80 '$gpu_tests' --gtest_brief=1 \
       --gtest_filter='CudaBackward.*:CudaSm90Backward.*' > '$out/suite-sm80.log' 2>&1"
   tail -4 "$out/suite-sm80.log"
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
-    run "$tool" 90 bash -c "compute-sanitizer --tool $tool --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+    run "$tool" 90 bash -c "compute-sanitizer --tool $tool --error-exitcode 9 '$gpu_tests' \
         --gtest_filter='CudaSm90Backward.SmallShapesMatchFloat64' >> '$out/sanitize.log' 2>&1"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/sanitize.log" | tail -3
   done

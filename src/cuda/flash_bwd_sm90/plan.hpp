@@ -4,9 +4,9 @@
 // kernel's constants from these values.
 //
 // GPU tests pass on the H200 (tests/gpu_sm90_backward_test.cpp, 6/6, 2026-12-01:
-// bench/results/nvidia-h200-final-2026-12-01), speed not measured yet, opt-in: through
-// FASTATTN_CUDA_BWD_SM90=1 until the issue-16 bars are measured on the H200
-// (tools/dev/gpu-sm90-bwd.sh); without it an sm90 device runs the sm80 backward.
+// bench/results/nvidia-h200-final-2026-12-01), speed not measured yet. Which backward an sm90
+// device runs by default is kSm90BackwardDefault below (sm80 until the issue-16 bars are
+// measured on the H200 by tools/dev/gpu-sm90-bwd.sh); FASTATTN_CUDA_BWD_SM90=1|0 overrides it.
 #pragma once
 
 #include <cstddef>
@@ -54,37 +54,89 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 //   atomic  each MMA thread adds its accumulator registers with red.global.add.v2.f32;
 //   bulk    the MMA warpgroups stage the tile in shared memory and one warp of the producer
 //           warpgroup adds it row by row with cp.reduce.async.bulk (the TMA unit's reduce-add).
-// FASTATTN_CUDA_SM90_BWD_DQ=atomic|bulk; atomic when unset. The issue asks for both measured
-// and the faster kept.
+// FASTATTN_CUDA_SM90_BWD_DQ=atomic|bulk; kSm90DqDefault when unset. The issue asks for both
+// measured and the faster kept: kSm90DqDefault is the one value to change after
+// tools/dev/gpu-sm90-bwd.sh (sm90_bwd_summary.json: sm90-atomic against sm90-bulk).
 enum class Sm90DqReduction { atomic, bulk };
+constexpr Sm90DqReduction kSm90DqDefault = Sm90DqReduction::atomic;
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
 inline Sm90DqReduction sm90_dq_reduction() {
-  return env_switch(EnvVar::cuda_sm90_bwd_dq, "bulk", "atomic", false) ? Sm90DqReduction::bulk
-                                                                       : Sm90DqReduction::atomic;
+  return env_switch(EnvVar::cuda_sm90_bwd_dq, "bulk", "atomic", kSm90DqDefault == Sm90DqReduction::bulk)
+             ? Sm90DqReduction::bulk
+             : Sm90DqReduction::atomic;
 }
 
-// FASTATTN_CUDA_BWD_SM90=1 opts into the sm90 backward on an sm90 device; unset or 0: the sm80
-// backward (the default while the kernel's speed is not measured).
-constexpr const char* kSm90BwdEnv = "FASTATTN_CUDA_BWD_SM90";
-inline bool sm90_backward_opted_in() { return env_switch(EnvVar::cuda_bwd_sm90, "1", "0", false); }
+// The backward an sm90 device runs when FASTATTN_CUDA_BWD_SM90 is unset: the one value that
+// changes once tools/dev/gpu-sm90-bwd.sh has measured the sm90 backward against the sm80 one
+// and cuDNN on the H200 in one job (its summary: sm90_bwd_summary.json). The reasons below
+// follow it.
+enum class Sm90BackwardDefault { sm80, sm90 };
+constexpr Sm90BackwardDefault kSm90BackwardDefault = Sm90BackwardDefault::sm80;
 
-// The order of the CTAs' tiles (tile_scheduler.hpp): key blocks seen by many query blocks
-// first. right-bounded masks (causal): low key blocks see the most queries; left-bounded only:
-// high ones; otherwise all (but the edges) see the same number and the (batch, head)-major
-// order keeps one head's Q and dO hot in L2 for its key blocks. Deterministic mode needs key
-// blocks in ascending order within a (batch, KV head) (its semaphores let a key block add its
-// dQ only after the lower ones, kernel.cuh), so it never takes the descending order.
+// FASTATTN_CUDA_BWD_SM90: 1 the sm90 backward, 0 the sm80 backward, unset: kSm90BackwardDefault.
+// `by_env` says whether the variable decided (for the reason text).
+constexpr const char* kSm90BwdEnv = "FASTATTN_CUDA_BWD_SM90";
+struct Sm90BackwardSwitch {
+  bool on = false;
+  bool by_env = false;
+};
+inline Sm90BackwardSwitch sm90_backward_switch() {
+  const bool by_env = env_value(EnvVar::cuda_bwd_sm90) != nullptr;
+  return {env_switch(EnvVar::cuda_bwd_sm90, "1", "0", kSm90BackwardDefault == Sm90BackwardDefault::sm90), by_env};
+}
+inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
+
+// The order of the CTAs' tiles (tile_scheduler.hpp): longest first. A key block's work is the
+// number of query rows that see one of its keys (times the group size, the same for all); under
+// a band mask it rises, stays flat, then falls with the key block index (the query interval
+// [k0 - offset - right, k1 - 1 - offset + left] clamped to [0, seqlen_q)). Right-bounded masks
+// (causal, either alignment, any seqlen_q / seqlen_k): non-increasing, so ascending key blocks
+// is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
+// the end whose clamp cuts less goes first. Where the first and last key block weigh the same
+// (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
+// for its key blocks. Deterministic mode needs key blocks in ascending order within a (batch,
+// KV head) (its semaphores let a key block add its dQ only after the lower ones, kernel.cuh),
+// so it never takes the descending order.
 enum class Sm90TileOrder : int { head_major = 0, key_block_ascending = 1, key_block_descending = 2 };
-constexpr Sm90TileOrder sm90_tile_order(std::int64_t window_left, std::int64_t window_right, bool deterministic) {
-  if (window_right >= 0 && window_left < 0) return Sm90TileOrder::key_block_ascending;
-  if (window_left >= 0 && window_right < 0 && !deterministic) return Sm90TileOrder::key_block_descending;
+
+// Query rows that see a key of key block n (tile_scheduler.hpp's sm90_query_blocks in rows;
+// the CPU test checks the two agree). window_left / window_right < 0: unbounded.
+struct Sm90MaskShape {
+  std::int64_t window_left = -1, window_right = -1;
+  bool bottom_right = true;
+  std::int64_t seqlen_q = 0, seqlen_k = 0;
+};
+constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t n, std::int64_t block_n) {
+  const std::int64_t offset = m.bottom_right ? m.seqlen_k - m.seqlen_q : 0;
+  const std::int64_t k0 = n * block_n, k1 = k0 + block_n < m.seqlen_k ? k0 + block_n : m.seqlen_k;
+  if (k0 >= k1) return 0;
+  // Compared as window < bound, so that windows near INT64_MAX (unbounded in effect) cannot overflow.
+  std::int64_t q_begin = 0, q_end = m.seqlen_q;
+  if (m.window_right >= 0 && m.window_right < k0 - offset) q_begin = k0 - offset - m.window_right;
+  if (m.window_left >= 0 && m.window_left < q_end - k1 + offset) q_end = k1 - offset + m.window_left;
+  return q_end > q_begin ? q_end - q_begin : 0;
+}
+// FASTATTN_CUDA_SM90_BWD_ORDER=head_major turns longest first off ((batch, KV head)-major for
+// every call: the A/B measurement of the order; safe in deterministic mode, key blocks stay
+// ascending within a head); longest_first or unset: the order below.
+constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
+inline bool sm90_longest_first() {
+  return !env_switch(EnvVar::cuda_sm90_bwd_order, "head_major", "longest_first", false);
+}
+constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic) {
+  const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
+  if (n_blocks <= 1) return Sm90TileOrder::head_major;
+  const std::int64_t first = sm90_key_block_rows(m, 0, block_n), last = sm90_key_block_rows(m, n_blocks - 1, block_n);
+  if (first > last) return Sm90TileOrder::key_block_ascending;
+  if (last > first && !deterministic) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
 }
 
 // What the choice depends on.
 struct Sm90BackwardShape {
   bool device_path_sm90 = false;  // the device's forward path is sm90 (forward_path.hpp)
-  bool opted_in = false;          // FASTATTN_CUDA_BWD_SM90=1
+  bool opted_in = false;          // sm90_backward_switch().on (FASTATTN_CUDA_BWD_SM90 or the default)
+  bool switch_by_env = false;     // FASTATTN_CUDA_BWD_SM90 is set (else kSm90BackwardDefault decided)
   std::int64_t head_dim = 0;
   std::int64_t batch = 0, num_heads = 0, num_kv_heads = 0;
   std::int64_t seqlen_q = 0, seqlen_k = 0;
@@ -102,7 +154,9 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
   auto sm80 = [](std::string why) { return Sm90BackwardChoice{false, std::move(why)}; };
   if (!s.device_path_sm90) return sm80("the device's path is not sm90");
   if (!s.opted_in) {
-    return sm80(std::string("the sm90 backward is opt-in until verified on a GPU (") + kSm90BwdEnv + "=1)");
+    if (s.switch_by_env) return sm80(std::string(kSm90BwdEnv) + "=0 forces the sm80 backward");
+    return sm80(std::string("the sm90 backward is opt-in until its speed is measured on the H200 (") + kSm90BwdEnv +
+                "=1)");
   }
   if (!sm90_backward_has_head_dim(s.head_dim)) {
     return sm80("no sm90 backward for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64 and 128)");
@@ -127,15 +181,16 @@ inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
 // with semaphores instead of splitting into buffers), then in deterministic mode one int
 // semaphore per (batch, head, query block), zeroed with the accumulator.
 inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
-                                       std::int64_t seqlen_q, std::int64_t window_left, std::int64_t window_right,
-                                       bool deterministic) {
+                                       const Sm90MaskShape& mask, bool deterministic) {
+  const std::int64_t seqlen_q = mask.seqlen_q;
   const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
   BackwardPlan plan;
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
   plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk ? 1 : 0;
-  plan.sm90_tile_order = static_cast<int>(sm90_tile_order(window_left, window_right, deterministic));
+  plan.sm90_tile_order = static_cast<int>(sm90_longest_first() ? sm90_tile_order(mask, b.block_n, deterministic)
+                                                                : Sm90TileOrder::head_major);
   const std::int64_t total_q = batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
   plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
@@ -148,14 +203,19 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
 }
 
 // The sm90 plan in words, for KernelChoice::reason.
-inline std::string describe_backward_sm90(const BackwardPlan& plan, bool deterministic) {
+inline std::string describe_backward_sm90(const BackwardPlan& plan, bool deterministic,
+                                          bool switch_by_env = sm90_backward_switch().by_env) {
   const char* order = plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_ascending)
                           ? "longest first (low key blocks first)"
                       : plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_descending)
                           ? "longest first (high key blocks first)"
                           : "(batch, KV head)-major";
-  return std::string("sm90 path (Hopper, opted in by ") + kSm90BwdEnv +
-         "=1; GPU tests pass on the H200, speed not measured yet, opt-in): K/V-stationary CTAs of " + std::to_string(plan.blocks.block_n) +
+  const std::string chosen = switch_by_env ? std::string("chosen by ") + kSm90BwdEnv + "=1"
+                             : kSm90BackwardDefault == Sm90BackwardDefault::sm90
+                                 ? std::string("the default on sm90 devices; ") + kSm90BwdEnv + "=0 runs the sm80 one"
+                                 : std::string("opt-in");
+  return std::string("sm90 path (Hopper, ") + chosen + "; GPU tests pass on the H200): K/V-stationary CTAs of " +
+         std::to_string(plan.blocks.block_n) +
          " keys, dK/dV in registers of 2 MMA warpgroups (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
          std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
          std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
