@@ -40,7 +40,7 @@ template void run_forward<{path}, {ctype}, {head_dim}>(const ForwardParams&, cud
 FORWARD_SM90 = """#include "cuda/flash_fwd_sm90/launch.cuh"
 
 namespace fastattn::cuda {{
-template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, cudaStream_t);
+template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, const Sm90LaunchChoice&, cudaStream_t);
 }}  // namespace fastattn::cuda
 """
 

@@ -78,6 +78,7 @@ struct ForwardPlan {
   std::string sm90_declined;
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
+  Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
   // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
   bool kv_cache_kernel = false;
@@ -168,6 +169,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   plan.blocks = {b.block_m, b.block_n, b.threads};
   plan.sm90_stages = b.stages;
   plan.sm90_overlap = sm90_overlap(s.head_dim);
+  plan.sm90_scheduler = sm90_scheduler();
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -254,7 +256,10 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
-           std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
+           std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
+           (plan.sm90_scheduler == Sm90Scheduler::persistent
+                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), longest tiles first"
+                : ", one CTA per tile");
   }
   std::string r = plan.path == ForwardPath::sm75
                       ? "sm75 path (Turing): mma.sync m16n8k8, register-staged prefetch, "

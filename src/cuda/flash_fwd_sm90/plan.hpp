@@ -48,6 +48,40 @@ inline bool sm90_overlap(std::int64_t head_dim) {
   return sm90_overlap_fits(head_dim) && (unset || std::string(text) == "1");
 }
 
+// Which tiles a CTA runs (tile_scheduler.cuh):
+//   grid        one CTA per (query block, head, batch) tile, the last query block of each
+//               (head, batch) first; the hardware hands CTAs to SMs as they free up.
+//   persistent  one CTA per SM looping over the tiles with a static stride of the grid size, in
+//               longest-first order (under a causal mask or a window the last query blocks see
+//               the most keys): heads in sections whose K/V fit half the L2, and inside a
+//               section every head's last query block before any head's previous one, so the
+//               short tiles fill the last wave (FA3's "LPT" order, hopper/tile_scheduler.hpp;
+//               our code). The next tile's K and Q loads overlap the current tile's last
+//               P V and epilogue, and the setup (barriers, tensor-map prefetch) is paid once
+//               per SM, not per tile.
+// Default: persistent (docs/cuda.md has the A/B); FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent
+// selects one for A/B measurements.
+enum class Sm90Scheduler { grid, persistent };
+constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
+inline const char* to_string(Sm90Scheduler s) { return s == Sm90Scheduler::grid ? "grid" : "persistent"; }
+inline Sm90Scheduler sm90_scheduler() {
+  const char* text = env_value(EnvVar::cuda_sm90_scheduler);
+  if (text == nullptr || *text == '\0') return Sm90Scheduler::persistent;
+  const std::string value(text);
+  if (value == "grid") return Sm90Scheduler::grid;
+  if (value == "persistent") return Sm90Scheduler::persistent;
+  throw Error(ErrorCode::invalid_argument,
+              std::string(kSm90SchedulerEnv) + ": expected grid or persistent, got \"" + value + "\"");
+}
+
+// What the dispatcher's plan decided for one sm90 launch (heuristics.hpp: plan_forward_sm90);
+// the launcher (launch.cuh) follows it and reads no environment of its own.
+struct Sm90LaunchChoice {
+  bool overlap = true;
+  Sm90Scheduler scheduler = Sm90Scheduler::persistent;
+  int multiprocessors = 1;  // persistent: the grid
+};
+
 // Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align
 // the tiles to the 1024-byte swizzle atom.
 constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t head_dim) {

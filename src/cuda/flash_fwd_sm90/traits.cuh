@@ -5,7 +5,8 @@
 // 64-column panels, sm90/wgmma.cuh):
 //   sQ: (kBlockM, kHeadDim), kPanels panels of kBlockM rows x 128 bytes
 //   sK[kStages], sV[kStages]: (kBlockN, kHeadDim) each, kPanels panels of kBlockN x 128 bytes
-//   barriers: q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages] (8 bytes each)
+//   barriers: q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages], q_empty
+//   (8 bytes each)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,7 +50,7 @@ struct Sm90ForwardTraits {
   static constexpr uint32_t kOffsetV = kOffsetK + kStages * kSmemKV;
   static constexpr uint32_t kOffsetBarriers = kOffsetV + kStages * kSmemKV;
   static constexpr int kSmemBytes = sm90_forward_smem_bytes(kBlocks, kHeadDim);
-  static_assert(kOffsetBarriers + 8 * (1 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
+  static_assert(kOffsetBarriers + 8 * (2 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
 
   // One consumer warp's view of its S accumulator for the shared mask code
   // (flash_fwd/tile_ops.cuh) and softmax (flash_fwd/softmax.cuh): one 16-row tile, the m16n8
