@@ -171,8 +171,8 @@ void forward_lowres(ForwardPath path, const ForwardParams& f, std::int64_t head_
                                        std::to_string(head_dim));
 }
 
-// The Hopper kernels (flash_fwd_sm90/), compiled when FASTATTN_CUDA_ARCHS has 90: head dims 64
-// and 128 (the plan sends the others to sm80).
+// The Hopper kernels (flash_fwd_sm90/), compiled when FASTATTN_CUDA_ARCHS has 90: head dims 64,
+// 96, 128 and 256 (flash_fwd_sm90/plan.hpp: sm90_has_head_dim; the plan sends others to sm80).
 template <typename Element>
 void forward_sm90(const ForwardParams& f, const Sm90LaunchChoice& choice, std::int64_t head_dim,
                   cudaStream_t stream) {
@@ -183,8 +183,14 @@ void forward_sm90(const ForwardParams& f, const Sm90LaunchChoice& choice, std::i
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
     case 64: return run_forward_sm90<Element, 64>(f, choice, stream);
 #endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_forward_sm90<Element, 96>(f, choice, stream);
+#endif
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
     case 128: return run_forward_sm90<Element, 128>(f, choice, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_256
+    case 256: return run_forward_sm90<Element, 256>(f, choice, stream);
 #endif
     default: break;
   }

@@ -16,7 +16,7 @@
 // 4. Path (forward_path.hpp): the sm75 / sm70 paths have only the main kernel (no cp.async
 //    ring for short queries), with their own blocks (launch_blocks.hpp: forward_blocks_for);
 //    CTAs per SM follow from their shared memory (at most 2, the launch bounds).
-// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded batches of head_dim 64/128 whose q, k, v
+// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded batches of head_dim 64/96/128/256 whose q, k, v
 //    TMA can describe, with seqlen_q > kDecodeMaxSeqlenQ, seqlen_k > 0 and no split-KV; any
 //    other call runs the sm80 plan, and sm90_decline_reason names why (KernelChoice::reason).
 #pragma once
@@ -145,7 +145,7 @@ inline ForwardPlan plan_forward(const ForwardShape& s);
 // when it does. The order is the report's: the first reason that applies.
 inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan& sm80_plan) {
   if (!sm90_has_head_dim(s.head_dim)) {
-    return "no sm90 kernel for head_dim " + std::to_string(s.head_dim) + " yet (sm90 has 64 and 128)";
+    return "no sm90 kernel for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64, 96, 128 and 256)";
   }
   if (s.varlen) return "varlen batches have no sm90 scheduler yet";
   if (!s.tma_describes) {

@@ -34,12 +34,13 @@ namespace fastattn::cuda {
 
 template <class T>
 struct Sm90ConsumerState {
-  float acc_o[1][T::kNTilesO][4];  // O: (16 rows of this warp, kHeadDim) f32, m16n8 C layout
+  float acc_o[1][T::kNTilesO][4];  // O: (16 rows of this warp, kHeadDimTile) f32, m16n8 C layout
   OnlineSoftmax<2, T::kNTilesS> softmax;
 };
 
 // Issues acc_s = Q_wg K^T (no wait): the warpgroup's 64 rows of Q (rows 64 * wg of sQ) against
-// the stage's keys, head_dim / 16 wgmma in one commit group.
+// the stage's keys, head_dim / 16 wgmma in one commit group (d = 96: the zero padding of the
+// 128-column tiles is skipped).
 template <class T>
 __device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_t sQ, uint32_t sK, int wg) {
   using E = typename T::Element;
@@ -67,7 +68,8 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[T::kBlockN / 16][4], const 
   }
 }
 
-// Issues acc_o += P V (no wait): kBlockN / 16 wgmma, A from registers, V MN-major.
+// Issues acc_o += P V (no wait): kBlockN / 16 wgmma, A from registers, V MN-major, all
+// kHeadDimTile columns.
 template <class T>
 __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const uint32_t (&a)[T::kBlockN / 16][4],
                                          uint32_t sV) {
@@ -76,7 +78,7 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const u
   for (int kp = 0; kp < T::kBlockN / 16; ++kp) {
     // 16 keys = two 8-row swizzle atoms (2048 bytes) further into every panel.
     const uint64_t desc_v = sm90::mnmajor_descriptor(sV + kp * 16 * 128, T::kPanelBytesKV);
-    sm90::mma_rs_tb<T::kHeadDim, E>(acc_o, a[kp], desc_v, 1);
+    sm90::mma_rs_tb<T::kHeadDimTile, E>(acc_o, a[kp], desc_v, 1);
   }
   sm90::warpgroup_commit();
 }
