@@ -85,9 +85,9 @@ if has smoke; then
 fi
 if has sweep; then
   bench="$build/bench/cuda/fastattn_cuda_bench"
-  run sweep_persistent 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=persistent '$bench' sweep90 --repeats 10 --max-seconds 2 > '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py sweep90 --backends cudnn,flash --no-gemm --repeats 10 --max-seconds 2 > '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_persistent 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=persistent '$bench' sweep90 --repeats 10 --max-seconds 2 >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
   run sweep_grid 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=grid '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-grid\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
-  run sweep_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py sweep90 --backends cudnn,flash --no-gemm --repeats 10 --max-seconds 2 >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
   "$python" bench/cuda/sweep_sm90.py "$out/sweep.jsonl" --out "$out/sweep.json"
 fi
 if has sm90; then
