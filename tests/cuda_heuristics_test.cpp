@@ -400,14 +400,23 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
   EXPECT_FALSE(cuda::sm90_overlap_fits(256));  // it spilled (plan.hpp)
-  // The scheduler: persistent unless FASTATTN_CUDA_SM90_SCHEDULER says grid; a bad value names it.
-  EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::persistent);
-  EXPECT_NE(cuda::describe_plan(plan).find("persistent CTAs"), std::string::npos) << cuda::describe_plan(plan);
+  // The scheduler: persistent for short tiles (<= 12 key tiles per query tile on average), grid
+  // for long ones, unless FASTATTN_CUDA_SM90_SCHEDULER says; a bad value names the variable.
+  EXPECT_EQ(plan.sm90_key_tiles, 64);
+  EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_NE(cuda::describe_plan(plan).find("one CTA per tile"), std::string::npos) << cuda::describe_plan(plan);
+  cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;
+  causal2k.window_right = 0;
+  EXPECT_EQ(cuda::plan_forward(causal2k).sm90_key_tiles, 8);
+  EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("persistent CTAs"), std::string::npos);
+  EXPECT_EQ(cuda::plan_forward(plain2k).sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_EQ(cuda::plan_forward(hopper(16, 16, 1024, 1024, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
   {
+    ScopedEnv persistent(cuda::kSm90SchedulerEnv, "persistent");
+    EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
     ScopedEnv grid(cuda::kSm90SchedulerEnv, "grid");
-    const cuda::ForwardPlan p = cuda::plan_forward(hopper(2, 16, 8192, 8192, 128));
-    EXPECT_EQ(p.sm90_scheduler, cuda::Sm90Scheduler::grid);
-    EXPECT_NE(cuda::describe_plan(p).find("one CTA per tile"), std::string::npos) << cuda::describe_plan(p);
+    EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::grid);
   }
   {
     ScopedEnv bad(cuda::kSm90SchedulerEnv, "lpt");

@@ -8,7 +8,7 @@
 #   cd build/carry-sm90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90.sh
 # STAGES (default "build sass sm90 bench"; run in the order build sass smoke sweep sm90 bench suite suite80 sanitize): also
 # "smoke" (the quick sm90 tests: both schedulers, small shapes, strided, declines), "sweep" (issue 15's bar sweep:
-# cuda_bench sweep90 with the persistent and the grid scheduler beside sdpa_anchor.py sweep90 cuDNN and flash,
+# cuda_bench sweep90 with the default scheduler rule, then persistent and grid forced, beside sdpa_anchor.py sweep90 cuDNN and flash,
 # judged by bench/cuda/sweep_sm90.py into sweep.json), "suite" (ctest -L gpu, then the forward suites
 # with FASTATTN_CUDA_PATH=sm80; "suite80" that second part alone) and "sanitize" (memcheck/racecheck/synccheck of the small set).
 # HEAD_DIMS (default "64;96;128;256") and TARGETS (default: gpu tests, CPU tests, cuda bench, cli) shape the build.
@@ -86,7 +86,8 @@ fi
 if has sweep; then
   bench="$build/bench/cuda/fastattn_cuda_bench"
   run sweep_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py sweep90 --backends cudnn,flash --no-gemm --repeats 10 --max-seconds 2 > '$out/sweep.jsonl' 2>> '$out/bench.err'"
-  run sweep_persistent 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=persistent '$bench' sweep90 --repeats 10 --max-seconds 2 >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_default 50 bash -c "'$bench' sweep90 --repeats 10 --max-seconds 2 >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_persistent 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=persistent '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-persistent\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
   run sweep_grid 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=grid '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-grid\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
   "$python" bench/cuda/sweep_sm90.py "$out/sweep.jsonl" --out "$out/sweep.json"
 fi

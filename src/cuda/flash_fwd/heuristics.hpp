@@ -79,6 +79,7 @@ struct ForwardPlan {
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
+  std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
   // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
   bool kv_cache_kernel = false;
@@ -169,7 +170,6 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   plan.blocks = {b.block_m, b.block_n, b.threads};
   plan.sm90_stages = b.stages;
   plan.sm90_overlap = sm90_overlap(s.head_dim);
-  plan.sm90_scheduler = sm90_scheduler();
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -178,6 +178,10 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   std::int64_t keys = s.seqlen_k;
   if (s.window_left >= 0 && s.window_right >= 0) keys = std::min(keys, s.window_left + s.window_right + b.block_m);
   plan.n_blocks = (keys + b.block_n - 1) / b.block_n;
+  // A mask bounded on one side only (causal) shows a query tile half the keys on average.
+  const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
+  plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
+  plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles);
   const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
   plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
   return plan;
@@ -259,7 +263,8 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), longest tiles first"
-                : ", one CTA per tile");
+                : ", one CTA per tile") +
+           " (" + std::to_string(plan.sm90_key_tiles) + " key tiles per query tile)";
   }
   std::string r = plan.path == ForwardPath::sm75
                       ? "sm75 path (Turing): mma.sync m16n8k8, register-staged prefetch, "

@@ -77,14 +77,23 @@ inline bool sm90_overlap(std::int64_t head_dim) {
 //               our code). The next tile's K and Q loads overlap the current tile's last
 //               P V and epilogue, and the setup (barriers, tensor-map prefetch) is paid once
 //               per SM, not per tile.
-// Default: persistent (docs/cuda.md has the A/B); FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent
-// selects one for A/B measurements.
+// Default (measured on the H200, 2026-12-01, docs/cuda.md, one job, both schedulers beside cuDNN):
+// persistent when a query tile visits at most kSm90PersistentMaxKeyTiles key tiles on average
+// (short sequences: the per-CTA prologue and epilogue are a large part of a tile, and persistent
+// was 4-36% faster at s512/1k and at s2k causal), grid otherwise (long tiles: the static stride
+// leaves CTAs unevenly loaded under a causal mask when fewer (head, batch) pairs than SMs share a
+// query-block rank, and the head sections read more K/V at once; grid was up to 16% faster there,
+// 72% at d256 s16k causal b1 h8). FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent forces one.
 enum class Sm90Scheduler { grid, persistent };
 constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
+constexpr std::int64_t kSm90PersistentMaxKeyTiles = 12;
 inline const char* to_string(Sm90Scheduler s) { return s == Sm90Scheduler::grid ? "grid" : "persistent"; }
-inline Sm90Scheduler sm90_scheduler() {
+// average_key_tiles: key tiles one query tile visits, on average over the query tiles.
+inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles) {
   const char* text = env_value(EnvVar::cuda_sm90_scheduler);
-  if (text == nullptr || *text == '\0') return Sm90Scheduler::persistent;
+  if (text == nullptr || *text == '\0') {
+    return average_key_tiles <= kSm90PersistentMaxKeyTiles ? Sm90Scheduler::persistent : Sm90Scheduler::grid;
+  }
   const std::string value(text);
   if (value == "grid") return Sm90Scheduler::grid;
   if (value == "persistent") return Sm90Scheduler::persistent;
