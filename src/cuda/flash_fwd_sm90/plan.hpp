@@ -80,7 +80,7 @@ inline bool sm90_overlap(std::int64_t head_dim) {
 // Default (measured on the H200, 2026-12-01, docs/cuda.md, one job, both schedulers beside cuDNN):
 // persistent when a query tile visits at most kSm90PersistentMaxKeyTiles key tiles on average
 // (short sequences: the per-CTA prologue and epilogue are a large part of a tile, and persistent
-// was 4-36% faster at s512/1k and at s2k causal), grid otherwise (long tiles: the static stride
+// was 4-34% faster at s512/1k, 7% at d128 s2k causal), grid otherwise (long tiles: the static stride
 // leaves CTAs unevenly loaded under a causal mask when fewer (head, batch) pairs than SMs share a
 // query-block rank, and the head sections read more K/V at once; grid was up to 20% faster there,
 // 72% at d256 s16k causal b1 h8). FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent forces one.
