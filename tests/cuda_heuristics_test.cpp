@@ -3,6 +3,7 @@
 // Host-only arithmetic, so it runs in CPU CI (label `cpu`).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -386,6 +387,42 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(plan.ctas, 2 * 16 * 64);
   EXPECT_NE(cuda::describe_plan(plan).find("sm90 path (Hopper)"), std::string::npos);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 8, 17, 17, 64)).path, ForwardPath::sm90);
+  // Tile shapes per head dim (flash_fwd_sm90/plan.hpp); d = 96 held as 128 columns.
+  for (const auto& [d, m, n, threads] : {std::array<int, 4>{64, 192, 128, 512}, std::array<int, 4>{96, 128, 128, 384},
+                                         std::array<int, 4>{128, 128, 128, 384}, std::array<int, 4>{256, 128, 80, 384}}) {
+    const cuda::ForwardPlan p = cuda::plan_forward(hopper(2, 16, 4096, 4096, d));
+    EXPECT_EQ(p.path, ForwardPath::sm90) << d << ": " << p.sm90_declined;
+    EXPECT_EQ(p.blocks.block_m, m) << d;
+    EXPECT_EQ(p.blocks.block_n, n) << d;
+    EXPECT_EQ(p.blocks.threads, threads) << d;
+    EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(d), d), 232448) << d;  // sm90 opt-in limit
+  }
+  EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
+  EXPECT_TRUE(cuda::sm90_overlap_fits(96));
+  EXPECT_FALSE(cuda::sm90_overlap_fits(256));  // it spilled (plan.hpp)
+  // The scheduler: persistent for short tiles (<= 12 key tiles per query tile on average), grid
+  // for long ones, unless FASTATTN_CUDA_SM90_SCHEDULER says; a bad value names the variable.
+  EXPECT_EQ(plan.sm90_key_tiles, 64);
+  EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_NE(cuda::describe_plan(plan).find("one CTA per tile"), std::string::npos) << cuda::describe_plan(plan);
+  cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;
+  causal2k.window_right = 0;
+  EXPECT_EQ(cuda::plan_forward(causal2k).sm90_key_tiles, 8);
+  EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("persistent CTAs"), std::string::npos);
+  EXPECT_EQ(cuda::plan_forward(plain2k).sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_EQ(cuda::plan_forward(hopper(16, 16, 1024, 1024, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  {
+    ScopedEnv persistent(cuda::kSm90SchedulerEnv, "persistent");
+    EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+    ScopedEnv grid(cuda::kSm90SchedulerEnv, "grid");
+    EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::grid);
+  }
+  {
+    ScopedEnv bad(cuda::kSm90SchedulerEnv, "lpt");
+    expect_error([&] { cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)); }, ErrorCode::invalid_argument,
+                 "FASTATTN_CUDA_SM90_SCHEDULER");
+  }
 
   struct Decline {
     cuda::ForwardShape s;
@@ -394,8 +431,7 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   cuda::ForwardShape varlen = hopper(4, 8, 1000, 1000, 128), strided = varlen;
   varlen.varlen = true;
   strided.tma_describes = false;
-  for (const Decline& c : {Decline{hopper(2, 8, 1000, 1000, 96), "no sm90 kernel for head_dim 96"},
-                           Decline{hopper(2, 8, 1000, 1000, 256), "no sm90 kernel for head_dim 256"},
+  for (const Decline& c : {Decline{hopper(2, 8, 1000, 1000, 32), "no sm90 kernel for head_dim 32"},
                            Decline{varlen, "varlen"},
                            Decline{strided, "a q/k/v layout TMA cannot load"},
                            Decline{hopper(2, 8, 1000, 0, 128), "no keys"},

@@ -9,7 +9,8 @@
 //   * calls the sm90 kernel does not serve (seqlen_q <= 16, varlen, head dims without a unit)
 //     run the sm80 kernels and the reason says why;
 //   * strided views (head-major storage, padded rows, 16-byte aligned as TMA needs) give the
-//     same bits as the contiguous call.
+//     same bits as the contiguous call;
+//   * the grid and persistent tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER) give the same bits.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -37,6 +38,9 @@ harness::CheckOptions forward_only() {
   return o;
 }
 
+// flash_fwd_sm90/plan.hpp: sm90_has_head_dim.
+bool sm90_dim(int d) { return d == 64 || d == 96 || d == 128 || d == 256; }
+
 class CudaSm90 : public GpuTest {
  protected:
   void SetUp() override {
@@ -48,9 +52,9 @@ class CudaSm90 : public GpuTest {
                    << (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
     }
     for (int d : info.cuda_head_dims) {
-      if (d == 64 || d == 128) dims_.push_back(d);
+      if (sm90_dim(d)) dims_.push_back(d);
     }
-    if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 128) in this build";
+    if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 96, 128, 256) in this build";
   }
   std::vector<int> dims_;
 };
@@ -147,7 +151,7 @@ TEST_F(CudaSm90, UnservedCallsRunSm80WithAReason) {
     EXPECT_NE(r.forward_choice.reason.find(c.why), std::string::npos) << r.forward_choice.describe();
   }
   for (int d : build_info().cuda_head_dims) {
-    if (d == 64 || d == 128) continue;
+    if (sm90_dim(d)) continue;
     const std::string text = "b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal";
     const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
     EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
@@ -223,6 +227,43 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
+// One causal bf16 call (b 2, s 1000, 8 query heads on 2 KV heads) run under each scheduler:
+// the output bits of both.
+struct TwoLayoutsBits {
+  std::vector<std::uint16_t> grid, persistent;
+  explicit TwoLayoutsBits(int d) {
+    const std::int64_t b = 2, s = 1000, h = 8, hkv = 2;
+    const auto q = random_bf16(static_cast<std::size_t>(b * s * h * d), 11);
+    const auto kv = random_bf16(static_cast<std::size_t>(b * s * hkv * d), 12);
+    std::vector<void*> buffers;
+    auto upload = [&](const std::vector<std::uint16_t>& host) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, host.size() * 2), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      buffers.push_back(p);
+      return p;
+    };
+    const TensorView qt = make_tensor(upload(q), DType::bf16, {b, s, h, d}, Device::cuda(0));
+    const TensorView kt = make_tensor(upload(kv), DType::bf16, {b, s, hkv, d}, Device::cuda(0));
+    const TensorView vt = make_tensor(upload(kv), DType::bf16, {b, s, hkv, d}, Device::cuda(0));
+    AttentionOptions o;
+    o.backend = Backend::cuda;
+    o.causal = true;
+    for (const char* scheduler : {"grid", "persistent"}) {
+      const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+      std::vector<std::uint16_t> poison(q.size(), 0x7fc0);
+      const TensorView ot = make_tensor(upload(poison), DType::bf16, {b, s, h, d}, Device::cuda(0));
+      const KernelChoice c = forward(qt, kt, vt, ot, std::nullopt, o);
+      EXPECT_EQ(c.isa, "sm90") << c.describe();
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<std::uint16_t>& out = std::string(scheduler) == "grid" ? grid : persistent;
+      out.resize(q.size());
+      EXPECT_EQ(cudaMemcpy(out.data(), ot.data, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    for (void* p : buffers) cudaFree(p);
+  }
+};
+
 TEST_F(CudaSm90, StridedViewsGiveTheContiguousBits) {
   for (int d : dims_) {
     TwoLayouts t{2, 333, 3, d, {}};
@@ -243,6 +284,24 @@ TEST_F(CudaSm90, StridedViewsGiveTheContiguousBits) {
     std::size_t differ = 0;
     for (std::size_t i = 0; i < out_c.size(); ++i) differ += out_c[i] != out_s[i];
     EXPECT_EQ(differ, 0u) << "d=" << d;
+  }
+}
+
+// The two tile schedulers (plan.hpp: Sm90Scheduler) run the same per-tile arithmetic: the same
+// bits, and both right against float64 (causal with rows that see no key, a window, GQA 7:1, a
+// tile count that is not a multiple of the SM count).
+TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    const std::string hd = " d=" + std::to_string(d);
+    for (const char* scheduler : {"grid", "persistent"}) {
+      const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+      expect_sm90("b=3 sq=1000 sk=1000 h=7 hkv=1" + hd + " dtype=bf16 mask=causal");
+      expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
+      expect_sm90("b=1 sq=700 sk=900 h=3 hkv=3" + hd + " dtype=bf16 mask=window wl=100 wr=30");
+    }
+    TwoLayoutsBits bits(d);
+    EXPECT_EQ(bits.grid, bits.persistent) << "d=" << d;
   }
 }
 

@@ -21,7 +21,7 @@ PATH_ENUM = {"sm80": "ForwardPath::sm80", "sm75": "ForwardPath::sm75", "sm70": "
 # The Hopper forward (src/cuda/flash_fwd_sm90, compiled for sm_90a only): the head dims with an
 # sm90 kernel (flash_fwd_sm90/plan.hpp: sm90_has_head_dim), both dtypes. CMake compiles them
 # when FASTATTN_CUDA_ARCHS has 90.
-SM90_FORWARD = [64, 128]
+SM90_FORWARD = [64, 96, 128, 256]
 # The Hopper backward (src/cuda/flash_bwd_sm90, sm_90a only): flash_bwd_sm90/plan.hpp's
 # sm90_backward_has_head_dim, both dtypes.
 SM90_BACKWARD = [64, 128]
@@ -40,7 +40,7 @@ template void run_forward<{path}, {ctype}, {head_dim}>(const ForwardParams&, cud
 FORWARD_SM90 = """#include "cuda/flash_fwd_sm90/launch.cuh"
 
 namespace fastattn::cuda {{
-template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, cudaStream_t);
+template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, const Sm90LaunchChoice&, cudaStream_t);
 }}  // namespace fastattn::cuda
 """
 

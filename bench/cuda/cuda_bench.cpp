@@ -28,6 +28,9 @@
 //                forward
 //   gqa          issue 16's GQA rows (the sm90 backward): query/KV heads 32/8, d 128, causal,
 //                16k tokens (b4 s4k, b2 s8k, b1 s16k)
+//   sweep90      issue 15's bar sweep (the sm90 forward), forward: the paper sweep above, plus
+//                d256 (8 heads) and GQA 32q/8kv d128 at seqlen 4k, 8k, 16k causal (16k tokens),
+//                plus b1 h16 s32k d128 (bench/cuda/sweep_sm90.py judges it against cuDNN)
 //   determinism  deterministic backward --runs times (default 2), dq/dk/dv compared bitwise;
 //                its cost
 // A call the library refuses (e.g. a backward before there is a CUDA backward kernel) becomes
@@ -121,6 +124,13 @@ std::vector<Point> points_for(const std::string& mode) {
       points.push_back({shape(16384 / s, s, s, 32, 8, 128, true), "gqa"});
     return points;
   }
+  if (mode == "sweep90") {
+    std::vector<Point> points = paper_points({512, 1024, 2048, 4096, 8192, 16384});
+    for (const std::int64_t s : {4096, 8192, 16384}) points.push_back({shape(16384 / s, s, s, 8, 8, 256, true), "sweep90"});
+    for (const std::int64_t s : {4096, 8192, 16384}) points.push_back({shape(16384 / s, s, s, 32, 8, 128, true), "sweep90"});
+    points.push_back({shape(1, 32768, 32768, 16, 16, 128, false), "sweep90"});
+    return points;
+  }
   if (mode == "long") {
     std::vector<Point> points;
     for (const std::int64_t s : {32768, 65536, 131072})
@@ -185,7 +195,9 @@ Args parse_args(int argc, char** argv) {
   a.timing.min_repeats = 20;
   a.timing.max_seconds = 6.0;  // only the 64k/128k rows hit this: >= 5 timed calls there
   a.passes = {perf::Pass::forward, perf::Pass::backward, perf::Pass::forward_backward};
-  if (a.mode == "splitkv" || a.mode == "decode" || a.mode == "hopper") a.passes = {perf::Pass::forward};
+  if (a.mode == "splitkv" || a.mode == "decode" || a.mode == "hopper" || a.mode == "sweep90") {
+    a.passes = {perf::Pass::forward};
+  }
   if (a.mode == "long") {
     a.passes = {perf::Pass::forward, perf::Pass::forward_backward};
     a.timing.warmup = 1;  // a 128k call is long enough to warm everything up

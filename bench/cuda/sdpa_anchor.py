@@ -53,6 +53,13 @@ MODES = {
     # Issue 16's GQA rows (the sm90 backward): 32/8 heads, d 128, causal, 16k tokens.
     "gqa": ([("gqa", 16384 // s, s, s, 32, 8, 128, True) for s in (4096, 8192, 16384)],
             ("fwd", "fwdbwd")),
+    # Issue 15's bar sweep (cuda_bench.cpp sweep90): the paper sweep, d256 and GQA 32/8 d128 at
+    # 4k/8k/16k causal, b1 h16 s32k d128; forward only.
+    "sweep90": (paper(PAPER_SEQLENS)
+                + [("sweep90", 16384 // s, s, s, 8, 8, 256, True) for s in (4096, 8192, 16384)]
+                + [("sweep90", 16384 // s, s, s, 32, 8, 128, True) for s in (4096, 8192, 16384)]
+                + [("sweep90", 1, 32768, 32768, 16, 16, 128, False)],
+                ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
     # Issue 17's decode bar (kv_cache_bench.cpp decode): kv 4k, 32k, 128k, K+V up to 40 GB

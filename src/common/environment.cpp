@@ -17,6 +17,7 @@ constexpr const char* kNames[kEnvVarCount] = {
     "FASTATTN_DEVICE_MEMORY_LIMIT", "FASTATTN_CPU_DECODE",          "FASTATTN_CPU_DECODE_SPLITS",
     "FASTATTN_CUDA_SM90_OVERLAP", "FASTATTN_CUDA_BWD_SM90",       "FASTATTN_CUDA_SM90_BWD_DQ",
     "FASTATTN_CUDA_SM90_BWD_ORDER",
+    "FASTATTN_CUDA_SM90_SCHEDULER",
 };
 
 std::mutex g_mutex;  // serialises installing snapshots

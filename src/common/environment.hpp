@@ -32,8 +32,9 @@ enum class EnvVar {
   cuda_bwd_sm90,        // FASTATTN_CUDA_BWD_SM90      src/cuda/flash_bwd_sm90/plan.hpp
   cuda_sm90_bwd_dq,     // FASTATTN_CUDA_SM90_BWD_DQ   src/cuda/flash_bwd_sm90/plan.hpp
   cuda_sm90_bwd_order,  // FASTATTN_CUDA_SM90_BWD_ORDER src/cuda/flash_bwd_sm90/plan.hpp
+  cuda_sm90_scheduler,  // FASTATTN_CUDA_SM90_SCHEDULER src/cuda/flash_fwd_sm90/plan.hpp
 };
-inline constexpr std::size_t kEnvVarCount = 14;
+inline constexpr std::size_t kEnvVarCount = 15;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

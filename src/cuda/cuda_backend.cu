@@ -171,18 +171,26 @@ void forward_lowres(ForwardPath path, const ForwardParams& f, std::int64_t head_
                                        std::to_string(head_dim));
 }
 
-// The Hopper kernels (flash_fwd_sm90/), compiled when FASTATTN_CUDA_ARCHS has 90: head dims 64
-// and 128 (the plan sends the others to sm80).
+// The Hopper kernels (flash_fwd_sm90/), compiled when FASTATTN_CUDA_ARCHS has 90: head dims 64,
+// 96, 128 and 256 (flash_fwd_sm90/plan.hpp: sm90_has_head_dim; the plan sends others to sm80).
 template <typename Element>
-void forward_sm90(const ForwardParams& f, std::int64_t head_dim, cudaStream_t stream) {
+void forward_sm90(const ForwardParams& f, const Sm90LaunchChoice& choice, std::int64_t head_dim,
+                  cudaStream_t stream) {
   (void)f;
+  (void)choice;
   (void)stream;
   switch (head_dim) {
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
-    case 64: return run_forward_sm90<Element, 64>(f, stream);
+    case 64: return run_forward_sm90<Element, 64>(f, choice, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_forward_sm90<Element, 96>(f, choice, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
-    case 128: return run_forward_sm90<Element, 128>(f, stream);
+    case 128: return run_forward_sm90<Element, 128>(f, choice, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_256
+    case 256: return run_forward_sm90<Element, 256>(f, choice, stream);
 #endif
     default: break;
   }
@@ -423,10 +431,11 @@ void forward(const AttentionProblem& call, const KernelChoice& choice) {
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
   if (plan.path == ForwardPath::sm90) {
+    const Sm90LaunchChoice sm90{plan.sm90_overlap, plan.sm90_scheduler, plan.multiprocessors};
     if (p.dtype == DType::bf16) {
-      forward_sm90<__nv_bfloat16>(f, p.head_dim, stream);
+      forward_sm90<__nv_bfloat16>(f, sm90, p.head_dim, stream);
     } else {
-      forward_sm90<__half>(f, p.head_dim, stream);
+      forward_sm90<__half>(f, sm90, p.head_dim, stream);
     }
   } else if (plan.path != ForwardPath::sm80) {
     forward_lowres(plan.path, f, p.head_dim, stream);  // f16 only: the dispatcher checked

@@ -6,10 +6,14 @@
 # FASTATTN_CUDA_PATH=sm80.
 #   carry ["build/carry-sm90", "build/debs"]; command:
 #   cd build/carry-sm90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90.sh
-# STAGES (default "build sass sm90 bench"; run in the order build sass sm90 bench suite suite80 sanitize): also "suite" (ctest -L gpu, then the forward suites
+# STAGES (default "build sass sm90 bench"; run in the order build sass smoke sweep sm90 bench suite suite80 sanitize): also
+# "smoke" (the quick sm90 tests: both schedulers, small shapes, strided, declines), "sweep" (issue 15's bar sweep:
+# cuda_bench sweep90 with the default scheduler rule, then persistent and grid forced, beside sdpa_anchor.py sweep90 cuDNN and flash,
+# judged by bench/cuda/sweep_sm90.py into sweep.json), "suite" (ctest -L gpu, then the forward suites
 # with FASTATTN_CUDA_PATH=sm80; "suite80" that second part alone) and "sanitize" (memcheck/racecheck/synccheck of the small set).
+# HEAD_DIMS (default "64;96;128;256") and TARGETS (default: gpu tests, CPU tests, cuda bench, cli) shape the build.
 # BUDGET_S (default 285) caps the whole job. $OUT (8 files at most): summary.txt, build.log,
-# sass.txt, sm90-tests.log, ctest-gpu.log or suite-sm80.log, sanitize.log, bench.jsonl, bench.err.
+# sass.txt, sm90-tests.log, ctest-gpu.log or suite-sm80.log, sanitize.log, bench.jsonl or sweep.jsonl, sweep.json.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -18,6 +22,8 @@ mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
 stages=${STAGES:-"build sass sm90 bench"}
 budget=${BUDGET_S:-285}
+dims=${HEAD_DIMS:-"64;96;128;256"}
+targets=${TARGETS:-"fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli"}
 python=/opt/torch/.venv/bin/python3
 [ -x "$python" ] || python=python3
 command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
@@ -48,9 +54,9 @@ done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 
 if has build; then
-  run build 170 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
-      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=64;128' > '$out/build.log' 2>&1 &&
-    cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli >> '$out/build.log' 2>&1"
+  run build 210 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=$dims' > '$out/build.log' 2>&1 &&
+    cmake --build '$build' -j 16 --target $targets >> '$out/build.log' 2>&1"
   tail -3 "$out/build.log"
   grep -E "ptxas (warning|error)|C75(08|10|17|19)" "$out/build.log" | head -5
 fi
@@ -72,8 +78,21 @@ if has sass; then
   cat "$out/sass.txt" | head -12
 fi
 "$build/tools/cli/fastattn" info 2>&1 | grep -iE "path|device|arch" | head -8
+if has smoke; then
+  run smoke 45 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90.SchedulersGiveTheSameBits:CudaSm90.SmallShapesMatchFloat64:CudaSm90.StridedViewsGiveTheContiguousBits:CudaSm90.UnservedCallsRunSm80WithAReason' > '$out/sm90-tests.log' 2>&1"
+  grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/sm90-tests.log" | head -20
+  grep -B2 -A12 "Failure" "$out/sm90-tests.log" | head -40
+fi
+if has sweep; then
+  bench="$build/bench/cuda/fastattn_cuda_bench"
+  run sweep_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py sweep90 --backends cudnn,flash --no-gemm --repeats 10 --max-seconds 2 > '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_default 50 bash -c "'$bench' sweep90 --repeats 10 --max-seconds 2 >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_persistent 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=persistent '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-persistent\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  run sweep_grid 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=grid '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-grid\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  "$python" bench/cuda/sweep_sm90.py "$out/sweep.jsonl" --out "$out/sweep.json"
+fi
 if has sm90; then
-  run sm90 120 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90.*:CudaBackend.BuildReportsCuda' > '$out/sm90-tests.log' 2>&1"
+  run sm90 120 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_filter='${SM90_FILTER:-CudaSm90.*:CudaBackend.BuildReportsCuda}' >> '$out/sm90-tests.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/sm90-tests.log" | head -20
   grep -B2 -A12 "Failure" "$out/sm90-tests.log" | head -60
   run cpu_plan 30 bash -c "'$build/tests/fastattn_tests' --gtest_brief=1 \

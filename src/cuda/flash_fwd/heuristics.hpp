@@ -16,7 +16,7 @@
 // 4. Path (forward_path.hpp): the sm75 / sm70 paths have only the main kernel (no cp.async
 //    ring for short queries), with their own blocks (launch_blocks.hpp: forward_blocks_for);
 //    CTAs per SM follow from their shared memory (at most 2, the launch bounds).
-// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded batches of head_dim 64/128 whose q, k, v
+// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded batches of head_dim 64/96/128/256 whose q, k, v
 //    TMA can describe, with seqlen_q > kDecodeMaxSeqlenQ, seqlen_k > 0 and no split-KV; any
 //    other call runs the sm80 plan, and sm90_decline_reason names why (KernelChoice::reason).
 #pragma once
@@ -78,6 +78,8 @@ struct ForwardPlan {
   std::string sm90_declined;
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
+  Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
+  std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
   // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
   bool kv_cache_kernel = false;
@@ -144,7 +146,7 @@ inline ForwardPlan plan_forward(const ForwardShape& s);
 // when it does. The order is the report's: the first reason that applies.
 inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan& sm80_plan) {
   if (!sm90_has_head_dim(s.head_dim)) {
-    return "no sm90 kernel for head_dim " + std::to_string(s.head_dim) + " yet (sm90 has 64 and 128)";
+    return "no sm90 kernel for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64, 96, 128 and 256)";
   }
   if (s.varlen) return "varlen batches have no sm90 scheduler yet";
   if (!s.tma_describes) {
@@ -176,6 +178,10 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   std::int64_t keys = s.seqlen_k;
   if (s.window_left >= 0 && s.window_right >= 0) keys = std::min(keys, s.window_left + s.window_right + b.block_m);
   plan.n_blocks = (keys + b.block_n - 1) / b.block_n;
+  // A mask bounded on one side only (causal) shows a query tile half the keys on average.
+  const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
+  plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
+  plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles);
   const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
   plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
   return plan;
@@ -254,7 +260,11 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
-           std::to_string(plan.ctas) + " CTAs over (query block, head, batch)";
+           std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
+           (plan.sm90_scheduler == Sm90Scheduler::persistent
+                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), longest tiles first"
+                : ", one CTA per tile") +
+           " (" + std::to_string(plan.sm90_key_tiles) + " key tiles per query tile)";
   }
   std::string r = plan.path == ForwardPath::sm75
                       ? "sm75 path (Turing): mma.sync m16n8k8, register-staged prefetch, "

@@ -34,12 +34,13 @@ namespace fastattn::cuda {
 
 template <class T>
 struct Sm90ConsumerState {
-  float acc_o[1][T::kNTilesO][4];  // O: (16 rows of this warp, kHeadDim) f32, m16n8 C layout
+  float acc_o[1][T::kNTilesO][4];  // O: (16 rows of this warp, kHeadDimTile) f32, m16n8 C layout
   OnlineSoftmax<2, T::kNTilesS> softmax;
 };
 
 // Issues acc_s = Q_wg K^T (no wait): the warpgroup's 64 rows of Q (rows 64 * wg of sQ) against
-// the stage's keys, head_dim / 16 wgmma in one commit group.
+// the stage's keys, head_dim / 16 wgmma in one commit group (d = 96: the zero padding of the
+// 128-column tiles is skipped).
 template <class T>
 __device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_t sQ, uint32_t sK, int wg) {
   using E = typename T::Element;
@@ -67,7 +68,8 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[T::kBlockN / 16][4], const 
   }
 }
 
-// Issues acc_o += P V (no wait): kBlockN / 16 wgmma, A from registers, V MN-major.
+// Issues acc_o += P V (no wait): kBlockN / 16 wgmma, A from registers, V MN-major, all
+// kHeadDimTile columns.
 template <class T>
 __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const uint32_t (&a)[T::kBlockN / 16][4],
                                          uint32_t sV) {
@@ -76,7 +78,7 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const u
   for (int kp = 0; kp < T::kBlockN / 16; ++kp) {
     // 16 keys = two 8-row swizzle atoms (2048 bytes) further into every panel.
     const uint64_t desc_v = sm90::mnmajor_descriptor(sV + kp * 16 * 128, T::kPanelBytesKV);
-    sm90::mma_rs_tb<T::kHeadDim, E>(acc_o, a[kp], desc_v, 1);
+    sm90::mma_rs_tb<T::kHeadDimTile, E>(acc_o, a[kp], desc_v, 1);
   }
   sm90::warpgroup_commit();
 }
@@ -112,7 +114,8 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
   }
 }
 
-// The main loop of consumer warpgroup `wg` (0-based among the consumers). kOverlap (plan.hpp:
+// The main loop of consumer warpgroup `wg` (0-based among the consumers) over one tile; `count`
+// (the CTA's key tiles and Q loads so far) gives the stages and barrier phases, and advances. kOverlap (plan.hpp:
 // sm90_overlap):
 //   false  per tile: S = Q K^T, wait; softmax; O += P V, wait; release the stage
 //   true   tile 0's S and softmax first; then per tile i >= 1: issue S_i = Q K_i^T, issue
@@ -121,29 +124,33 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
 //          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
 template <class T, bool kSoftcap, bool kOverlap>
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
-                                        const Sm90TileWork& w, int wg, int warp_in_wg, int lane) {
+                                        const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
+                                        int lane) {
   clear_accumulator(st.acc_o);
   st.softmax.init();
-  if (w.n_begin >= w.n_end) return;
+  if (!w.has_keys()) return;
   const Sm90TileMask m{w.q0 + wg * 64 + warp_in_wg * 16, static_cast<int>(w.mask.offset),
                        static_cast<int>(p.window_left), static_cast<int>(p.window_right), fabsf(p.scale_log2)};
   const int tiles = w.n_end - w.n_begin;
   auto key0 = [&](int i) { return (w.n_end - 1 - i) * T::kBlockN; };
-  auto parity = [](int i) { return static_cast<uint32_t>((i / T::kStages) & 1); };
+  // Key tile i of this tile is key tile count.kv + i of the CTA (producer.cuh).
+  auto stage_of = [&](int i) { return (count.kv + i) % T::kStages; };
+  auto parity = [&](int i) { return static_cast<uint32_t>(((count.kv + i) / T::kStages) & 1); };
   float acc_s[1][T::kNTilesS][4];
   uint32_t a[T::kBlockN / 16][4];
   float rescale[2];
-  sm90::mbarrier_wait(smem.q_full(), 0);
+  sm90::mbarrier_wait(smem.q_full(), static_cast<uint32_t>(count.q & 1));
 
   if constexpr (!kOverlap) {
     for (int i = 0; i < tiles; ++i) {
-      const int stage = i % T::kStages;
+      const int stage = stage_of(i);
       sm90::mbarrier_wait(smem.k_full(stage), parity(i));
       sm90::warpgroup_fence();
       issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(acc_s[0]);
       sm90::mbarrier_arrive(smem.k_empty(stage));
+      if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
       if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane)) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
       sm90::mbarrier_wait(smem.v_full(stage), parity(i));
@@ -157,16 +164,17 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
-    sm90::mbarrier_wait(smem.k_full(0), parity(0));
+    sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
     sm90::warpgroup_fence();
-    issue_qk<T>(acc_s[0], smem.q(), smem.k(0), wg);
+    issue_qk<T>(acc_s[0], smem.q(), smem.k(stage_of(0)), wg);
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(acc_s[0]);
-    sm90::mbarrier_arrive(smem.k_empty(0));
+    sm90::mbarrier_arrive(smem.k_empty(stage_of(0)));
+    if (tiles == 1) sm90::mbarrier_arrive(smem.q_empty());
     softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(0), lane);  // O is 0: no rescale
     pack_p<T>(a, acc_s[0]);
     for (int i = 1; i < tiles; ++i) {
-      const int stage = i % T::kStages, prev = (i - 1) % T::kStages;
+      const int stage = stage_of(i), prev = stage_of(i - 1);
       sm90::mbarrier_wait(smem.k_full(stage), parity(i));
       // P_{i-1} and the rescaled O are final before the fence: wgmma.fence orders register
       // writes before it, and the compiler may not sink the packing past it (else ptxas injects a
@@ -181,6 +189,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::warpgroup_wait<1>();  // S_i landed; P_{i-1} V_{i-1} may still run
       sm90::fence_registers(acc_s[0]);
       sm90::mbarrier_arrive(smem.k_empty(stage));
+      if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
       const bool moved = softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
@@ -189,7 +198,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       if (moved) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
     }
-    const int last = (tiles - 1) % T::kStages;
+    const int last = stage_of(tiles - 1);
     sm90::mbarrier_wait(smem.v_full(last), parity(tiles - 1));
     sm90::fence_registers(st.acc_o[0]);
     sm90::fence_registers(a);
@@ -200,6 +209,8 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     sm90::fence_registers(a);
     sm90::mbarrier_arrive(smem.v_empty(last));
   }
+  count.kv += tiles;
+  count.q += 1;
 }
 
 }  // namespace fastattn::cuda

@@ -32,7 +32,7 @@ __device__ __forceinline__ void store_output_sm90(Sm90ConsumerState<T>& st, cons
     const float inv = inv_sum[half];
     E* o_row = o_ptr + static_cast<int64_t>(row) * p.o_token_stride + A::lane_col(lane);
 #pragma unroll
-    for (int nt = 0; nt < T::kNTilesO; ++nt) {
+    for (int nt = 0; nt < T::kNTilesOStored; ++nt) {  // d = 96: not the padding columns
       *reinterpret_cast<uint32_t*>(o_row + nt * A::kFragCols) =
           sm80::pack2<E>(st.acc_o[0][nt][2 * half] * inv, st.acc_o[0][nt][2 * half + 1] * inv);
     }

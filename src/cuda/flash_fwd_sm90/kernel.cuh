@@ -4,7 +4,8 @@
 //
 // Roles (kThreads = 128 * (1 + kConsumerWarpgroups)):
 //   warpgroup 0       producer: setmaxnreg.dec to kProducerRegisters; one thread issues every
-//                     TMA load (producer.cuh); the other 127 threads retire
+//                     TMA load of every tile the CTA runs (producer.cuh, tile_scheduler.cuh);
+//                     the other 127 threads retire
 //   warpgroups 1..    consumers: setmaxnreg.inc to kConsumerRegisters; 64 query rows each,
 //                     S = Q K^T, softmax, O += P V (consumer.cuh), then the epilogue
 //                     (epilogue.cuh)
@@ -28,13 +29,14 @@ namespace fastattn::cuda {
 
 template <class T, bool kSoftcap, bool kOverlap>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ CUtensorMap map_q,
-                              const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v) {
+    flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ Sm90TileSchedule sched,
+                              const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                              const __grid_constant__ CUtensorMap map_v) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Scheduler = Sm90TileScheduler<T>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const Sm90Smem<T> smem{(raw + 1023u) & ~1023u};
-  const Sm90TileWork w = Sm90TileScheduler<T>::work(p);
 
   if (threadIdx.x == 0) smem.init_barriers();
   __syncthreads();
@@ -42,14 +44,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   const int warp_in_wg = static_cast<int>(threadIdx.x) / 32 % 4;
   const int lane = static_cast<int>(threadIdx.x) % 32;
+  // Both roles walk the same tiles (grid: one; persistent: a stride of the grid), each with its
+  // own count of the pipeline's uses.
+  Sm90PipelineCount count;
   if (warpgroup == 0) {
     sm90::warpgroup_release_registers<T::kProducerRegisters>();
-    if (threadIdx.x == 0) produce<T>(smem, w, &map_q, &map_k, &map_v);
+    if (threadIdx.x == 0) {
+      sm90::prefetch_tensor_map(&map_q);
+      sm90::prefetch_tensor_map(&map_k);
+      sm90::prefetch_tensor_map(&map_v);
+      for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
+        produce<T>(smem, Scheduler::work(p, sched, tile), count, &map_q, &map_k, &map_v);
+      }
+    }
   } else {
     sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
-    Sm90ConsumerState<T> state;
-    consume<T, kSoftcap, kOverlap>(state, smem, p, w, warpgroup - 1, warp_in_wg, lane);
-    store_output_sm90<T>(state, p, w, warpgroup - 1, warp_in_wg, lane);
+    for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
+      const Sm90TileWork w = Scheduler::work(p, sched, tile);
+      Sm90ConsumerState<T> state;
+      consume<T, kSoftcap, kOverlap>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
+      store_output_sm90<T>(state, p, w, warpgroup - 1, warp_in_wg, lane);
+    }
   }
 #endif
 }

@@ -1,5 +1,5 @@
 // launch.cuh — the sm90 forward launcher: tensor maps of q, k, v (sm90/tensor_map.hpp), the
-// kernel's shared memory, the grid of the tile scheduler. Included only by the generated sm90
+// kernel's shared memory, the tile schedule and its grid (tile_scheduler.cuh). Included only by the generated sm90
 // units (src/cuda/generated/flash_fwd_sm90_*), compiled for sm_90a alone.
 #pragma once
 
@@ -18,7 +18,7 @@
 namespace fastattn::cuda {
 
 template <typename Element, int kHeadDim>
-void run_forward_sm90(const ForwardParams& p, cudaStream_t stream) {
+void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
   using T = Sm90ForwardTraits<kHeadDim, Element>;
   if (p.seqlen_q == 0 || p.batch == 0 || p.num_heads == 0) return;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -32,19 +32,24 @@ void run_forward_sm90(const ForwardParams& p, cudaStream_t stream) {
   const CUtensorMap map_v = sm90::make_token_tensor_map(
       {p.v, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
-  // The dispatcher's plan read the same variable (flash_fwd/heuristics.hpp: sm90_overlap).
-  const bool overlap = sm90_overlap(kHeadDim);
+  const bool overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
   const bool softcap = p.softcap > 0.0f;
   auto kernel = softcap ? flash_forward_sm90_kernel<T, true, false> : flash_forward_sm90_kernel<T, false, false>;
   if constexpr (sm90_overlap_fits(kHeadDim)) {  // no spilling overlap kernels compiled otherwise
     if (overlap) kernel = softcap ? flash_forward_sm90_kernel<T, true, true> : flash_forward_sm90_kernel<T, false, true>;
   }
+  // The L2 size sets the persistent schedule's head sections (tile_scheduler.cuh).
+  int device = 0, l2_bytes = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice", "sm90 forward");
+  check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", "L2 size");
+  const Sm90TileSchedule schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, l2_bytes);
+  const dim3 grid = Sm90TileScheduler<T>::grid(p, schedule, choice.multiprocessors);
   const std::string name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " +
                            std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) +
-                           (overlap ? ", overlap>" : ">");
+                           (overlap ? ", overlap" : "") + ", " + to_string(choice.scheduler) + ">";
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", name);
-  kernel<<<Sm90TileScheduler<T>::grid(p), T::kThreads, T::kSmemBytes, stream>>>(p, map_q, map_k, map_v);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, schedule, map_q, map_k, map_v);
   check_launch(name);
 }
 

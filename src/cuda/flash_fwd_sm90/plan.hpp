@@ -20,14 +20,28 @@ struct Sm90ForwardBlocks {
 
 // Head dims with an sm90 kernel (tools/gen_cuda_kernels.py writes their units); the others
 // run on the sm80 kernels, and KernelChoice::reason says so.
-constexpr bool sm90_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool sm90_has_head_dim(std::int64_t head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
 
-// d = 128: 128 x 128 tiles, two consumer warpgroups of 64 rows, a 2-stage (K, V) ring.
+// The head dim as the tiles hold it: whole 64-column panels of the 128-byte swizzle. d = 96 is
+// held as 128: TMA fills columns 96..127 of Q, K and V with zeros (out of the tensor's bounds),
+// S = Q K^T runs its 6 k16 steps only, O += P V computes 128 columns of which the epilogue
+// stores 96. A third of P V's work is spent on the padding; a 64-byte-swizzled half panel would
+// avoid it (FA3 runs d = 96 natively), a step for later.
+constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_dim + 63) / 64 * 64; }
+
+// d = 128 (and 96): 128 x 128 tiles, two consumer warpgroups of 64 rows, a 2-stage (K, V) ring.
 // d = 64: 192 x 128, three consumer warpgroups (the GEMMs per softmax are half as long at
-// d = 64, so more rows per K/V tile), 3 stages. First shapes (FA3 uses 192 x 128 at d = 64 and
-// 128 x 176 at d = 128 non-causal: docs/cuda.md); measured in docs/cuda.md.
+// d = 64, so more rows per K/V tile), 3 stages. d = 256: 128 x 80, two consumer warpgroups, 2
+// stages: O is 64 x 256 f32 per warpgroup (128 registers a thread), and Q plus two (K, V)
+// stages of 80 keys fill 226 KiB of the 227 KiB of shared memory (FA3 uses 128 x 80 at d = 256
+// too). First shapes (FA3 uses 192 x 128 at d = 64 and 128 x 176 at d = 128 non-causal:
+// docs/cuda.md); measured in docs/cuda.md.
 constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
-  return head_dim <= 64 ? Sm90ForwardBlocks{192, 128, 3, 512} : Sm90ForwardBlocks{128, 128, 2, 384};
+  return head_dim <= 64    ? Sm90ForwardBlocks{192, 128, 3, 512}
+         : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, 2, 384}
+                           : Sm90ForwardBlocks{128, 80, 2, 384};
 }
 
 // The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
@@ -38,7 +52,11 @@ constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
 // is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
 // loop there too, for A/B measurements.
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
-constexpr bool sm90_overlap_fits(std::int64_t head_dim) { return sm90_forward_blocks(head_dim).block_m == 128; }
+// At d = 256 the overlap spilled too (100 bytes: O alone is 128 registers a thread), so d = 256
+// runs the plain loop.
+constexpr bool sm90_overlap_fits(std::int64_t head_dim) {
+  return sm90_forward_blocks(head_dim).block_m == 128 && head_dim <= 128;
+}
 inline bool sm90_overlap(std::int64_t head_dim) {
   const char* text = env_value(EnvVar::cuda_sm90_overlap);
   const bool unset = text == nullptr || *text == '\0';
@@ -48,10 +66,53 @@ inline bool sm90_overlap(std::int64_t head_dim) {
   return sm90_overlap_fits(head_dim) && (unset || std::string(text) == "1");
 }
 
+// Which tiles a CTA runs (tile_scheduler.cuh):
+//   grid        one CTA per (query block, head, batch) tile, the last query block of each
+//               (head, batch) first; the hardware hands CTAs to SMs as they free up.
+//   persistent  one CTA per SM looping over the tiles with a static stride of the grid size, in
+//               longest-first order (under a causal mask or a window the last query blocks see
+//               the most keys): heads in sections whose K/V fit half the L2, and inside a
+//               section every head's last query block before any head's previous one, so the
+//               short tiles fill the last wave (FA3's "LPT" order, hopper/tile_scheduler.hpp;
+//               our code). The next tile's K and Q loads overlap the current tile's last
+//               P V and epilogue, and the setup (barriers, tensor-map prefetch) is paid once
+//               per SM, not per tile.
+// Default (measured on the H200, 2026-12-01, docs/cuda.md, one job, both schedulers beside cuDNN):
+// persistent when a query tile visits at most kSm90PersistentMaxKeyTiles key tiles on average
+// (short sequences: the per-CTA prologue and epilogue are a large part of a tile, and persistent
+// was 4-34% faster at s512/1k, 7% at d128 s2k causal), grid otherwise (long tiles: the static stride
+// leaves CTAs unevenly loaded under a causal mask when fewer (head, batch) pairs than SMs share a
+// query-block rank, and the head sections read more K/V at once; grid was up to 20% faster there,
+// 72% at d256 s16k causal b1 h8). FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent forces one.
+enum class Sm90Scheduler { grid, persistent };
+constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
+constexpr std::int64_t kSm90PersistentMaxKeyTiles = 12;
+inline const char* to_string(Sm90Scheduler s) { return s == Sm90Scheduler::grid ? "grid" : "persistent"; }
+// average_key_tiles: key tiles one query tile visits, on average over the query tiles.
+inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles) {
+  const char* text = env_value(EnvVar::cuda_sm90_scheduler);
+  if (text == nullptr || *text == '\0') {
+    return average_key_tiles <= kSm90PersistentMaxKeyTiles ? Sm90Scheduler::persistent : Sm90Scheduler::grid;
+  }
+  const std::string value(text);
+  if (value == "grid") return Sm90Scheduler::grid;
+  if (value == "persistent") return Sm90Scheduler::persistent;
+  throw Error(ErrorCode::invalid_argument,
+              std::string(kSm90SchedulerEnv) + ": expected grid or persistent, got \"" + value + "\"");
+}
+
+// What the dispatcher's plan decided for one sm90 launch (heuristics.hpp: plan_forward_sm90);
+// the launcher (launch.cuh) follows it and reads no environment of its own.
+struct Sm90LaunchChoice {
+  bool overlap = true;
+  Sm90Scheduler scheduler = Sm90Scheduler::persistent;
+  int multiprocessors = 1;  // persistent: the grid
+};
+
 // Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align
 // the tiles to the 1024-byte swizzle atom.
 constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
-  return static_cast<int>((b.block_m + 2 * b.stages * b.block_n) * head_dim * 2) + 2048;
+  return static_cast<int>((b.block_m + 2 * b.stages * b.block_n) * sm90_tile_head_dim(head_dim) * 2) + 2048;
 }
 
 // Whether TMA can describe an operand: 16-byte aligned base, and for every dimension of extent

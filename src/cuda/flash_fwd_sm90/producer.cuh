@@ -8,9 +8,13 @@
 //   k_empty[s]     every consumer thread is done with the K tile of stage s (kConsumerThreads
 //                  arrivals, as soon as its S = Q K^T landed); v_empty[s] likewise for V (after
 //                  O += P V). Separate, so the next K load starts a GEMM earlier than the V one.
-// Use u = i / kStages of stage s = i % kStages is phase u of its barriers: consumers wait on
+//   q_empty        every consumer thread is done with Q (its last S = Q K^T of the tile landed):
+//                  the next tile's Q may be loaded (persistent scheduler, tile_scheduler.cuh)
+// Key tile i of the CTA (counted over all its tiles, Sm90PipelineCount::kv) goes to stage
+// s = i % kStages, its use u = i / kStages is phase u of the stage's barriers: consumers wait on
 // k_full/v_full with parity u & 1; the producer, before refilling for use u >= 1, waits for
-// k_empty's / v_empty's phase u - 1.
+// k_empty's / v_empty's phase u - 1. The CTA's j-th Q load (Sm90PipelineCount::q) is phase j of
+// q_full; before it (j >= 1) the producer waits for phase j - 1 of q_empty.
 #pragma once
 
 #include <cuda.h>
@@ -35,9 +39,11 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t v_full(int stage) const { return q_full() + 8 * (1 + T::kStages + stage); }
   __device__ __forceinline__ uint32_t k_empty(int stage) const { return q_full() + 8 * (1 + 2 * T::kStages + stage); }
   __device__ __forceinline__ uint32_t v_empty(int stage) const { return q_full() + 8 * (1 + 3 * T::kStages + stage); }
+  __device__ __forceinline__ uint32_t q_empty() const { return q_full() + 8 * (1 + 4 * T::kStages); }
 
   __device__ __forceinline__ void init_barriers() const {
     sm90::mbarrier_init(q_full(), 1);
+    sm90::mbarrier_init(q_empty(), T::kConsumerThreads);
 #pragma unroll
     for (int s = 0; s < T::kStages; ++s) {
       sm90::mbarrier_init(k_full(s), 1);
@@ -59,27 +65,33 @@ __device__ __forceinline__ void tma_load_tile(uint32_t smem, uint32_t panel_byte
   }
 }
 
-// Runs on one thread. Nothing to load when the query block sees no key.
+// One tile's loads, on one thread: K of its first key tile, then Q (once the consumers are
+// done with the previous tile's Q: the K load overlaps their last GEMMs), then the V of that key
+// tile and the (K, V) of the others. Nothing to load when the query block sees no key.
 template <class T>
-__device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileWork& w, const CUtensorMap* map_q,
-                                        const CUtensorMap* map_k, const CUtensorMap* map_v) {
-  if (w.n_begin >= w.n_end) return;
-  sm90::prefetch_tensor_map(map_q);
-  sm90::prefetch_tensor_map(map_k);
-  sm90::prefetch_tensor_map(map_v);
-  sm90::mbarrier_arrive_expect_tx(smem.q_full(), T::kSmemQ);
-  tma_load_tile<T>(smem.q(), T::kPanelBytesQ, map_q, smem.q_full(), w.q0, w.head, w.batch);
+__device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileWork& w, Sm90PipelineCount& count,
+                                        const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                        const CUtensorMap* map_v) {
+  if (!w.has_keys()) return;
   const int tiles = w.n_end - w.n_begin;
   for (int i = 0; i < tiles; ++i) {
-    const int stage = i % T::kStages, use = i / T::kStages;
+    const int it = count.kv + i;
+    const int stage = it % T::kStages, use = it / T::kStages;
     const int k0 = (w.n_end - 1 - i) * T::kBlockN;
     if (use > 0) sm90::mbarrier_wait(smem.k_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.k_full(stage), T::kSmemKV);
     tma_load_tile<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, w.batch);
+    if (i == 0) {
+      if (count.q > 0) sm90::mbarrier_wait(smem.q_empty(), (count.q - 1) & 1);
+      sm90::mbarrier_arrive_expect_tx(smem.q_full(), T::kSmemQ);
+      tma_load_tile<T>(smem.q(), T::kPanelBytesQ, map_q, smem.q_full(), w.q0, w.head, w.batch);
+    }
     if (use > 0) sm90::mbarrier_wait(smem.v_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.v_full(stage), T::kSmemKV);
     tma_load_tile<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, w.batch);
   }
+  count.kv += tiles;
+  count.q += 1;
 }
 
 }  // namespace fastattn::cuda

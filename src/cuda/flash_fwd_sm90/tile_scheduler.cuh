@@ -1,18 +1,26 @@
-// tile_scheduler.cuh — which (query block, head, batch) a CTA of the sm90 forward owns, and the
-// key tiles it visits. Both roles (producer and consumers) derive the same TileWork.
+// tile_scheduler.cuh — which (query block, head, batch) tiles a CTA of the sm90 forward runs, and
+// the key tiles each visits. Both roles (producer and consumers) walk the same tile sequence
+// and derive the same Sm90TileWork, so they meet on the mbarriers in the same order.
 //
-// Now: one CTA per tile, grid (query blocks, heads, batch), the last query blocks first (under a
-// causal mask they see the most keys, so the heaviest CTAs start in the first wave). A
-// persistent scheduler (longest-first over an atomic counter, FA3 tile_scheduler.hpp) is the
-// next step; it changes only this file and the launcher's grid.
+// Tiles are numbered 0 .. num_tiles - 1 (num_tiles = query blocks * heads * batch); the
+// schedule (plan.hpp: Sm90Scheduler) says which numbers a CTA takes and what a number means:
+//   grid        grid (m_blocks, heads, batch), one tile per CTA: tile = the linear block index,
+//               the query block reversed (the last, under a causal mask the longest, first);
+//   persistent  grid min(num_tiles, SMs), CTA c takes tiles c, c + G, c + 2G, ...; a tile
+//               number is (section, query block from the last, (head, batch) in the section),
+//               sections of `section_hb` (head, batch) pairs whose K/V fit half the L2. With
+//               the stride, every CTA takes at most one tile more than another, and the short
+//               tiles (first query blocks) come last in each section: longest first.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/mask.hpp"
 #include "cuda/flash_fwd/params.hpp"
+#include "cuda/flash_fwd_sm90/plan.hpp"
 
 namespace fastattn::cuda {
 
@@ -22,21 +30,73 @@ struct Sm90TileWork {
   int len_q, len_k;
   int n_begin, n_end;  // key tiles [n_begin, n_end), visited from n_end - 1 down
   SequenceMask mask;
+  __host__ __device__ bool has_keys() const { return n_begin < n_end; }
+};
+
+// The host-filled schedule, a kernel argument.
+struct Sm90TileSchedule {
+  int64_t num_tiles;
+  int m_blocks;      // query blocks per (head, batch)
+  int num_heads;
+  int64_t total_hb;  // heads * batch
+  int64_t section_hb;  // persistent: (head, batch) pairs per L2 section
+  int persistent;    // 1: the CTA loops with stride gridDim.x
+};
+
+// Where a role is in the CTA's pipeline, counted over every tile it ran so far (the barrier
+// phases continue from tile to tile): `kv` key tiles through the (K, V) ring, `q` Q loads.
+struct Sm90PipelineCount {
+  int kv = 0, q = 0;
 };
 
 template <class T>
 struct Sm90TileScheduler {
-  static dim3 grid(const ForwardParams& p) {
-    const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-    return dim3(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
+  static Sm90TileSchedule schedule(const ForwardParams& p, Sm90Scheduler kind, int l2_bytes) {
+    Sm90TileSchedule s{};
+    s.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+    s.num_heads = p.num_heads;
+    s.total_hb = static_cast<int64_t>(p.num_heads) * p.batch;
+    s.num_tiles = s.total_hb * s.m_blocks;
+    s.persistent = kind == Sm90Scheduler::persistent ? 1 : 0;
+    // K and V of one (head, batch), shared by the group's query heads.
+    const int64_t kv_bytes = std::max<int64_t>(int64_t{4} * p.seqlen_k * T::kHeadDim / std::max(p.group_size, 1), 1);
+    s.section_hb = std::clamp<int64_t>(static_cast<int64_t>(l2_bytes / 2) / kv_bytes, 1, std::max<int64_t>(s.total_hb, 1));
+    return s;
   }
 
-  // Padded batches only (varlen runs on the sm80 kernels: flash_fwd_sm90/plan.hpp).
-  __device__ __forceinline__ static Sm90TileWork work(const ForwardParams& p) {
+  static dim3 grid(const ForwardParams& p, const Sm90TileSchedule& s, int multiprocessors) {
+    if (s.persistent) return dim3(static_cast<unsigned>(std::min<int64_t>(s.num_tiles, std::max(multiprocessors, 1))));
+    return dim3(static_cast<unsigned>(s.m_blocks), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
+  }
+
+  __device__ __forceinline__ static int64_t first_tile() {
+    return (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  }
+  __device__ __forceinline__ static int64_t stride(const Sm90TileSchedule& s) {
+    return s.persistent ? static_cast<int64_t>(gridDim.x) : s.num_tiles;  // grid: one tile
+  }
+
+  __device__ __forceinline__ static Sm90TileWork work(const ForwardParams& p, const Sm90TileSchedule& s,
+                                                      int64_t tile) {
+    int64_t hb;
+    int m_rank;  // 0: the last query block
+    if (!s.persistent) {
+      hb = tile / s.m_blocks;
+      m_rank = static_cast<int>(tile - hb * s.m_blocks);
+    } else {
+      const int64_t section_tiles = s.section_hb * s.m_blocks;
+      const int64_t section = tile / section_tiles;
+      const int64_t local = tile - section * section_tiles;
+      const int64_t hb0 = section * s.section_hb;
+      const int64_t rest = s.total_hb - hb0;
+      const int64_t width = s.section_hb < rest ? s.section_hb : rest;  // the last section may be short
+      m_rank = static_cast<int>(local / width);
+      hb = hb0 + (local - m_rank * width);
+    }
     Sm90TileWork w;
-    w.m_block = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
-    w.head = static_cast<int>(blockIdx.y);
-    w.batch = static_cast<int>(blockIdx.z);
+    w.m_block = s.m_blocks - 1 - m_rank;
+    w.head = static_cast<int>(hb % s.num_heads);
+    w.batch = static_cast<int>(hb / s.num_heads);
     w.kv_head = w.head / p.group_size;
     w.len_q = p.seqlen_q;
     w.len_k = p.seqlen_k;

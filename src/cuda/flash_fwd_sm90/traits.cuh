@@ -3,9 +3,10 @@
 //
 // Shared memory (offsets from a 1024-byte aligned base; every tile 128-byte swizzled in
 // 64-column panels, sm90/wgmma.cuh):
-//   sQ: (kBlockM, kHeadDim), kPanels panels of kBlockM rows x 128 bytes
-//   sK[kStages], sV[kStages]: (kBlockN, kHeadDim) each, kPanels panels of kBlockN x 128 bytes
-//   barriers: q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages] (8 bytes each)
+//   sQ: (kBlockM, kHeadDimTile), kPanels panels of kBlockM rows x 128 bytes
+//   sK[kStages], sV[kStages]: (kBlockN, kHeadDimTile) each, kPanels panels of kBlockN x 128 bytes
+//   barriers: q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages], q_empty
+//   (8 bytes each)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,7 +23,8 @@ template <int kHeadDim_, typename Element_>
 struct Sm90ForwardTraits {
   using Element = Element_;
   static constexpr Sm90ForwardBlocks kBlocks = sm90_forward_blocks(kHeadDim_);
-  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDim = kHeadDim_;  // of the tensors
+  static constexpr int kHeadDimTile = static_cast<int>(sm90_tile_head_dim(kHeadDim_));  // of the tiles (plan.hpp)
   static constexpr int kBlockM = kBlocks.block_m;
   static constexpr int kBlockN = kBlocks.block_n;
   static constexpr int kStages = kBlocks.stages;
@@ -31,7 +33,7 @@ struct Sm90ForwardTraits {
   static constexpr int kThreads = 128 + kConsumerThreads;
   static_assert(kThreads == kBlocks.threads, "plan.hpp's thread count");
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64, k16, n <= 256");
-  static_assert(kHeadDim % 64 == 0, "whole 128-byte swizzle panels");
+  static_assert(kHeadDimTile % 64 == 0 && kHeadDim % 16 == 0, "whole 128-byte swizzle panels, k16 steps");
 
   // setmaxnreg (multiples of 8): the producer warpgroup keeps few, the consumers take the rest
   // of the 64K registers: 2 consumer warpgroups 128 * 24 + 256 * 240 = 64512; 3: 128 * 32 +
@@ -40,16 +42,17 @@ struct Sm90ForwardTraits {
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "register file");
 
-  static constexpr int kPanels = kHeadDim / 64;
-  static constexpr uint32_t kSmemQ = kBlockM * kHeadDim * 2;
-  static constexpr uint32_t kSmemKV = kBlockN * kHeadDim * 2;  // one K or V tile
+  static constexpr int kPanels = kHeadDimTile / 64;
+  static constexpr uint32_t kSmemQ = kBlockM * kHeadDimTile * 2;
+  static constexpr uint32_t kSmemKV = kBlockN * kHeadDimTile * 2;  // one K or V tile
   static constexpr uint32_t kPanelBytesQ = kBlockM * 128;
   static constexpr uint32_t kPanelBytesKV = kBlockN * 128;
+  static_assert(kBlockN % 8 == 0 && kBlockM % 8 == 0, "panels of whole 1024-byte swizzle atoms");
   static constexpr uint32_t kOffsetK = kSmemQ;
   static constexpr uint32_t kOffsetV = kOffsetK + kStages * kSmemKV;
   static constexpr uint32_t kOffsetBarriers = kOffsetV + kStages * kSmemKV;
   static constexpr int kSmemBytes = sm90_forward_smem_bytes(kBlocks, kHeadDim);
-  static_assert(kOffsetBarriers + 8 * (1 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
+  static_assert(kOffsetBarriers + 8 * (2 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
 
   // One consumer warp's view of its S accumulator for the shared mask code
   // (flash_fwd/tile_ops.cuh) and softmax (flash_fwd/softmax.cuh): one 16-row tile, the m16n8
@@ -60,7 +63,8 @@ struct Sm90ForwardTraits {
     static constexpr int kNTilesS = kBlockN / 8;
   };
   static constexpr int kNTilesS = kBlockN / 8;
-  static constexpr int kNTilesO = kHeadDim / 8;
+  static constexpr int kNTilesO = kHeadDimTile / 8;  // O accumulator columns / 8
+  static constexpr int kNTilesOStored = kHeadDim / 8;  // the columns the epilogue stores
 };
 
 }  // namespace fastattn::cuda

@@ -3,5 +3,5 @@
 #include "cuda/flash_fwd_sm90/launch.cuh"
 
 namespace fastattn::cuda {
-template void run_forward_sm90<__half, 128>(const ForwardParams&, cudaStream_t);
+template void run_forward_sm90<__half, 128>(const ForwardParams&, const Sm90LaunchChoice&, cudaStream_t);
 }  // namespace fastattn::cuda
