@@ -20,6 +20,7 @@
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -215,23 +216,33 @@ TEST_F(CudaSm90Backward, UncoveredPathsDeterministic) {
   }
 }
 
-// Rows of a gradient whose float64 value is exactly zero (a query row that sees no key: dq; a
-// key no query sees: dk, dv) are exactly zero, with both dQ reductions and deterministic mode,
-// and no gradient holds a NaN. Each case has such rows (checked, so the test cannot pass
-// vacuously).
+// Rows of a gradient that are zero by the mask (a query row that sees no key: dq; a key no
+// query sees: dk, dv) are exactly zero, with both dQ reductions and deterministic mode, and no
+// gradient holds a NaN. Each case has such rows (checked, so the test cannot pass vacuously).
+// Rows whose float64 value is zero by cancellation are not demanded to be exactly zero: a query
+// that sees exactly one key j has P = 1 and D = dO . O = dO . V_j = dP exactly in float64, so
+// its dq row is 0 there, but the kernel's f32 dP and D sum in different orders (the first GPU
+// run flagged 1-8 such rows per case; they are within the float64 tolerance the other tests
+// check).
 TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
+  // rows: (tokens, heads) in the gradient's [b * seqlen, heads, d] order; sees(i) says whether
+  // row token i % seqlen has any visible partner.
   auto zero_rows = [](const std::vector<double>& ref, const std::vector<double>& got, std::int64_t d,
+                      std::int64_t seqlen, std::int64_t heads, const std::function<bool(std::int64_t)>& sees,
                       std::int64_t& expected, std::int64_t& wrong, std::int64_t& nans) {
-    for (std::size_t r = 0; r + static_cast<std::size_t>(d) <= ref.size(); r += static_cast<std::size_t>(d)) {
+    const std::int64_t rows = static_cast<std::int64_t>(ref.size()) / d;
+    for (std::int64_t r = 0; r < rows; ++r) {
       bool ref_zero = true, got_zero = true;
       for (std::int64_t c = 0; c < d; ++c) {
-        const std::size_t i = r + static_cast<std::size_t>(c);
+        const std::size_t i = static_cast<std::size_t>(r * d + c);
         ref_zero = ref_zero && ref[i] == 0.0;
         got_zero = got_zero && got[i] == 0.0;
         nans += std::isnan(got[i]) ? 1 : 0;
       }
-      expected += ref_zero ? 1 : 0;
-      wrong += ref_zero && !got_zero ? 1 : 0;
+      if (sees((r / heads) % seqlen)) continue;
+      ++expected;
+      EXPECT_TRUE(ref_zero) << "float64 gradient row " << r << " of a fully masked token is not zero";
+      wrong += got_zero ? 0 : 1;
     }
   };
   for (const char* dq : {"atomic", "bulk"}) {
@@ -250,10 +261,21 @@ TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
         const reference::BackwardResult grad = reference::backward_f64(problem);
         const KernelChoice choice = data.run_backward(Backend::cuda);
         EXPECT_EQ(choice.isa, "sm90") << text << "\n" << choice.describe();
-        const std::pair<const std::vector<double>*, const harness::HostTensor*> tensors[] = {
-            {&grad.dq, &data.dq}, {&grad.dk, &data.dk}, {&grad.dv, &data.dv}};
         std::int64_t expected = 0, wrong = 0, nans = 0;
-        for (const auto& [ref_grad, got] : tensors) zero_rows(*ref_grad, got->values(), d, expected, wrong, nans);
+        const SequenceMask mask = problem.mask_for(problem.seqlen_q, problem.seqlen_k);
+        const auto query_sees = [&](std::int64_t i) {
+          for (std::int64_t j = 0; j < problem.seqlen_k; ++j)
+            if (mask.visible(i, j)) return true;
+          return false;
+        };
+        const auto key_is_seen = [&](std::int64_t j) {
+          for (std::int64_t i = 0; i < problem.seqlen_q; ++i)
+            if (mask.visible(i, j)) return true;
+          return false;
+        };
+        zero_rows(grad.dq, data.dq.values(), d, problem.seqlen_q, problem.num_heads, query_sees, expected, wrong, nans);
+        zero_rows(grad.dk, data.dk.values(), d, problem.seqlen_k, problem.num_kv_heads, key_is_seen, expected, wrong, nans);
+        zero_rows(grad.dv, data.dv.values(), d, problem.seqlen_k, problem.num_kv_heads, key_is_seen, expected, wrong, nans);
         EXPECT_GT(expected, 0) << dq << " " << text << ": no zero gradient row to check";
         EXPECT_EQ(wrong, 0) << dq << " " << text << ": rows that must be exactly zero are not";
         EXPECT_EQ(nans, 0) << dq << " " << text;
