@@ -4,9 +4,9 @@
 // kernel's constants from these values.
 //
 // GPU tests pass on the H200 (tests/gpu_sm90_backward_test.cpp, 6/6, 2026-12-01:
-// bench/results/nvidia-h200-final-2026-12-01), speed not measured yet. Which backward an sm90
-// device runs by default is kSm90BackwardDefault below (sm80 until the issue-16 bars are
-// measured on the H200 by tools/dev/gpu-sm90-bwd.sh); FASTATTN_CUDA_BWD_SM90=1|0 overrides it.
+// bench/results/nvidia-h200-final-2026-12-01). Which backward an sm90 device runs by default is
+// kSm90BackwardDefault below: sm90 since tools/dev/gpu-sm90-bwd.sh measured it faster than the
+// sm80 backward on the H200; FASTATTN_CUDA_BWD_SM90=0 runs the sm80 backward.
 #pragma once
 
 #include <cstddef>
@@ -71,7 +71,7 @@ inline Sm90DqReduction sm90_dq_reduction() {
 // and cuDNN on the H200 in one job (its summary: sm90_bwd_summary.json). The reasons below
 // follow it.
 enum class Sm90BackwardDefault { sm80, sm90 };
-constexpr Sm90BackwardDefault kSm90BackwardDefault = Sm90BackwardDefault::sm80;
+constexpr Sm90BackwardDefault kSm90BackwardDefault = Sm90BackwardDefault::sm90;
 
 // FASTATTN_CUDA_BWD_SM90: 1 the sm90 backward, 0 the sm80 backward, unset: kSm90BackwardDefault.
 // `by_env` says whether the variable decided (for the reason text).
