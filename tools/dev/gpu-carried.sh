@@ -13,7 +13,8 @@
 #   coop    tools/dev/gpu-coop.sh, STAGES from COOP_STAGES (default: the script's)
 #   kv      tools/dev/gpu-kvcache.sh on carried binaries, STAGES from KV_STAGES
 #   sm90    tools/dev/gpu-sm90.sh on carried binaries, STAGES from SM90_STAGES
-# $OUT/<name>/ gets each job's files; $OUT/summary.txt the call's log.
+# $OUT/summary.txt gets the call's log and $OUT/<name>.tar.gz each job's files (a device call
+# brings back at most 8 files, so each job's folder travels as one archive).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -53,5 +54,9 @@ for job in ${JOBS:-suite:120}; do
           note "-- sm90 rc=$?"; tail -25 "$out/sm90/summary.txt" 2>/dev/null ;;
     *) note "unknown job $name" ;;
   esac
+done
+for job in ${JOBS:-suite:120}; do
+  name=${job%%:*}
+  [ -d "$out/$name" ] && tar -czf "$out/$name.tar.gz" -C "$out" "$name" && rm -rf "${out:?}/$name"
 done
 note "== done"
