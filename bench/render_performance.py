@@ -202,6 +202,10 @@ def render(result):
         from render_sm90 import render_cuda_sm90_forward
 
         return render_cuda_sm90_forward(result)
+    if result.get("kind") in ("cuda_sm90_sweep", "cuda_sm90_backward"):
+        import render_sm90_sweeps
+
+        return getattr(render_sm90_sweeps, "render_" + result["kind"])(result)
     if result.get("kind") == "cuda_kv_decode":
         from render_kv_decode import render_cuda_kv_decode
 

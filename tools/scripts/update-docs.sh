@@ -11,7 +11,7 @@
 #                                                           # JSON gives (nothing written)
 #
 # Which JSON: of the top-level bench/results/*.json, the newest (context timestamp) of each kind
-# (bench_cpu, server_cpu, server_cpu_issue19, cuda_bench, cuda_decode, cuda_sm90_forward,
+# (bench_cpu, server_cpu, server_cpu_issue19, cuda_bench, cuda_decode, cuda_sm90_forward, cuda_sm90_sweep, cuda_sm90_backward,
 # cuda_kv_decode) and machine. Quick runs are refused. Then review and commit bench/results/,
 # docs/performance.md and README.md together.
 set -euo pipefail
@@ -40,7 +40,7 @@ done
 mapfile -t results < <(python3 - <<'PY'
 import glob, json
 KINDS = ("bench_cpu", "server_cpu", "server_cpu_issue19", "cuda_bench", "cuda_decode", "cuda_sm90_forward",
-         "cuda_kv_decode")
+         "cuda_kv_decode", "cuda_sm90_sweep", "cuda_sm90_backward")
 newest = {}
 for path in sorted(glob.glob("bench/results/*.json")):
     try:
