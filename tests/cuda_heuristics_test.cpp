@@ -430,9 +430,27 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   };
   cuda::ForwardShape varlen = hopper(4, 8, 1000, 1000, 128), strided = varlen;
   varlen.varlen = true;
+  varlen.total_q = 2500;
+  varlen.total_k = 3100;
   strided.tma_describes = false;
+  // Varlen (kSm90Varlen): sm90 like a padded batch of the longest sequences' tiles, unless it
+  // is switched off; with no key tokens at all, or short queries (the 16-row kernel), sm80.
+  cuda::ForwardShape varlen_no_keys = varlen, varlen_short = varlen;
+  varlen_no_keys.total_k = 0;
+  varlen_short.seqlen_q = 16;
+  {
+    const cuda::ForwardPlan p = cuda::plan_forward(varlen);
+    if (cuda::kSm90Varlen) {
+      EXPECT_EQ(p.path, ForwardPath::sm90) << p.sm90_declined;
+      EXPECT_EQ(p.ctas, 4 * 8 * 8);  // (batch, head, the longest sequence's query blocks)
+    } else {
+      EXPECT_EQ(p.path, ForwardPath::sm80);
+      EXPECT_NE(p.sm90_declined.find("switched off (kSm90Varlen)"), std::string::npos) << p.sm90_declined;
+    }
+  }
   for (const Decline& c : {Decline{hopper(2, 8, 1000, 1000, 32), "no sm90 kernel for head_dim 32"},
-                           Decline{varlen, "varlen"},
+                           Decline{varlen_no_keys, cuda::kSm90Varlen ? "no keys" : "varlen"},
+                           Decline{varlen_short, "varlen"},
                            Decline{strided, "a q/k/v layout TMA cannot load"},
                            Decline{hopper(2, 8, 1000, 0, 128), "no keys"},
                            Decline{hopper(1, 32, 1, 65536, 128), "seqlen_q <= 16"},

@@ -6,8 +6,11 @@
 //     softmax/GEMM overlap and without: seqlen 17, 1023, 4097; seqlen_q != seqlen_k both ways with
 //     causal masks in which whole rows see no key; windows; GQA 7:1; soft-cap; large logits;
 //     both dtypes, every sm90 head dim; the kernel must be the sm90 one;
-//   * calls the sm90 kernel does not serve (seqlen_q <= 16, varlen, head dims without a unit)
-//     run the sm80 kernels and the reason says why;
+//   * varlen batches (cu_seqlens; flash_fwd_sm90/plan.hpp: kSm90Varlen) against float64: empty
+//     sequences, lengths 1/17/1023/4097 mixed, seqlen_q != seqlen_k per sequence, causal rows
+//     that see no key, GQA 7:1, windows, soft-cap, both schedulers, the plain loop;
+//   * calls the sm90 kernel does not serve (seqlen_q <= 16, head dims without a unit) run the
+//     sm80 kernels and the reason says why;
 //   * strided views (head-major storage, padded rows, 16-byte aligned as TMA needs) give the
 //     same bits as the contiguous call;
 //   * the grid and persistent tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER) give the same bits.
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/flash_fwd_sm90/plan.hpp"
 #include "harness/harness.hpp"
 #include "test_support.hpp"
 
@@ -66,6 +70,14 @@ void expect_sm90(const std::string& text) {
   EXPECT_NE(r.forward_choice.kernel.find("cuda.forward.sm90."), std::string::npos) << r.forward_choice.describe();
 }
 
+// A varlen call: on the sm90 kernels while kSm90Varlen (plan.hpp), else on sm80 with the reason.
+void expect_varlen(const std::string& text) {
+  if (cuda::kSm90Varlen) return expect_sm90(text);
+  const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+  EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+  EXPECT_NE(r.forward_choice.reason.find("kSm90Varlen"), std::string::npos) << r.forward_choice.describe();
+}
+
 TEST_F(CudaSm90, OddShapesMatchFloat64) {
   // One split: the heuristic would hand the few-CTA shapes here to sm80's split-KV.
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
@@ -92,7 +104,7 @@ TEST_F(CudaSm90, OddShapesMatchFloat64) {
   }
 }
 
-// A few small sm90 calls (every mask kind, GQA, soft-cap, both dtypes): the set that
+// A few small sm90 calls (every mask kind, GQA, soft-cap, both dtypes, varlen): the set that
 // compute-sanitizer's memcheck, racecheck and synccheck run (tools/dev/gpu-sm90.sh).
 TEST_F(CudaSm90, SmallShapesMatchFloat64) {
   for (int d : dims_) {
@@ -100,6 +112,8 @@ TEST_F(CudaSm90, SmallShapesMatchFloat64) {
     expect_sm90("b=1 sq=17 sk=300 h=2 hkv=1" + hd + " dtype=bf16 mask=none");
     expect_sm90("b=1 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
     expect_sm90("b=1 sq=257 sk=513 h=2 hkv=1" + hd + " dtype=bf16 mask=window wl=40 wr=7 softcap=30");
+    // varlen: an empty sequence, one without keys, tiles reaching into the next sequence
+    expect_varlen("lens_q=0,17,130,40 lens_k=5,0,300,70 h=2 hkv=1" + hd + " dtype=bf16 mask=causal");
   }
 }
 
@@ -142,8 +156,8 @@ TEST_F(CudaSm90, UnservedCallsRunSm80WithAReason) {
   };
   for (const Routed& c : {Routed{"b=1 sq=1 sk=777 h=8 hkv=8" + hd + " dtype=bf16 mask=none", "seqlen_q <= 16"},
                           Routed{"b=2 sq=16 sk=300 h=2 hkv=2" + hd + " dtype=f16 mask=causal", "seqlen_q <= 16"},
-                          Routed{"b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90",
-                                 "varlen"}}) {
+                          // (with kSm90Varlen off the reason is "varlen batches: ... switched off")
+                          Routed{"h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,16,1 lens_k=5,0,90", "varlen"}}) {
     const harness::CheckReport r = harness::check_case(harness::parse_case(c.text), Backend::cuda, forward_only());
     EXPECT_TRUE(r.pass) << c.text << "\n" << r.to_string();
     EXPECT_EQ(r.forward_choice.isa, "sm80") << r.forward_choice.describe();
@@ -158,6 +172,44 @@ TEST_F(CudaSm90, UnservedCallsRunSm80WithAReason) {
     EXPECT_NE(r.forward_choice.reason.find("no sm90 kernel for head_dim"), std::string::npos)
         << r.forward_choice.describe();
   }
+}
+
+// Varlen batches on the sm90 kernels (plan.hpp: kSm90Varlen; off, they run sm80 with the
+// reason). The packed tensor maps load past a sequence's end into the next sequence's rows:
+// short sequences sit before long ones with large logits, so an unmasked key or a store past
+// the end shows. Empty sequences (q and k), a 1-token query, sequences with queries and no keys
+// (O = 0, lse = -inf), causal rows that see no key, GQA 7:1, windows, soft-cap. One split, as
+// above. d = 64, 128 and 256 where built (d = 96 is d = 128's kernel).
+TEST_F(CudaSm90, VarlenMatchesFloat64) {
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    if (d == 96) continue;
+    const std::string hd = " d=" + std::to_string(d);
+    // Lengths 1/17/1023/4097 mixed with empty ones (q empty, k empty, both); at d = 256 the
+    // longest is 2049, to keep the float64 reference's time down.
+    const std::string longest = d >= 256 ? "2049" : "4097";
+    expect_varlen("lens_q=0,1,17,1023," + longest + ",0 lens_k=5,17,0,1023," + longest + ",0 h=1 hkv=1" + hd +
+                  " dtype=bf16 mask=causal qk_std=3");
+    // seqlen_q != seqlen_k per sequence, both causal alignments (bottom-right: the first 235
+    // rows of the first sequence see no key; top-left: rows past the last key see all).
+    expect_varlen("lens_q=300,65,129,0,200 lens_k=65,1000,700,33,1 h=2 hkv=2" + hd +
+                  " dtype=f16 mask=causal align=bottom_right");
+    expect_varlen("lens_q=300,65,129,17 lens_k=65,1000,700,0 h=2 hkv=1" + hd + " dtype=bf16 mask=causal align=top_left");
+    expect_varlen("lens_q=200,1,333,0 lens_k=333,90,200,7 h=7 hkv=1" + hd + " dtype=f16 mask=none qk_std=4");  // GQA 7:1
+    expect_varlen("lens_q=500,3,257 lens_k=200,3,513 h=2 hkv=2" + hd +
+                  " dtype=bf16 mask=window wl=10 wr=0 align=bottom_right");
+    expect_varlen("lens_q=257,40,300 lens_k=513,41,290 h=3 hkv=1" + hd + " dtype=f16 mask=window wl=40 wr=7 softcap=30");
+  }
+  // Both schedulers (persistent: the empty tiles past a short sequence in the CTA's stride),
+  // and the consumer loop without the overlap.
+  const int d = dims_.front() == 96 && dims_.size() > 1 ? dims_[1] : dims_.front();
+  const std::string hd = " d=" + std::to_string(d);
+  for (const char* scheduler : {"grid", "persistent"}) {
+    const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+    expect_varlen("lens_q=1,700,0,130,64 lens_k=900,700,3,1,640 h=4 hkv=2" + hd + " dtype=bf16 mask=causal");
+  }
+  const ScopedEnv plain("FASTATTN_CUDA_SM90_OVERLAP", std::string("0"));
+  expect_varlen("lens_q=129,0,1000 lens_k=1000,5,129 h=2 hkv=2" + hd + " dtype=bf16 mask=causal qk_std=4");
 }
 
 // Device buffers of one bf16 problem in two layouts: contiguous [b, s, h, d], and head-major

@@ -71,6 +71,7 @@ ForwardParams make_forward_params(const AttentionProblem& p) {
   f.short_query = false;
   f.num_splits = 1;
   f.total_q = p.total_q;
+  f.total_k = p.total_k;
   f.oaccum = nullptr;
   f.lseaccum = nullptr;
   return f;
@@ -362,6 +363,7 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.seqlen_q = p.seqlen_q;
   s.seqlen_k = p.seqlen_k;
   s.total_q = p.total_q;
+  s.total_k = p.total_k;
   s.window_left = p.window_left;
   s.window_right = p.window_right;
   s.multiprocessors = device.multiprocessors;

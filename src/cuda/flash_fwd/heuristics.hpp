@@ -16,9 +16,10 @@
 // 4. Path (forward_path.hpp): the sm75 / sm70 paths have only the main kernel (no cp.async
 //    ring for short queries), with their own blocks (launch_blocks.hpp: forward_blocks_for);
 //    CTAs per SM follow from their shared memory (at most 2, the launch bounds).
-// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded batches of head_dim 64/96/128/256 whose q, k, v
-//    TMA can describe, with seqlen_q > kDecodeMaxSeqlenQ, seqlen_k > 0 and no split-KV; any
-//    other call runs the sm80 plan, and sm90_decline_reason names why (KernelChoice::reason).
+// 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded and varlen batches (varlen while
+//    kSm90Varlen, plan.hpp) of head_dim 64/96/128/256 whose q, k, v TMA can describe, with
+//    seqlen_q > kDecodeMaxSeqlenQ, keys and no split-KV; any other call runs the sm80 plan, and
+//    sm90_decline_reason names why (KernelChoice::reason).
 #pragma once
 
 #include <algorithm>
@@ -50,6 +51,7 @@ struct ForwardShape {
   std::int64_t batch = 0, num_heads = 0, head_dim = 0;
   std::int64_t seqlen_q = 0, seqlen_k = 0;  // varlen: the longest sequences
   std::int64_t total_q = 0;                 // scratch rows per head (split_layout.hpp)
+  std::int64_t total_k = 0;                 // key tokens (varlen: k.shape[0]); read for varlen only
   std::int64_t window_left = -1, window_right = -1;
   int multiprocessors = 0;          // cudaDevAttrMultiProcessorCount
   int smem_per_multiprocessor = 0;  // bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor
@@ -148,12 +150,15 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
   if (!sm90_has_head_dim(s.head_dim)) {
     return "no sm90 kernel for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64, 96, 128 and 256)";
   }
-  if (s.varlen) return "varlen batches have no sm90 scheduler yet";
+  if (s.varlen && !kSm90Varlen) return "varlen batches: the sm90 varlen kernels are switched off (kSm90Varlen)";
   if (!s.tma_describes) {
     return "a q/k/v layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)";
   }
-  if (s.seqlen_k == 0) return "no keys";
-  if (sm80_plan.short_query) return "seqlen_q <= 16 runs the KV-cache decode kernel";
+  if (s.seqlen_k == 0 || (s.varlen && s.total_k == 0)) return "no keys";
+  if (sm80_plan.short_query) {
+    return s.varlen ? "varlen with seqlen_q <= 16 runs the 16-row decode kernel"
+                    : "seqlen_q <= 16 runs the KV-cache decode kernel";
+  }
   if (sm80_plan.num_splits > 1) {
     return sm80_plan.forced ? "split-KV (" + std::to_string(sm80_plan.num_splits) + " splits forced by " +
                                   kNumSplitsEnv + ") has no sm90 kernel yet"

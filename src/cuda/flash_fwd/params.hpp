@@ -40,6 +40,7 @@ struct ForwardParams {
   bool short_query;  // the 16-row kernel (kernel_decode.cuh) instead of the main one
   int num_splits;    // 1: no split; else each CTA covers 1/num_splits of its key tiles
   int64_t total_q;   // rows per head in the scratch: batch * seqlen_q, or varlen total tokens
+  int64_t total_k;   // key tokens: batch * seqlen_k, or varlen k.shape[0] (sm90 tensor maps)
   // Split-KV partials (split_layout.hpp), written by the forward, read by the combine kernel:
   //   oaccum:   (num_splits, num_heads, total_q, head_dim) f32, O of each split normalised by
   //             its own row sum

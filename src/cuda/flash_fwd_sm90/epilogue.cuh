@@ -16,14 +16,19 @@
 
 namespace fastattn::cuda {
 
-template <class T>
+// Varlen: rows are tokens q_start + row of the packed out (and lse [heads, total_q]); the row
+// bound is what keeps a tile from writing into the next sequence's rows (a TMA store of the
+// whole tile would), and a tile past its sequence's end (or of an empty one) stores nothing.
+template <class T, bool kVarlen>
 __device__ __forceinline__ void store_output_sm90(Sm90ConsumerState<T>& st, const ForwardParams& p,
                                                   const Sm90TileWork& w, int wg, int warp_in_wg, int lane) {
   using E = typename T::Element;
   using A = M16n8Fragments;
   float inv_sum[2], lse[2];
   st.softmax.finalize(inv_sum, lse);
-  E* o_ptr = static_cast<E*>(p.out) + static_cast<int64_t>(w.batch) * p.o_batch_stride +
+  E* o_ptr = static_cast<E*>(p.out) +
+             (kVarlen ? static_cast<int64_t>(w.q_start) * p.o_token_stride
+                      : static_cast<int64_t>(w.batch) * p.o_batch_stride) +
              static_cast<int64_t>(w.head) * p.o_head_stride;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -37,8 +42,9 @@ __device__ __forceinline__ void store_output_sm90(Sm90ConsumerState<T>& st, cons
           sm80::pack2<E>(st.acc_o[0][nt][2 * half] * inv, st.acc_o[0][nt][2 * half + 1] * inv);
     }
     if (p.lse != nullptr && A::row_leader(lane)) {
-      p.lse[static_cast<int64_t>(w.batch) * p.lse_batch_stride + static_cast<int64_t>(w.head) * p.lse_head_stride +
-            static_cast<int64_t>(row) * p.lse_token_stride] = lse[half];
+      const int64_t token = kVarlen ? static_cast<int64_t>(w.q_start) + row : static_cast<int64_t>(row);
+      p.lse[(kVarlen ? 0 : static_cast<int64_t>(w.batch) * p.lse_batch_stride) +
+            static_cast<int64_t>(w.head) * p.lse_head_stride + token * p.lse_token_stride] = lse[half];
     }
   }
 }

@@ -27,7 +27,8 @@
 
 namespace fastattn::cuda {
 
-template <class T, bool kSoftcap, bool kOverlap>
+// kVarlen: cu_seqlens batches (tile_scheduler.cuh); false compiles the padded kernel as before.
+template <class T, bool kSoftcap, bool kOverlap, bool kVarlen>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ Sm90TileSchedule sched,
                               const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -54,16 +55,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       sm90::prefetch_tensor_map(&map_k);
       sm90::prefetch_tensor_map(&map_v);
       for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
-        produce<T>(smem, Scheduler::work(p, sched, tile), count, &map_q, &map_k, &map_v);
+        produce<T, kVarlen>(smem, Scheduler::template work<kVarlen>(p, sched, tile), count, &map_q, &map_k, &map_v);
       }
     }
   } else {
     sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
     for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
-      const Sm90TileWork w = Scheduler::work(p, sched, tile);
+      const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
       Sm90ConsumerState<T> state;
       consume<T, kSoftcap, kOverlap>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
-      store_output_sm90<T>(state, p, w, warpgroup - 1, warp_in_wg, lane);
+      store_output_sm90<T, kVarlen>(state, p, w, warpgroup - 1, warp_in_wg, lane);
     }
   }
 #endif

@@ -14,29 +14,52 @@
 #include "cuda/flash_fwd_sm90/plan.hpp"
 #include "cuda/flash_fwd_sm90/traits.cuh"
 #include "cuda/sm90/tensor_map.hpp"
+#include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
+
+// The kernel of one (softcap, overlap) pair, padded or varlen.
+template <class T, bool kVarlen>
+auto sm90_forward_kernel(bool softcap, bool overlap) {
+  auto kernel = softcap ? flash_forward_sm90_kernel<T, true, false, kVarlen>
+                        : flash_forward_sm90_kernel<T, false, false, kVarlen>;
+  if constexpr (sm90_overlap_fits(T::kHeadDim)) {  // no spilling overlap kernels compiled otherwise
+    if (overlap) {
+      kernel = softcap ? flash_forward_sm90_kernel<T, true, true, kVarlen>
+                       : flash_forward_sm90_kernel<T, false, true, kVarlen>;
+    }
+  }
+  return kernel;
+}
 
 template <typename Element, int kHeadDim>
 void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
   using T = Sm90ForwardTraits<kHeadDim, Element>;
-  if (p.seqlen_q == 0 || p.batch == 0 || p.num_heads == 0) return;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (p.seqlen_q == 0 || p.batch == 0 || p.num_heads == 0 || (varlen && p.total_q == 0)) return;
+  if (varlen && (!kSm90Varlen || p.total_k == 0)) {  // the plan declines these (heuristics.hpp)
+    throw Error(ErrorCode::internal, "cuda forward (sm90): a varlen call the plan should have declined");
+  }
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   const int64_t kv_heads = p.num_heads / p.group_size;
+  // Padded: (head_dim, seqlen, heads, batch). Varlen: (head_dim, total tokens, heads, 1), the
+  // packed tokens of every sequence (producer.cuh loads at each sequence's offset).
+  const int64_t batch = varlen ? 1 : p.batch;
+  const int64_t tokens_q = varlen ? p.total_q : p.seqlen_q, tokens_k = varlen ? p.total_k : p.seqlen_k;
   const CUtensorMap map_q = sm90::make_token_tensor_map(
-      {p.q, p.batch, p.seqlen_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
+      {p.q, batch, tokens_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
       T::kBlockM, "q");
   const CUtensorMap map_k = sm90::make_token_tensor_map(
-      {p.k, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride}, kBf16,
+      {p.k, batch, tokens_k, kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride}, kBf16,
       T::kBlockN, "k");
   const CUtensorMap map_v = sm90::make_token_tensor_map(
-      {p.v, p.batch, p.seqlen_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
+      {p.v, batch, tokens_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
   const bool overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
   const bool softcap = p.softcap > 0.0f;
-  auto kernel = softcap ? flash_forward_sm90_kernel<T, true, false> : flash_forward_sm90_kernel<T, false, false>;
-  if constexpr (sm90_overlap_fits(kHeadDim)) {  // no spilling overlap kernels compiled otherwise
-    if (overlap) kernel = softcap ? flash_forward_sm90_kernel<T, true, true> : flash_forward_sm90_kernel<T, false, true>;
+  auto kernel = sm90_forward_kernel<T, false>(softcap, overlap);
+  if constexpr (kSm90Varlen) {  // switched off: no varlen kernel compiled
+    if (varlen) kernel = sm90_forward_kernel<T, true>(softcap, overlap);
   }
   // The L2 size sets the persistent schedule's head sections (tile_scheduler.cuh).
   int device = 0, l2_bytes = 0;
@@ -46,7 +69,8 @@ void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cu
   const dim3 grid = Sm90TileScheduler<T>::grid(p, schedule, choice.multiprocessors);
   const std::string name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " +
                            std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) +
-                           (overlap ? ", overlap" : "") + ", " + to_string(choice.scheduler) + ">";
+                           (overlap ? ", overlap" : "") + (varlen ? ", varlen" : "") + ", " +
+                           to_string(choice.scheduler) + ">";
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", name);
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, schedule, map_q, map_k, map_v);

@@ -101,6 +101,13 @@ inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles) {
               std::string(kSm90SchedulerEnv) + ": expected grid or persistent, got \"" + value + "\"");
 }
 
+// Varlen batches (cu_seqlens_q / cu_seqlens_k, packed [total_tokens, heads, d]) on the sm90
+// kernels: tensor maps over the packed tokens, each tile's sequence bounds read from
+// cu_seqlens, the key tail masked, the epilogue bounded to the sequence (tile_scheduler.cuh,
+// producer.cuh, epilogue.cuh). false: varlen calls run the sm80 kernels with a reason, and no
+// varlen sm90 kernel is compiled (launch.cuh) -- the one switch if the varlen kernels misbehave.
+constexpr bool kSm90Varlen = true;
+
 // What the dispatcher's plan decided for one sm90 launch (heuristics.hpp: plan_forward_sm90);
 // the launcher (launch.cuh) follows it and reads no environment of its own.
 struct Sm90LaunchChoice {
@@ -128,11 +135,15 @@ inline bool sm90_tma_describes(const Operand& op, std::int64_t batch, std::int64
   return ok(op.stride.token, seqlen) && ok(op.stride.head, heads) && ok(op.stride.batch, batch);
 }
 
-// q, k, v (the TMA-loaded operands) of a padded-batch problem.
+// q, k, v (the TMA-loaded operands) of a problem. Varlen: one batch of total_q / total_k
+// packed tokens (the batch stride is unused; cu_seqlens give the offsets).
 inline bool sm90_tma_describes(const AttentionProblem& p) {
-  return sm90_tma_describes(p.q, p.batch, p.seqlen_q, p.num_heads) &&
-         sm90_tma_describes(p.k, p.batch, p.seqlen_k, p.num_kv_heads) &&
-         sm90_tma_describes(p.v, p.batch, p.seqlen_k, p.num_kv_heads);
+  const bool varlen = p.is_varlen();
+  const std::int64_t batch = varlen ? 1 : p.batch;
+  const std::int64_t tokens_q = varlen ? p.total_q : p.seqlen_q, tokens_k = varlen ? p.total_k : p.seqlen_k;
+  return sm90_tma_describes(p.q, batch, tokens_q, p.num_heads) &&
+         sm90_tma_describes(p.k, batch, tokens_k, p.num_kv_heads) &&
+         sm90_tma_describes(p.v, batch, tokens_k, p.num_kv_heads);
 }
 
 }  // namespace fastattn::cuda

@@ -68,27 +68,33 @@ __device__ __forceinline__ void tma_load_tile(uint32_t smem, uint32_t panel_byte
 // One tile's loads, on one thread: K of its first key tile, then Q (once the consumers are
 // done with the previous tile's Q: the K load overlaps their last GEMMs), then the V of that key
 // tile and the (K, V) of the others. Nothing to load when the query block sees no key.
-template <class T>
+// Varlen: the tensor maps are over the packed tokens (one batch), each tile loaded at its
+// sequence's offset. TMA does not stop at a sequence's end: a tile that reaches past it holds
+// the next sequence's rows (zeros only past the tensor's end), which the consumers mask (keys)
+// and the epilogue never stores (queries).
+template <class T, bool kVarlen>
 __device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileWork& w, Sm90PipelineCount& count,
                                         const CUtensorMap* map_q, const CUtensorMap* map_k,
                                         const CUtensorMap* map_v) {
   if (!w.has_keys()) return;
   const int tiles = w.n_end - w.n_begin;
+  const int batch = kVarlen ? 0 : w.batch;  // TMA coordinates
+  const int q_row0 = kVarlen ? w.q_start + w.q0 : w.q0;
   for (int i = 0; i < tiles; ++i) {
     const int it = count.kv + i;
     const int stage = it % T::kStages, use = it / T::kStages;
-    const int k0 = (w.n_end - 1 - i) * T::kBlockN;
+    const int k0 = (w.n_end - 1 - i) * T::kBlockN + (kVarlen ? w.k_start : 0);
     if (use > 0) sm90::mbarrier_wait(smem.k_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.k_full(stage), T::kSmemKV);
-    tma_load_tile<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, w.batch);
+    tma_load_tile<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, batch);
     if (i == 0) {
       if (count.q > 0) sm90::mbarrier_wait(smem.q_empty(), (count.q - 1) & 1);
       sm90::mbarrier_arrive_expect_tx(smem.q_full(), T::kSmemQ);
-      tma_load_tile<T>(smem.q(), T::kPanelBytesQ, map_q, smem.q_full(), w.q0, w.head, w.batch);
+      tma_load_tile<T>(smem.q(), T::kPanelBytesQ, map_q, smem.q_full(), q_row0, w.head, batch);
     }
     if (use > 0) sm90::mbarrier_wait(smem.v_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.v_full(stage), T::kSmemKV);
-    tma_load_tile<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, w.batch);
+    tma_load_tile<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, batch);
   }
   count.kv += tiles;
   count.q += 1;

@@ -2,6 +2,8 @@
 // the key tiles each visits. Both roles (producer and consumers) walk the same tile sequence
 // and derive the same Sm90TileWork, so they meet on the mbarriers in the same order.
 //
+// Varlen batches (work<true>) use the same numbering with the longest sequence's query-block
+// count: the tiles past a shorter sequence's end are empty and cost a read of cu_seqlens.
 // Tiles are numbered 0 .. num_tiles - 1 (num_tiles = query blocks * heads * batch); the
 // schedule (plan.hpp: Sm90Scheduler) says which numbers a CTA takes and what a number means:
 //   grid        grid (m_blocks, heads, batch), one tile per CTA: tile = the linear block index,
@@ -28,6 +30,7 @@ struct Sm90TileWork {
   int m_block, head, batch, kv_head;
   int q0, q1;        // query rows [q0, q1) of the sequence
   int len_q, len_k;
+  int q_start, k_start;  // varlen: the sequence's first token in the packed q / k; padded: 0
   int n_begin, n_end;  // key tiles [n_begin, n_end), visited from n_end - 1 down
   SequenceMask mask;
   __host__ __device__ bool has_keys() const { return n_begin < n_end; }
@@ -76,6 +79,10 @@ struct Sm90TileScheduler {
     return s.persistent ? static_cast<int64_t>(gridDim.x) : s.num_tiles;  // grid: one tile
   }
 
+  // kVarlen: the tile's sequence bounds come from cu_seqlens (the schedule's m_blocks is that of
+  // the longest sequence); a query block past its sequence's end has no rows and no key tiles:
+  // neither role loads or stores anything for it.
+  template <bool kVarlen>
   __device__ __forceinline__ static Sm90TileWork work(const ForwardParams& p, const Sm90TileSchedule& s,
                                                       int64_t tile) {
     int64_t hb;
@@ -98,8 +105,17 @@ struct Sm90TileScheduler {
     w.head = static_cast<int>(hb % s.num_heads);
     w.batch = static_cast<int>(hb / s.num_heads);
     w.kv_head = w.head / p.group_size;
-    w.len_q = p.seqlen_q;
-    w.len_k = p.seqlen_k;
+    if constexpr (kVarlen) {
+      w.q_start = p.cu_seqlens_q[w.batch];
+      w.k_start = p.cu_seqlens_k[w.batch];
+      w.len_q = p.cu_seqlens_q[w.batch + 1] - w.q_start;
+      w.len_k = p.cu_seqlens_k[w.batch + 1] - w.k_start;
+    } else {
+      w.q_start = 0;
+      w.k_start = 0;
+      w.len_q = p.seqlen_q;
+      w.len_k = p.seqlen_k;
+    }
     w.q0 = w.m_block * T::kBlockM;
     w.q1 = min(w.q0 + T::kBlockM, w.len_q);
     w.mask.left = p.window_left;
@@ -110,6 +126,9 @@ struct Sm90TileScheduler {
     const int64_t key_begin = w.mask.key_begin(w.q0), key_end = w.mask.key_end(w.q1);
     w.n_begin = static_cast<int>(key_begin / T::kBlockN);
     w.n_end = key_begin < key_end ? static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN) : w.n_begin;
+    if constexpr (kVarlen) {
+      if (w.q0 >= w.len_q) w.n_end = w.n_begin;  // past the sequence (also empty ones): nothing
+    }
     return w;
   }
 };
