@@ -140,14 +140,16 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
   const int sq = static_cast<int>(plan.seqlen_q), heads = static_cast<int>(plan.num_heads), d = static_cast<int>(plan.head_dim);
   const std::int64_t rows = plan.seqlen_q * plan.num_heads;
   const std::size_t esize = dtype_size(c.dtype);
-  const std::size_t out_bytes = static_cast<std::size_t>(rows * d) * esize;
+  // Partials are f32 where the part's kernel writes f32 (PartialRunner::out_dtype): room for f32.
+  const std::size_t out_bytes = static_cast<std::size_t>(rows * d) * sizeof(float);
   const std::size_t lse_bytes = static_cast<std::size_t>(rows) * sizeof(float);
   const std::size_t n_dev = plan.device.local.size();
   const std::size_t n_chunks = plan.chunks.size();
   // Scratch: acc f32, acc_lse, 2 partial outs + lses (device part / chunks and new tokens; the
   // CPU's), the block table of the device part, the lengths (device part, then each chunk).
   const std::size_t acc_bytes = static_cast<std::size_t>(rows * d) * sizeof(float);
-  DeviceBlock scratch(acc_bytes + lse_bytes + 3 * (out_bytes + lse_bytes) + n_dev * 4 + (1 + n_chunks) * 4 + 256 * 8);
+  DeviceBlock scratch(acc_bytes + lse_bytes + 3 * (out_bytes + lse_bytes) + static_cast<std::size_t>(cache.device_pages()) * 4 +
+                      (1 + n_chunks) * 4 + 256 * 8);
   char* at = static_cast<char*>(scratch.p);
   auto carve = [&](std::size_t bytes) { char* p = at; at += (bytes + 255) / 256 * 256; return p; };
   auto* acc = reinterpret_cast<float*>(carve(acc_bytes));
@@ -158,7 +160,7 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
     part_out[i] = carve(out_bytes);
     part_lse[i] = reinterpret_cast<float*>(carve(lse_bytes));
   }
-  auto* table = reinterpret_cast<std::int32_t*>(carve(n_dev * 4));
+  auto* table = reinterpret_cast<std::int32_t*>(carve(static_cast<std::size_t>(cache.device_pages()) * 4));
   auto* lengths = reinterpret_cast<std::int32_t*>(carve((1 + n_chunks) * 4));
   std::vector<std::int32_t> host_lengths(1 + n_chunks);
   host_lengths[0] = static_cast<std::int32_t>(plan.device.tokens);
@@ -166,50 +168,31 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
   check(cudaMemcpy(lengths, host_lengths.data(), host_lengths.size() * 4, cudaMemcpyHostToDevice), "lengths upload");
   if (n_dev > 0) check(cudaMemcpy(table, plan.device.local.data(), n_dev * 4, cudaMemcpyHostToDevice), "block table upload");
 
-  AttentionOptions a = options.attention;
-  a.causal = false;
-  a.backend = Backend::cuda;
-  a.cuda_stream = S;
-  a.workspace = nullptr;
-  const auto view_out = [&](int i) { return make_tensor(part_out[i], c.dtype, {1, plan.seqlen_q, plan.num_heads, plan.head_dim}, c.device); };
-  const auto view_lse = [&](int i) { return make_tensor(part_lse[i], DType::f32, {1, plan.num_heads, plan.seqlen_q}, c.device); };
-  // Plans (their scratch is allocated here, before anything is enqueued).
+  const AttentionOptions a = part_options(options, Backend::cuda);
+  // The parts' plans and scratch (allocated here, before anything is enqueued).
   const bool do_dev = plan.run_device && n_dev > 0;
   const bool do_stream = plan.run_streamed && n_chunks > 0;
   const bool do_cpu = plan.run_cpu && !plan.cpu.local.empty();
-  KVCache dev_cache;
-  std::optional<KVCachePlan> dev_plan, stage_plan;
-  if (do_dev) {
-    dev_cache.k = cache.pool_k(PageTier::device);
-    dev_cache.v = cache.pool_v(PageTier::device);
-    dev_cache.seqlens = make_tensor(lengths, DType::i32, {1}, c.device);
-    dev_cache.block_table = make_tensor(table, DType::i32, {1, static_cast<std::int64_t>(n_dev)}, c.device);
-    KVCacheShape shape = kv_cache_shape(q, dev_cache, view_lse(0));
-    shape.max_cache_len = plan.device.tokens;
-    dev_plan.emplace(shape, a);
-  }
-  const TensorView s0k = cache.staging(0, false);
-  const auto staged_view = [&](int buffer, std::size_t chunk) {
-    const TensorView k = cache.staging(buffer, false), v = cache.staging(buffer, true);
-    KVCache kv;
-    kv.k = make_tensor(k.data, k.dtype, {1, k.shape[0], k.shape[1], k.shape[2]}, c.device);
-    kv.v = make_tensor(v.data, v.dtype, {1, v.shape[0], v.shape[1], v.shape[2]}, c.device);
-    kv.seqlens = make_tensor(lengths + 1 + chunk, DType::i32, {1}, c.device);
-    return kv;
-  };
-  if (do_stream) {
-    KVCacheShape shape = kv_cache_shape(q, staged_view(0, 0), view_lse(1));
-    shape.max_cache_len = s0k.shape[0];
-    stage_plan.emplace(shape, a);
-  }
+  const KVCache dev_cache = paged_part_view(cache, PageTier::device, table, lengths, c.device);
+  PartialRunner dev_part, stage_part, cpu_part;
+  if (do_dev) dev_part = plan_part(q, dev_cache, a);
+  if (do_stream) stage_part = plan_part(q, staged_part_view(cache, 0, lengths + 1), a);
+  std::vector<std::int32_t> cpu_table(static_cast<std::size_t>(cache.host_pages()), 0);
+  std::int32_t cpu_seqlen = static_cast<std::int32_t>(plan.cpu.tokens);
+  std::copy(plan.cpu.local.begin(), plan.cpu.local.end(), cpu_table.begin());
+  const KVCache cpu_cache = paged_part_view(cache, PageTier::host, cpu_table.data(), &cpu_seqlen, Device::cpu());
+  const TensorView q_host_view = make_tensor(nullptr, c.dtype, {1, plan.seqlen_q, plan.num_heads, plan.head_dim});
 
   // Part 3 first: the CPU starts at once, on q copied to the host.
   std::vector<unsigned char> q_host(static_cast<std::size_t>(rows * d) * esize);
-  std::vector<unsigned char> cpu_out(out_bytes);
+  std::vector<float> cpu_out(static_cast<std::size_t>(rows * d));
   std::vector<float> cpu_lse(static_cast<std::size_t>(rows));
   std::exception_ptr cpu_error;
   std::thread cpu_thread;
   if (do_cpu) {
+    TensorView qh = q_host_view;
+    qh.data = q_host.data();
+    cpu_part = plan_part(qh, cpu_cache, part_options(options, Backend::cpu));
     // q [1, sq, heads, d] with any strides (head_dim contiguous) into a dense host copy.
     for (std::int64_t t = 0; t < plan.seqlen_q; ++t) {
       check(cudaMemcpy2D(q_host.data() + static_cast<std::size_t>(t * plan.num_heads * d) * esize,
@@ -222,8 +205,7 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
     cpu_thread = std::thread([&] {
       try {
         const TensorView qh = make_tensor(q_host.data(), c.dtype, {1, plan.seqlen_q, plan.num_heads, plan.head_dim});
-        run_paged_part_cpu(qh, cache.pool_k(PageTier::host), cache.pool_v(PageTier::host), plan.cpu, cpu_out.data(),
-                           cpu_lse.data(), options);
+        cpu_part.run(qh, cpu_cache, cpu_out.data(), cpu_lse.data(), nullptr);
       } catch (...) {
         cpu_error = std::current_exception();
       }
@@ -239,8 +221,8 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
   check(cudaGetLastError(), "fill kernel launch");
   // Part 1.
   if (do_dev) {
-    dev_plan->run(q, dev_cache, view_out(0), view_lse(0), std::nullopt, S);
-    launch_accumulate(c.dtype, acc, acc_lse, part_out[0], part_lse[0], sq, heads, d, S);
+    dev_part.run(q, dev_cache, part_out[0], part_lse[0], S);
+    launch_accumulate(dev_part.out_dtype(), acc, acc_lse, part_out[0], part_lse[0], sq, heads, d, S);
   }
   // Part 2.
   if (do_stream) {
@@ -278,8 +260,8 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
       }
       check(cudaEventRecord(copied[b], C.s), "event record");
       check(cudaStreamWaitEvent(S, copied[b], 0), "attention waits for the copy");
-      stage_plan->run(q, staged_view(b, i), view_out(1), view_lse(1), std::nullopt, S);
-      launch_accumulate(c.dtype, acc, acc_lse, part_out[1], part_lse[1], sq, heads, d, S);
+      stage_part.run(q, staged_part_view(cache, b, lengths + 1 + i), part_out[1], part_lse[1], S);
+      launch_accumulate(stage_part.out_dtype(), acc, acc_lse, part_out[1], part_lse[1], sq, heads, d, S);
       check(cudaEventRecord(computed[b], S), "event record");
     }
     check(cudaStreamSynchronize(C.s), "copy stream");  // before C and the events are destroyed
@@ -288,16 +270,19 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
   if (new_kv != nullptr && new_kv->k.shape[1] > 0) {
     AttentionOptions an = a;
     an.causal = options.attention.causal;
-    forward(q, new_kv->k, new_kv->v, view_out(1), view_lse(1), an);
+    const TensorView o = make_tensor(part_out[1], c.dtype, {1, plan.seqlen_q, plan.num_heads, plan.head_dim}, c.device);
+    const TensorView l = make_tensor(part_lse[1], DType::f32, {1, plan.num_heads, plan.seqlen_q}, c.device);
+    forward(q, new_kv->k, new_kv->v, o, l, an);  // forward() writes q's dtype
     launch_accumulate(c.dtype, acc, acc_lse, part_out[1], part_lse[1], sq, heads, d, S);
   }
   // Part 3's result joins last.
   if (do_cpu) {
     cpu_thread.join();
     if (cpu_error) std::rethrow_exception(cpu_error);
-    check(cudaMemcpyAsync(part_out[2], cpu_out.data(), out_bytes, cudaMemcpyHostToDevice, S), "CPU partial upload");
+    const std::size_t cpu_bytes = static_cast<std::size_t>(rows * d) * dtype_size(cpu_part.out_dtype());
+    check(cudaMemcpyAsync(part_out[2], cpu_out.data(), cpu_bytes, cudaMemcpyHostToDevice, S), "CPU partial upload");
     check(cudaMemcpyAsync(part_lse[2], cpu_lse.data(), lse_bytes, cudaMemcpyHostToDevice, S), "CPU lse upload");
-    launch_accumulate(c.dtype, acc, acc_lse, part_out[2], part_lse[2], sq, heads, d, S);
+    launch_accumulate(cpu_part.out_dtype(), acc, acc_lse, part_out[2], part_lse[2], sq, heads, d, S);
   }
   float* lse_p = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
   const long long lh = lse != nullptr ? lse->stride[1] : 0, lt = lse != nullptr ? lse->stride[2] : 0;
