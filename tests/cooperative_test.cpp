@@ -443,6 +443,56 @@ INSTANTIATE_TEST_SUITE_P(Cases, CooperativeExactnessBar,
                                            BarCase{DType::f16, 1000, 1, 2}, BarCase{DType::f16, 4096, 1, 3},
                                            BarCase{DType::f16, 2047, 4, 4}, BarCase{DType::f16, 777, 16, 5}));
 
+// The step object (CooperativeStep): planned once, run as the sequence grows across the
+// device/host boundary (the split moves: device pages first, then host pages streamed and on
+// the CPU); every run bitwise equal to a one-shot cooperative_attention on the same cache.
+TEST(CooperativeStep, ReusedAsTheSequenceGrows) {
+  const std::int64_t kvh = 2, h = 4, d = 64, ps = 16, step_tokens = 40;
+  std::mt19937 gen(11);
+  CooperativeCacheConfig c;
+  c.dtype = DType::bf16;
+  c.num_kv_heads = kvh;
+  c.head_dim = d;
+  c.page_size = ps;
+  c.staging_pages = 2;
+  c.host_pages = 24;
+  const std::int64_t page_bytes = 2 * ps * kvh * d * 2;
+  c.device_budget_bytes = static_cast<std::size_t>((6 + 2 * c.staging_pages) * page_bytes);
+  CooperativeKVCache cache(c);
+  const auto q = random_bf16(static_cast<std::size_t>(h * d), gen);
+  const TensorView Q = make_tensor(const_cast<std::uint16_t*>(q.data()), DType::bf16, {1, 1, h, d});
+  CooperativeOptions o;
+  o.policy = SplitPolicy::stream_fraction;
+  o.stream_fraction = 0.5;
+  o.rates = rates(50e9, 80e9, 60e9);
+  CooperativeStep step(Q, cache, o);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(h * d)), once(out.size());
+  std::vector<float> lse(static_cast<std::size_t>(h)), lse_once(lse.size());
+  bool saw_all_three = false;
+  for (int i = 0; i < 10; ++i) {
+    const auto k = random_bf16(static_cast<std::size_t>(step_tokens * kvh * d), gen);
+    const auto v = random_bf16(k.size(), gen);
+    cache.append(0, make_tensor(const_cast<std::uint16_t*>(k.data()), DType::bf16, {step_tokens, kvh, d}),
+                 make_tensor(const_cast<std::uint16_t*>(v.data()), DType::bf16, {step_tokens, kvh, d}));
+    std::fill(out.begin(), out.end(), 0x7fc0);
+    std::fill(once.begin(), once.end(), 0x7fc0);
+    step.run(Q, 0, make_tensor(out.data(), DType::bf16, {1, 1, h, d}), make_tensor(lse.data(), DType::f32, {1, h, 1}));
+    cooperative_attention(Q, cache, 0, make_tensor(once.data(), DType::bf16, {1, 1, h, d}),
+                          make_tensor(lse_once.data(), DType::f32, {1, h, 1}), std::nullopt, o);
+    EXPECT_EQ(0, std::memcmp(out.data(), once.data(), out.size() * 2)) << "step " << i;
+    EXPECT_EQ(0, std::memcmp(lse.data(), lse_once.data(), lse.size() * 4)) << "step " << i;
+    for (std::uint16_t x : out) ASSERT_FALSE(std::isnan(bf16_to_float(x))) << "step " << i;
+    const CooperativeSplit split = step.plan(0);
+    EXPECT_EQ(split.device_pages, std::min<std::int64_t>(6, (cache.length(0) + ps - 1) / ps));
+    saw_all_three = saw_all_three || (split.device_pages > 0 && split.streamed_pages > 0 && split.cpu_pages > 0);
+  }
+  EXPECT_TRUE(saw_all_three);
+  // A q of another shape than the step's.
+  std::vector<std::uint16_t> q2(static_cast<std::size_t>(2 * h * d), 0x3f80), o2(q2.size());
+  expect_error([&] { step.run(make_tensor(q2.data(), DType::bf16, {1, 2, h, d}), 0, make_tensor(o2.data(), DType::bf16, {1, 2, h, d})); },
+               ErrorCode::invalid_argument, "q: expected shape [1, 1, 4, 64] (the step's)");
+}
+
 TEST(CooperativeStep, PartsAloneAndErrors) {
   const std::int64_t kvh = 2, h = 4, d = 64, ps = 16, L = 100;
   std::mt19937 gen(3);

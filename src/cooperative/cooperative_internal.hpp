@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cooperative/partial_runner.hpp"
@@ -80,14 +81,20 @@ KVCache staged_part_view(const CooperativeKVCache& cache, int buffer, const std:
 // its run writes an f32 partial where the route allows (partial_runner.hpp).
 PartialRunner plan_part(const TensorView& q, const KVCache& kv, const AttentionOptions& options);
 
-// The emulated step (step_cpu.cpp) and the CUDA step (step_cuda.cu).
-void run_step_cpu(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache,
-                  const TensorView& out, const TensorView* lse, const CooperativeNewKV* new_kv,
-                  const CooperativeOptions& options);
+// The step object's backend (CooperativeStep, step.cpp): planned at construction for q's shape
+// and the cache (the parts' plans, scratch, buffers); run() takes the split of this call.
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+  virtual void run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
+                   const CooperativeNewKV* new_kv, const CooperativeOptions& options) = 0;
+};
+// The CPU emulation (step_cpu.cpp) and the CUDA step (step_cuda.cu).
+std::unique_ptr<StepBackend> make_step_cpu(const TensorView& q, const CooperativeKVCache& cache,
+                                           const CooperativeOptions& options);
 #if FASTATTN_HAVE_CUDA
-void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache,
-                   const TensorView& out, const TensorView* lse, const CooperativeNewKV* new_kv,
-                   const CooperativeOptions& options);
+std::unique_ptr<StepBackend> make_step_cuda(const TensorView& q, const CooperativeKVCache& cache,
+                                            const CooperativeOptions& options);
 CooperativeRates measure_rates_cuda(int ordinal, int cpu_threads);
 #endif
 // rates.cpp: the CPU's rates (K+V bytes/s of decode, FLOP/s of a 512-query call) and a host
