@@ -30,6 +30,7 @@ void cuda_free(int ordinal, void* p) noexcept;
 void* cuda_allocate_pinned(std::size_t bytes, const char* what);
 void cuda_free_pinned(void* p) noexcept;
 void cuda_copy(int ordinal, void* dst, const void* src, std::size_t bytes);
+void cuda_zero(int ordinal, void* p, std::size_t bytes);  // synchronous cudaMemset to 0
 #endif
 
 // ---- the step's plan (step.cpp) ---------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/kv_cache_validate.hpp"
+#include "cooperative/cooperative_internal.hpp"
 #include "cpu/decode_keys.hpp"
 #if FASTATTN_HAVE_CUDA
 #include "cuda/inference/kv_cache_host.hpp"
@@ -68,6 +69,9 @@ PartialRunner::PartialRunner(const KVCacheShape& shape, const AttentionOptions& 
 #if FASTATTN_HAVE_CUDA
   if (m.route.kernel == KVCacheKernel::cuda && m.route.launch.scratch_bytes > 0) {
     m.device = std::make_unique<cuda::KVCachePlanScratch>(shape.device.index, m.route.launch.scratch_bytes);
+    // Zeroed once, as KVCachePlan's: a kernel that keeps state in its scratch across launches
+    // (e.g. arrival counters left at zero by every launch) finds it at zero on the first run.
+    cuda_zero(shape.device.index, m.device->data(), m.route.launch.scratch_bytes);
   }
 #endif
 }
