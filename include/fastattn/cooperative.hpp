@@ -172,15 +172,47 @@ struct CooperativeNewKV {
 //   or the CPU (emulation); lse: optional f32 [1, num_heads, seqlen_q].
 // The parts run at once: part 1 and part 2 on the GPU (part 2's copies on a stream of their own,
 // the copy of chunk i+1 overlapping the attention of chunk i, through two staging buffers),
-// part 3 on host threads; each partial (out, lse) is merged into an f32 accumulator with
+// part 3 on host threads; each partial (out, lse; f32, unrounded) is merged into an f32 accumulator with
 // merge_states' formula, then rounded once to out. Returns when out is written (it synchronises
 // the stream). Windows are not supported (Error unsupported); everything else as
-// attention_with_kv_cache.
+// attention_with_kv_cache. One call is CooperativeStep(q, cache, options).run(q, seq, ...): it
+// plans and allocates per call; a decode loop keeps a CooperativeStep.
 KernelChoice cooperative_attention(const TensorView& q, const CooperativeKVCache& cache,
                                    std::int64_t seq, const TensorView& out,
                                    const std::optional<TensorView>& lse = std::nullopt,
                                    const std::optional<CooperativeNewKV>& new_kv = std::nullopt,
                                    const CooperativeOptions& options = {});
+
+// The step planned once and run many times (a decode loop; docs/long-context.md). The
+// constructor checks q (its shape, [1, seqlen_q, num_heads, head_dim], is the step's), takes the
+// rates (options.rates, or measure_cooperative_rates once per process), and plans the parts'
+// kernels for the cache's pools (split counts sized for a whole pool, so the plans hold however
+// the sequence grows or the split moves), and allocates everything a run uses: the parts' kernel
+// scratch, the f32 accumulator and partials, the block tables and lengths (on CUDA: device memory
+// plus pinned staging), the copy stream and its events. run() chooses the split for `seq` as
+// it is now (the cost model: host arithmetic) and runs it with no device or pinned allocation and
+// no plan; on CUDA it synchronises the stream twice (q copied to the host for the CPU part, and
+// the end of the step: out is written when it returns). The cache must outlive the step.
+// One run at a time per step. Errors as cooperative_attention; a q of another shape than the
+// step's: Error naming q.
+class CooperativeStep {
+ public:
+  CooperativeStep(const TensorView& q, const CooperativeKVCache& cache, const CooperativeOptions& options = {});
+  ~CooperativeStep();
+  CooperativeStep(CooperativeStep&&) noexcept;
+  CooperativeStep& operator=(CooperativeStep&&) noexcept;
+
+  KernelChoice run(const TensorView& q, std::int64_t seq, const TensorView& out,
+                   const std::optional<TensorView>& lse = std::nullopt,
+                   const std::optional<CooperativeNewKV>& new_kv = std::nullopt);
+  // The split run() would use for `seq` now, without running it.
+  CooperativeSplit plan(std::int64_t seq) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 // The split cooperative_attention would use, without running it.
 CooperativeSplit plan_cooperative_attention(const TensorView& q, const CooperativeKVCache& cache,

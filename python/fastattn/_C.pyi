@@ -6,7 +6,7 @@ those of fastattn.attention (q [batch, seqlen_q, heads, head_dim], ...).
 """
 
 import enum
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 Array = Any  # a DLPack-capable array or a DLPack capsule
 
@@ -205,3 +205,52 @@ class KVCachePlan:
     @property
     def shape(self) -> Dict[str, Any]:
         """The KVCacheShape the plan serves, as a dict."""
+
+class CooperativeKVCache:
+    """
+    fastattn::CooperativeKVCache: pages in device memory up to a budget, the rest in pinned host memory (internal; use fastattn.CooperativeKVCache).
+    """
+
+    def __init__(self, dtype: str, num_kv_heads: int, head_dim: int, page_size: int, max_sequences: int,
+                 device_budget_bytes: int, staging_pages: int, host_pages: int, device: int) -> None:
+        """device -1: the CPU emulation; i >= 0: CUDA device i."""
+
+    def append(self, seq: int, k: Array, v: Array, u16_is_bf16: bool) -> None: ...
+    def set_pages(self, seq: int, pages: List[int], length: int) -> None: ...
+    def release(self, seq: int) -> None: ...
+    def length(self, seq: int) -> int: ...
+    def pages(self, seq: int) -> List[int]: ...
+    def tier(self, page: int) -> str: ...
+    def free_pages(self, tier: str) -> int: ...
+    @property
+    def device_pages(self) -> int: ...
+    @property
+    def host_pages(self) -> int: ...
+    @property
+    def page_bytes(self) -> int: ...
+    @property
+    def staging_bytes(self) -> int: ...
+    @property
+    def device_bytes(self) -> int: ...
+
+class CooperativeStep:
+    """
+    fastattn::CooperativeStep: planned once for q's shape and a cache, run many times (internal; use fastattn.CooperativeStep).
+    """
+
+    def __init__(self, q: Array, cache: CooperativeKVCache, options: CallOptions, policy: str,
+                 stream_fraction: float, parts: int, rates: str) -> None:
+        """Plans for q's shape and the cache (which the step keeps alive)."""
+
+    def run(self, q: Array, seq: int, out: Array, lse: Optional[Array], k_new: Optional[Array],
+            v_new: Optional[Array], u16_is_bf16: bool) -> KernelChoice: ...
+
+    def plan(self, seq: int) -> Dict[str, Any]:
+        """The split run() would use for seq now, as a dict."""
+
+def cooperative_attention(q: Array, cache: CooperativeKVCache, seq: int, out: Array, lse: Optional[Array],
+                          k_new: Optional[Array], v_new: Optional[Array], options: CallOptions, policy: str,
+                          stream_fraction: float, parts: int, rates: str) -> KernelChoice:
+    """
+    fastattn::cooperative_attention on arrays.
+    """

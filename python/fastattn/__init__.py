@@ -16,6 +16,7 @@ from ._C import KernelChoice, UnsupportedError
 from ._C import __version__ as _version
 from ._api import (attention, attention_backward, build_info, device_memory_limit, plan,
                    reload_environment, set_device_memory_limit)
+from ._cooperative import CooperativeKVCache, CooperativeStep, cooperative_attention
 from ._kv_cache import KVCachePlan, attention_with_kv_cache
 from ._merge import merge_states
 
@@ -24,6 +25,8 @@ from ._merge import merge_states
 __version__: str = _version
 
 __all__ = [
+    "CooperativeKVCache",
+    "CooperativeStep",
     "KVCachePlan",
     "KernelChoice",
     "UnsupportedError",
@@ -31,6 +34,7 @@ __all__ = [
     "attention_backward",
     "attention_with_kv_cache",
     "build_info",
+    "cooperative_attention",
     "device_memory_limit",
     "merge_states",
     "plan",

@@ -15,6 +15,7 @@
 
 #include "call_options.hpp"
 #include "errors.hpp"
+#include "cooperative.hpp"
 #include "kv_cache.hpp"
 #include "merge.hpp"
 #include "fastattn/fastattn.hpp"
@@ -201,6 +202,7 @@ NB_MODULE(_C, m) {
   m.attr("__version__") = FASTATTN_VERSION_STRING;
   register_merge(m);     // merge_states (merge.cpp)
   register_kv_cache(m);  // attention_with_kv_cache, KVCachePlan (kv_cache.cpp)
+  register_cooperative(m);  // CooperativeKVCache, CooperativeStep, cooperative_attention (cooperative.cpp)
   m.def("build_info", &build_info_dict, "Build and machine facts of the C++ library.");
   m.def("reload_environment", &fastattn::reload_environment,
         "fastattn::reload_environment: re-read the FASTATTN_* environment variables (read once per process).");

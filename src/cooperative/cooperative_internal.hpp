@@ -5,9 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "cooperative/partial_runner.hpp"
 #include "fastattn/cooperative.hpp"
+#include "fastattn/kv_cache.hpp"
 
 namespace fastattn::coop {
 
@@ -27,6 +30,7 @@ void cuda_free(int ordinal, void* p) noexcept;
 void* cuda_allocate_pinned(std::size_t bytes, const char* what);
 void cuda_free_pinned(void* p) noexcept;
 void cuda_copy(int ordinal, void* dst, const void* src, std::size_t bytes);
+void cuda_zero(int ordinal, void* p, std::size_t bytes);  // synchronous cudaMemset to 0
 #endif
 
 // ---- the step's plan (step.cpp) ---------------------------------------------------------------
@@ -65,19 +69,33 @@ void finish_partials_cpu(const float* acc, const float* acc_lse, const TensorVie
                          const TensorView* lse, std::int64_t seqlen_q, std::int64_t num_heads,
                          std::int64_t head_dim);
 
-// Attention of q over `pages` of a paged host pool into out_part [1, seqlen_q, heads, d] (q's
-// dtype) and lse_part f32 [1, heads, seqlen_q], with the CPU kernels (step_cpu.cpp): part 3.
-void run_paged_part_cpu(const TensorView& q, const TensorView& pool_k, const TensorView& pool_v,
-                        const PartPages& pages, void* out_part, float* lse_part, const CooperativeOptions& options);
+// ---- the parts' KV-cache calls (parts.cpp) -------------------------------------------------------
+// A part's options: options.attention without causal (cached tokens are all visible), on `backend`.
+AttentionOptions part_options(const CooperativeOptions& options, Backend backend);
+// A tier's pool as a one-sequence paged cache: block table [1, pool pages] at `table` (the
+// part's pages first; the rest never read), seqlens [1] at `seqlen`, both on `where`.
+KVCache paged_part_view(const CooperativeKVCache& cache, PageTier tier, const std::int32_t* table,
+                        const std::int32_t* seqlen, Device where);
+// Staging buffer `buffer` as a contiguous one-sequence cache (capacity: staging tokens).
+KVCache staged_part_view(const CooperativeKVCache& cache, int buffer, const std::int32_t* seqlen);
+// A part planned once for q's shape over `kv` (split counts sized for its whole pool / buffer):
+// its run writes an f32 partial where the route allows (partial_runner.hpp).
+PartialRunner plan_part(const TensorView& q, const KVCache& kv, const AttentionOptions& options);
 
-// The emulated step (step_cpu.cpp) and the CUDA step (step_cuda.cu).
-void run_step_cpu(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache,
-                  const TensorView& out, const TensorView* lse, const CooperativeNewKV* new_kv,
-                  const CooperativeOptions& options);
+// The step object's backend (CooperativeStep, step.cpp): planned at construction for q's shape
+// and the cache (the parts' plans, scratch, buffers); run() takes the split of this call.
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+  virtual void run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
+                   const CooperativeNewKV* new_kv, const CooperativeOptions& options) = 0;
+};
+// The CPU emulation (step_cpu.cpp) and the CUDA step (step_cuda.cu).
+std::unique_ptr<StepBackend> make_step_cpu(const TensorView& q, const CooperativeKVCache& cache,
+                                           const CooperativeOptions& options);
 #if FASTATTN_HAVE_CUDA
-void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache,
-                   const TensorView& out, const TensorView* lse, const CooperativeNewKV* new_kv,
-                   const CooperativeOptions& options);
+std::unique_ptr<StepBackend> make_step_cuda(const TensorView& q, const CooperativeKVCache& cache,
+                                            const CooperativeOptions& options);
 CooperativeRates measure_rates_cuda(int ordinal, int cpu_threads);
 #endif
 // rates.cpp: the CPU's rates (K+V bytes/s of decode, FLOP/s of a 512-query call) and a host

@@ -46,6 +46,12 @@ void cuda_free_pinned(void* p) noexcept {
   if (p != nullptr) (void)cudaFreeHost(p);
 }
 
+void cuda_zero(int ordinal, void* p, std::size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaSetDevice(ordinal), "zero: cudaSetDevice");
+  check(cudaMemset(p, 0, bytes), "zero: cudaMemset of " + std::to_string(bytes) + " bytes");
+}
+
 void cuda_copy(int ordinal, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   check(cudaSetDevice(ordinal), "copy: cudaSetDevice");

@@ -2,6 +2,7 @@
 // for the split, lays the sequence's pages out per part (StepPlan), and runs the step on CUDA
 // (step_cuda.cu) or in the CPU emulation (step_cpu.cpp).
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "cooperative/cooperative_internal.hpp"
@@ -126,6 +127,60 @@ StepPlan make_step_plan(const TensorView& q, const CooperativeKVCache& cache, st
 
 }  // namespace coop
 
+struct CooperativeStep::Impl {
+  const CooperativeKVCache* cache = nullptr;
+  CooperativeOptions options;
+  std::int64_t seqlen_q = 0, num_heads = 0;
+  std::unique_ptr<coop::StepBackend> backend;
+};
+
+CooperativeStep::CooperativeStep(const TensorView& q, const CooperativeKVCache& cache, const CooperativeOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  check_call(q, cache, 0, nullptr, nullptr, nullptr, options);
+  Impl& m = *impl_;
+  m.cache = &cache;
+  m.options = options;
+  if (!m.options.rates) m.options.rates = measure_cooperative_rates(cache.config().device, options.cpu_threads);
+  m.seqlen_q = q.shape[1];
+  m.num_heads = q.shape[2];
+  if (cache.config().device.type == DeviceType::cpu) {
+    m.backend = coop::make_step_cpu(q, cache, m.options);
+  } else {
+#if FASTATTN_HAVE_CUDA
+    m.backend = coop::make_step_cuda(q, cache, m.options);
+#else
+    throw Error(ErrorCode::unsupported, "cache: expected a CPU cache (this build has no CUDA backend), got cuda");
+#endif
+  }
+}
+
+CooperativeStep::~CooperativeStep() = default;
+CooperativeStep::CooperativeStep(CooperativeStep&&) noexcept = default;
+CooperativeStep& CooperativeStep::operator=(CooperativeStep&&) noexcept = default;
+
+KernelChoice CooperativeStep::run(const TensorView& q, std::int64_t seq, const TensorView& out,
+                                  const std::optional<TensorView>& lse, const std::optional<CooperativeNewKV>& new_kv) {
+  const Impl& m = *impl_;
+  const TensorView* lse_p = lse ? &*lse : nullptr;
+  const CooperativeNewKV* new_p = new_kv ? &*new_kv : nullptr;
+  check_call(q, *m.cache, seq, &out, lse_p, new_p, m.options);
+  if (q.shape[1] != m.seqlen_q || q.shape[2] != m.num_heads) {
+    fail("q", "shape [1, " + str(m.seqlen_q) + ", " + str(m.num_heads) + ", " + str(q.shape[3]) + "] (the step's)",
+         q.shape_string());
+  }
+  const coop::StepPlan plan = coop::make_step_plan(q, *m.cache, seq, m.options);
+  m.backend->run(plan, q, out, lse_p, new_p, m.options);
+  return plan.split.choice;
+}
+
+CooperativeSplit CooperativeStep::plan(std::int64_t seq) const {
+  const Impl& m = *impl_;
+  (void)m.cache->length(seq);  // the sequence id
+  const TensorView q = make_tensor(nullptr, m.cache->config().dtype, {1, m.seqlen_q, m.num_heads, m.cache->config().head_dim},
+                                   m.cache->config().device);
+  return coop::make_step_plan(q, *m.cache, seq, m.options).split;
+}
+
 CooperativeSplit plan_cooperative_attention(const TensorView& q, const CooperativeKVCache& cache, std::int64_t seq,
                                             const CooperativeOptions& options) {
   check_call(q, cache, seq, nullptr, nullptr, nullptr, options);
@@ -135,20 +190,7 @@ CooperativeSplit plan_cooperative_attention(const TensorView& q, const Cooperati
 KernelChoice cooperative_attention(const TensorView& q, const CooperativeKVCache& cache, std::int64_t seq,
                                    const TensorView& out, const std::optional<TensorView>& lse,
                                    const std::optional<CooperativeNewKV>& new_kv, const CooperativeOptions& options) {
-  const TensorView* lse_p = lse ? &*lse : nullptr;
-  const CooperativeNewKV* new_p = new_kv ? &*new_kv : nullptr;
-  check_call(q, cache, seq, &out, lse_p, new_p, options);
-  const coop::StepPlan plan = coop::make_step_plan(q, cache, seq, options);
-  if (cache.config().device.type == DeviceType::cpu) {
-    coop::run_step_cpu(plan, q, cache, out, lse_p, new_p, options);
-  } else {
-#if FASTATTN_HAVE_CUDA
-    coop::run_step_cuda(plan, q, cache, out, lse_p, new_p, options);
-#else
-    throw Error(ErrorCode::unsupported, "cache: expected a CPU cache (this build has no CUDA backend), got cuda");
-#endif
-  }
-  return plan.split.choice;
+  return CooperativeStep(q, cache, options).run(q, seq, out, lse, new_kv);
 }
 
 }  // namespace fastattn

@@ -1,115 +1,114 @@
 // step_cpu.cpp — the cooperative step in the CPU emulation (a cache whose device is the CPU):
-// the same parts, chunks, staging buffers and merge order as the CUDA step (step_cuda.cu), with
-// the "GPU" parts run by the CPU kernels one after another. It is what the CPU tests check the
-// split's exactness and the merge path with; the CPU part (part 3) is the very call the CUDA step
-// runs on its host threads (run_cpu_part).
+// the same parts, chunks, staging buffers, partial runners and merge order as the CUDA step
+// (step_cuda.cu), with the "GPU" parts run by the CPU kernels one after another. It is what the
+// CPU tests check the split's exactness, the merge path and the step object's reuse with; the
+// CPU part (part 3) is the very runner the CUDA step runs on its host thread.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "cooperative/cooperative_internal.hpp"
 #include "fastattn/attention.hpp"
-#include "fastattn/kv_cache.hpp"
 
 namespace fastattn::coop {
 
 namespace {
 
-AttentionOptions part_options(const CooperativeOptions& options) {
-  AttentionOptions a = options.attention;
-  a.causal = false;  // cached tokens are all visible to the step's queries
-  a.backend = Backend::cpu;
-  a.num_threads = options.cpu_threads;
-  a.cuda_stream = nullptr;
-  a.workspace = nullptr;
-  return a;
-}
+class CpuStep final : public StepBackend {
+ public:
+  CpuStep(const TensorView& q, const CooperativeKVCache& cache, const CooperativeOptions& options) : cache_(cache) {
+    TensorView qc = q;
+    qc.device = Device::cpu();
+    const std::int64_t rows = q.shape[1] * q.shape[2], d = cache.config().head_dim;
+    acc_.resize(static_cast<std::size_t>(rows * d));
+    acc_lse_.resize(static_cast<std::size_t>(rows));
+    part_.resize(static_cast<std::size_t>(rows * d));
+    part_lse_.resize(static_cast<std::size_t>(rows));
+    device_table_.assign(static_cast<std::size_t>(cache.device_pages()), 0);
+    host_table_.assign(static_cast<std::size_t>(cache.host_pages()), 0);
+    const AttentionOptions a = part_options(options, Backend::cpu);
+    if (cache.device_pages() > 0) {
+      device_ = plan_part(qc, paged_part_view(cache, PageTier::device, device_table_.data(), &seqlen_, Device::cpu()), a);
+    }
+    if (cache.host_pages() > 0) {
+      staged_ = plan_part(qc, staged_part_view(cache, 0, &seqlen_), a);
+      cpu_ = plan_part(qc, paged_part_view(cache, PageTier::host, host_table_.data(), &seqlen_, Device::cpu()), a);
+    }
+  }
+
+  void run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
+           const CooperativeNewKV* new_kv, const CooperativeOptions& options) override {
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+    std::fill(acc_lse_.begin(), acc_lse_.end(), -INFINITY);
+    TensorView qc = q;
+    qc.device = Device::cpu();
+    // Each part's partial, f32 where its kernel writes f32 (PartialRunner::out_dtype).
+    auto run_part = [&](const PartialRunner& runner, const KVCache& kv) {
+      runner.run(qc, kv, part_.data(), part_lse_.data(), nullptr);
+      accumulate_partial_cpu(acc_.data(), acc_lse_.data(), part_.data(), runner.out_dtype(), part_lse_.data(),
+                             plan.seqlen_q, plan.num_heads, plan.head_dim);
+    };
+    // Part 1: the device pages (here: the CPU pool standing in for device memory).
+    if (plan.run_device && !plan.device.local.empty()) {
+      std::copy(plan.device.local.begin(), plan.device.local.end(), device_table_.begin());
+      seqlen_ = static_cast<std::int32_t>(plan.device.tokens);
+      run_part(device_, paged_part_view(cache_, PageTier::device, device_table_.data(), &seqlen_, Device::cpu()));
+    }
+    // Part 2: host pages copied chunk by chunk into the two staging buffers (contiguous
+    // [tokens, kv_heads, d]), then attended as a contiguous one-sequence cache.
+    if (plan.run_streamed && !plan.chunks.empty()) {
+      const std::size_t half_page = cache_.page_bytes() / 2;
+      const std::size_t token_bytes = half_page / static_cast<std::size_t>(cache_.config().page_size);
+      const char* host_k = static_cast<const char*>(cache_.pool_k(PageTier::host).data);
+      const char* host_v = static_cast<const char*>(cache_.pool_v(PageTier::host).data);
+      for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
+        const StreamChunk& chunk = plan.chunks[i];
+        const KVCache kv = staged_part_view(cache_, static_cast<int>(i % 2), &seqlen_);
+        std::size_t at = 0;
+        for (std::size_t j = 0; j < chunk.local.size(); ++j) {
+          const std::size_t bytes = static_cast<std::size_t>(chunk.tokens[j]) * token_bytes;
+          const std::size_t from = static_cast<std::size_t>(chunk.local[j]) * half_page;
+          std::memcpy(static_cast<char*>(kv.k.data) + at, host_k + from, bytes);
+          std::memcpy(static_cast<char*>(kv.v.data) + at, host_v + from, bytes);
+          at += bytes;
+        }
+        seqlen_ = static_cast<std::int32_t>(chunk.total);
+        run_part(staged_, kv);
+      }
+    }
+    // Part 3: the CPU over its host pages.
+    if (plan.run_cpu && !plan.cpu.local.empty()) {
+      std::copy(plan.cpu.local.begin(), plan.cpu.local.end(), host_table_.begin());
+      seqlen_ = static_cast<std::int32_t>(plan.cpu.tokens);
+      run_part(cpu_, paged_part_view(cache_, PageTier::host, host_table_.data(), &seqlen_, Device::cpu()));
+    }
+    // The step's new tokens, causal among themselves when asked: forward() writes q's dtype.
+    if (new_kv != nullptr && new_kv->k.shape[1] > 0) {
+      AttentionOptions an = part_options(options, Backend::cpu);
+      an.causal = options.attention.causal;
+      const TensorView o = make_tensor(part_.data(), q.dtype, {1, q.shape[1], q.shape[2], q.shape[3]});
+      const TensorView l = make_tensor(part_lse_.data(), DType::f32, {1, q.shape[2], q.shape[1]});
+      forward(qc, new_kv->k, new_kv->v, o, l, an);
+      accumulate_partial_cpu(acc_.data(), acc_lse_.data(), part_.data(), q.dtype, part_lse_.data(), plan.seqlen_q,
+                             plan.num_heads, plan.head_dim);
+    }
+    finish_partials_cpu(acc_.data(), acc_lse_.data(), out, lse, plan.seqlen_q, plan.num_heads, plan.head_dim);
+  }
+
+ private:
+  const CooperativeKVCache& cache_;
+  std::vector<float> acc_, acc_lse_, part_, part_lse_;
+  std::vector<std::int32_t> device_table_, host_table_;  // the parts' block tables [1, pool pages]
+  std::int32_t seqlen_ = 0;                              // the running part's length
+  PartialRunner device_, staged_, cpu_;
+};
 
 }  // namespace
 
-// Part 3 (and the emulation's part 1): attention of q over `pages` of a paged host pool, into
-// out_part [1, seqlen_q, heads, d] (q's dtype) and lse_part f32 [1, heads, seqlen_q].
-void run_paged_part_cpu(const TensorView& q, const TensorView& pool_k, const TensorView& pool_v,
-                        const PartPages& pages, void* out_part, float* lse_part, const CooperativeOptions& options) {
-  std::int32_t seqlen = static_cast<std::int32_t>(pages.tokens);
-  const std::int64_t n = static_cast<std::int64_t>(pages.local.size());
-  KVCache cache;
-  cache.k = pool_k;
-  cache.v = pool_v;
-  cache.seqlens = make_tensor(&seqlen, DType::i32, {1});
-  cache.block_table = make_tensor(const_cast<std::int32_t*>(pages.local.data()), DType::i32, {1, n});
-  const TensorView out = make_tensor(out_part, q.dtype, {1, q.shape[1], q.shape[2], q.shape[3]});
-  const TensorView lse = make_tensor(lse_part, DType::f32, {1, q.shape[2], q.shape[1]});
-  TensorView qc = q;
-  qc.device = Device::cpu();
-  attention_with_kv_cache(qc, cache, out, lse, std::nullopt, part_options(options));
-}
-
-void run_step_cpu(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache, const TensorView& out,
-                  const TensorView* lse, const CooperativeNewKV* new_kv, const CooperativeOptions& options) {
-  const std::int64_t rows = plan.seqlen_q * plan.num_heads;
-  const std::size_t esize = dtype_size(q.dtype);
-  std::vector<float> acc(static_cast<std::size_t>(rows * plan.head_dim), 0.0f);
-  std::vector<float> acc_lse(static_cast<std::size_t>(rows), -INFINITY);
-  std::vector<unsigned char> part(static_cast<std::size_t>(rows * plan.head_dim) * esize);
-  std::vector<float> part_lse(static_cast<std::size_t>(rows));
-  auto add = [&] {
-    accumulate_partial_cpu(acc.data(), acc_lse.data(), part.data(), q.dtype, part_lse.data(), plan.seqlen_q,
-                           plan.num_heads, plan.head_dim);
-  };
-  // Part 1: the device pages (here: the CPU pool standing in for device memory).
-  if (plan.run_device && !plan.device.local.empty()) {
-    run_paged_part_cpu(q, cache.pool_k(PageTier::device), cache.pool_v(PageTier::device), plan.device, part.data(),
-                       part_lse.data(), options);
-    add();
-  }
-  // Part 2: host pages copied chunk by chunk into the two staging buffers (contiguous
-  // [tokens, kv_heads, d]), then attended as a contiguous one-sequence cache.
-  if (plan.run_streamed) {
-    const std::size_t half_page = cache.page_bytes() / 2;
-    const std::size_t token_bytes = half_page / static_cast<std::size_t>(cache.config().page_size);
-    const TensorView host_k = cache.pool_k(PageTier::host);
-    const TensorView host_v = cache.pool_v(PageTier::host);
-    for (std::size_t i = 0; i < plan.chunks.size(); ++i) {
-      const StreamChunk& chunk = plan.chunks[i];
-      const int buffer = static_cast<int>(i % 2);
-      TensorView sk = cache.staging(buffer, false);
-      TensorView sv = cache.staging(buffer, true);
-      std::size_t at = 0;
-      for (std::size_t j = 0; j < chunk.local.size(); ++j) {
-        const std::size_t bytes = static_cast<std::size_t>(chunk.tokens[j]) * token_bytes;
-        const std::size_t from = static_cast<std::size_t>(chunk.local[j]) * half_page;
-        std::memcpy(static_cast<char*>(sk.data) + at, static_cast<const char*>(host_k.data) + from, bytes);
-        std::memcpy(static_cast<char*>(sv.data) + at, static_cast<const char*>(host_v.data) + from, bytes);
-        at += bytes;
-      }
-      std::int32_t seqlen = static_cast<std::int32_t>(chunk.total);
-      KVCache staged;
-      staged.k = make_tensor(sk.data, sk.dtype, {1, sk.shape[0], sk.shape[1], sk.shape[2]});
-      staged.v = make_tensor(sv.data, sv.dtype, {1, sv.shape[0], sv.shape[1], sv.shape[2]});
-      staged.seqlens = make_tensor(&seqlen, DType::i32, {1});
-      const TensorView o = make_tensor(part.data(), q.dtype, {1, q.shape[1], q.shape[2], q.shape[3]});
-      const TensorView l = make_tensor(part_lse.data(), DType::f32, {1, q.shape[2], q.shape[1]});
-      attention_with_kv_cache(q, staged, o, l, std::nullopt, part_options(options));
-      add();
-    }
-  }
-  // Part 3: the CPU over its host pages.
-  if (plan.run_cpu && !plan.cpu.local.empty()) {
-    run_paged_part_cpu(q, cache.pool_k(PageTier::host), cache.pool_v(PageTier::host), plan.cpu, part.data(),
-                       part_lse.data(), options);
-    add();
-  }
-  // The step's new tokens, causal among themselves when asked.
-  if (new_kv != nullptr && new_kv->k.shape[1] > 0) {
-    AttentionOptions a = part_options(options);
-    a.causal = options.attention.causal;
-    const TensorView o = make_tensor(part.data(), q.dtype, {1, q.shape[1], q.shape[2], q.shape[3]});
-    const TensorView l = make_tensor(part_lse.data(), DType::f32, {1, q.shape[2], q.shape[1]});
-    forward(q, new_kv->k, new_kv->v, o, l, a);
-    add();
-  }
-  finish_partials_cpu(acc.data(), acc_lse.data(), out, lse, plan.seqlen_q, plan.num_heads, plan.head_dim);
+std::unique_ptr<StepBackend> make_step_cpu(const TensorView& q, const CooperativeKVCache& cache,
+                                           const CooperativeOptions& options) {
+  return std::make_unique<CpuStep>(q, cache, options);
 }
 
 }  // namespace fastattn::coop

@@ -5,14 +5,19 @@
 //           of chunk i + 1 running while chunk i is attended; a buffer is refilled only after
 //           the attention that read it (event);
 //   part 3  the CPU kernels over the CPU's host pages, on a host thread.
-// Each partial (out, lse) is accumulated on S into an f32 accumulator (merge_states' formula;
-// kernels below), rounded once into out at the end. Returns after S is synchronised.
+// Each partial (out, lse; f32 from the parts' PartialRunners) is accumulated on S into an f32
+// accumulator (merge_states' formula; kernels below), rounded once into out at the end.
+// CudaStep holds everything a run uses (planned and allocated once: CooperativeStep); a run
+// synchronises S twice (q copied to the host for the CPU part; the end of the step).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,31 +92,6 @@ __global__ void fill_kernel(float* p, int n, float value) {
   if (i < n) p[i] = value;
 }
 
-// Device memory of one step, freed on every exit.
-struct DeviceBlock {
-  void* p = nullptr;
-  explicit DeviceBlock(std::size_t bytes) { check(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc of the step's scratch"); }
-  ~DeviceBlock() { (void)cudaFree(p); }
-  DeviceBlock(const DeviceBlock&) = delete;
-  DeviceBlock& operator=(const DeviceBlock&) = delete;
-};
-
-struct Events {
-  cudaEvent_t e[6] = {};  // copied[2], computed[2], spare
-  Events() {
-    for (auto& x : e) check(cudaEventCreateWithFlags(&x, cudaEventDisableTiming), "cudaEventCreate");
-  }
-  ~Events() {
-    for (auto& x : e) (void)cudaEventDestroy(x);
-  }
-};
-
-struct CopyStream {
-  cudaStream_t s = nullptr;
-  CopyStream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate (copy stream)"); }
-  ~CopyStream() { (void)cudaStreamDestroy(s); }
-};
-
 void launch_accumulate(DType dtype, float* acc, float* acc_lse, const void* part, const float* part_lse, int sq, int heads,
                        int d, cudaStream_t s) {
   const int rows = sq * heads;
@@ -130,100 +110,181 @@ void launch_accumulate(DType dtype, float* acc, float* acc_lse, const void* part
   check(cudaGetLastError(), "accumulate kernel launch");
 }
 
-}  // namespace
+void launch_finish(DType dtype, const float* acc, const float* acc_lse, const TensorView& out, const TensorView* lse,
+                   int sq, int heads, int d, cudaStream_t s) {
+  float* lse_p = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
+  const long long lh = lse != nullptr ? lse->stride[1] : 0, lt = lse != nullptr ? lse->stride[2] : 0;
+  const unsigned rows = static_cast<unsigned>(sq * heads);
+  const int threads = d < 128 ? d : 128;
+  switch (dtype) {
+    case DType::bf16:
+      finish_kernel<<<rows, threads, 0, s>>>(acc, acc_lse, static_cast<__nv_bfloat16*>(out.data), out.stride[1], out.stride[2],
+                                             lse_p, lh, lt, sq, heads, d);
+      break;
+    case DType::f16:
+      finish_kernel<<<rows, threads, 0, s>>>(acc, acc_lse, static_cast<__half*>(out.data), out.stride[1], out.stride[2], lse_p,
+                                             lh, lt, sq, heads, d);
+      break;
+    default:
+      finish_kernel<<<rows, threads, 0, s>>>(acc, acc_lse, static_cast<float*>(out.data), out.stride[1], out.stride[2], lse_p,
+                                             lh, lt, sq, heads, d);
+      break;
+  }
+  check(cudaGetLastError(), "finish kernel launch");
+}
 
-void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeKVCache& cache, const TensorView& out,
-                   const TensorView* lse, const CooperativeNewKV* new_kv, const CooperativeOptions& options) {
-  const auto& c = cache.config();
-  check(cudaSetDevice(c.device.index), "cudaSetDevice");
+// The step's CUDA resources, released by this member's destructor (so also when the step's
+// constructor throws half-way).
+struct StepResources {
+  int device = 0;
+  char* block = nullptr;                // device scratch
+  std::int32_t* host_index = nullptr;   // pinned
+  unsigned char* q_host = nullptr;      // pinned
+  float* cpu_out = nullptr;             // pinned
+  cudaStream_t copy = nullptr;
+  cudaEvent_t events[5] = {};  // copied[2], computed[2], fork of the copy stream
+  StepResources() = default;
+  StepResources(const StepResources&) = delete;
+  StepResources& operator=(const StepResources&) = delete;
+  ~StepResources() {
+    (void)cudaSetDevice(device);
+    for (auto& e : events) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    if (copy != nullptr) (void)cudaStreamDestroy(copy);
+    if (cpu_out != nullptr) cuda_free_pinned(cpu_out);
+    if (q_host != nullptr) cuda_free_pinned(q_host);
+    if (host_index != nullptr) cuda_free_pinned(host_index);
+    if (block != nullptr) cuda_free(device, block);
+  }
+};
+
+// What one step object holds for its life: the parts' plans and scratch, the device block
+// (accumulator, partials, block table, lengths), pinned host staging (the table and lengths
+// uploaded per step, q for the CPU part, the CPU part's partial), the copy stream and events.
+class CudaStep final : public StepBackend {
+ public:
+  CudaStep(const TensorView& q, const CooperativeKVCache& cache, const CooperativeOptions& options)
+      : cache_(cache), device_(cache.config().device.index) {
+    const auto& c = cache.config();
+    r_.device = device_;
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    sq_ = q.shape[1];
+    heads_ = q.shape[2];
+    d_ = c.head_dim;
+    const std::int64_t rows = sq_ * heads_;
+    const std::int64_t staging_pages = static_cast<std::int64_t>(cache.staging_bytes() / 2 / cache.page_bytes());
+    max_chunks_ = static_cast<std::size_t>(staging_pages > 0 ? (cache.host_pages() + staging_pages - 1) / staging_pages : 0);
+    dev_pages_ = static_cast<std::size_t>(cache.device_pages());
+    // Device block: acc f32 [rows, d], acc_lse [rows], 3 x (partial f32 [rows, d], lse [rows]),
+    // the device part's block table [device pages], lengths [1 + chunks].
+    const std::size_t acc_bytes = static_cast<std::size_t>(rows * d_) * sizeof(float);
+    const std::size_t lse_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+    const auto round = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    index_count_ = dev_pages_ + 1 + max_chunks_;
+    const std::size_t bytes = round(acc_bytes) + round(lse_bytes) + 3 * (round(acc_bytes) + round(lse_bytes)) +
+                              round(index_count_ * 4);
+    r_.block = static_cast<char*>(cuda_allocate(device_, bytes, "the cooperative step's device scratch"));
+    char* at = r_.block;
+    auto carve = [&](std::size_t b) { char* p = at; at += round(b); return p; };
+    acc_ = reinterpret_cast<float*>(carve(acc_bytes));
+    acc_lse_ = reinterpret_cast<float*>(carve(lse_bytes));
+    for (int i = 0; i < 3; ++i) {
+      part_out_[i] = carve(acc_bytes);
+      part_lse_[i] = reinterpret_cast<float*>(carve(lse_bytes));
+    }
+    index_ = reinterpret_cast<std::int32_t*>(carve(index_count_ * 4));  // table, then lengths
+    host_index_ = r_.host_index =
+        static_cast<std::int32_t*>(cuda_allocate_pinned(index_count_ * 4, "the step's block table staging"));
+    q_host_ = r_.q_host = static_cast<unsigned char*>(
+        cuda_allocate_pinned(static_cast<std::size_t>(rows * d_) * dtype_size(c.dtype), "q for the CPU part"));
+    cpu_out_ = r_.cpu_out = static_cast<float*>(cuda_allocate_pinned(acc_bytes + lse_bytes, "the CPU part's partial"));
+    cpu_lse_ = cpu_out_ + rows * d_;
+    check(cudaStreamCreateWithFlags(&r_.copy, cudaStreamNonBlocking), "cudaStreamCreate (copy stream)");
+    copy_ = r_.copy;
+    for (auto& e : r_.events) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    std::copy(std::begin(r_.events), std::end(r_.events), events_);
+    // The parts' plans, sized for the pools (they hold however the sequence grows).
+    const AttentionOptions a = part_options(options, Backend::cuda);
+    if (dev_pages_ > 0) dev_ = plan_part(q, paged_part_view(cache, PageTier::device, index_, lengths(), c.device), a);
+    if (max_chunks_ > 0) {
+      stage_ = plan_part(q, staged_part_view(cache, 0, lengths() + 1), a);
+      cpu_table_.assign(static_cast<std::size_t>(cache.host_pages()), 0);
+      TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
+      cpu_ = plan_part(qh, paged_part_view(cache, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()),
+                       part_options(options, Backend::cpu));
+    }
+  }
+
+  ~CudaStep() override = default;
+  CudaStep(const CudaStep&) = delete;
+  CudaStep& operator=(const CudaStep&) = delete;
+
+  void run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
+           const CooperativeNewKV* new_kv, const CooperativeOptions& options) override;
+
+ private:
+  std::int32_t* lengths() const { return index_ + dev_pages_; }
+
+  const CooperativeKVCache& cache_;
+  int device_;
+  StepResources r_;  // owns what the pointers below point into
+  std::int64_t sq_ = 0, heads_ = 0, d_ = 0;
+  std::size_t max_chunks_ = 0, dev_pages_ = 0, index_count_ = 0;
+  float* acc_ = nullptr;
+  float* acc_lse_ = nullptr;
+  void* part_out_[3] = {};
+  float* part_lse_[3] = {};
+  std::int32_t* index_ = nullptr;       // device: block table [device pages], lengths [1 + chunks]
+  std::int32_t* host_index_ = nullptr;  // pinned staging of index_
+  unsigned char* q_host_ = nullptr;     // pinned q [sq, heads, d] for the CPU part
+  float* cpu_out_ = nullptr;            // pinned: the CPU part's partial [rows, d], then its lse [rows]
+  float* cpu_lse_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  cudaEvent_t events_[5] = {};  // copied[2], computed[2], fork of the copy stream
+  PartialRunner dev_, stage_, cpu_;
+  std::vector<std::int32_t> cpu_table_;  // host pool block table of the CPU part
+  std::int32_t cpu_seqlen_ = 0;
+};
+
+void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
+                   const CooperativeNewKV* new_kv, const CooperativeOptions& options) {
+  const auto& c = cache_.config();
+  check(cudaSetDevice(device_), "cudaSetDevice");
   auto S = static_cast<cudaStream_t>(options.attention.cuda_stream);
-  const int sq = static_cast<int>(plan.seqlen_q), heads = static_cast<int>(plan.num_heads), d = static_cast<int>(plan.head_dim);
-  const std::int64_t rows = plan.seqlen_q * plan.num_heads;
+  const int sq = static_cast<int>(sq_), heads = static_cast<int>(heads_), d = static_cast<int>(d_);
+  const std::int64_t rows = sq_ * heads_;
   const std::size_t esize = dtype_size(c.dtype);
-  const std::size_t out_bytes = static_cast<std::size_t>(rows * d) * esize;
-  const std::size_t lse_bytes = static_cast<std::size_t>(rows) * sizeof(float);
   const std::size_t n_dev = plan.device.local.size();
   const std::size_t n_chunks = plan.chunks.size();
-  // Scratch: acc f32, acc_lse, 2 partial outs + lses (device part / chunks and new tokens; the
-  // CPU's), the block table of the device part, the lengths (device part, then each chunk).
-  const std::size_t acc_bytes = static_cast<std::size_t>(rows * d) * sizeof(float);
-  DeviceBlock scratch(acc_bytes + lse_bytes + 3 * (out_bytes + lse_bytes) + n_dev * 4 + (1 + n_chunks) * 4 + 256 * 8);
-  char* at = static_cast<char*>(scratch.p);
-  auto carve = [&](std::size_t bytes) { char* p = at; at += (bytes + 255) / 256 * 256; return p; };
-  auto* acc = reinterpret_cast<float*>(carve(acc_bytes));
-  auto* acc_lse = reinterpret_cast<float*>(carve(lse_bytes));
-  void* part_out[3];
-  float* part_lse[3];
-  for (int i = 0; i < 3; ++i) {
-    part_out[i] = carve(out_bytes);
-    part_lse[i] = reinterpret_cast<float*>(carve(lse_bytes));
-  }
-  auto* table = reinterpret_cast<std::int32_t*>(carve(n_dev * 4));
-  auto* lengths = reinterpret_cast<std::int32_t*>(carve((1 + n_chunks) * 4));
-  std::vector<std::int32_t> host_lengths(1 + n_chunks);
-  host_lengths[0] = static_cast<std::int32_t>(plan.device.tokens);
-  for (std::size_t i = 0; i < n_chunks; ++i) host_lengths[1 + i] = static_cast<std::int32_t>(plan.chunks[i].total);
-  check(cudaMemcpy(lengths, host_lengths.data(), host_lengths.size() * 4, cudaMemcpyHostToDevice), "lengths upload");
-  if (n_dev > 0) check(cudaMemcpy(table, plan.device.local.data(), n_dev * 4, cudaMemcpyHostToDevice), "block table upload");
-
-  AttentionOptions a = options.attention;
-  a.causal = false;
-  a.backend = Backend::cuda;
-  a.cuda_stream = S;
-  a.workspace = nullptr;
-  const auto view_out = [&](int i) { return make_tensor(part_out[i], c.dtype, {1, plan.seqlen_q, plan.num_heads, plan.head_dim}, c.device); };
-  const auto view_lse = [&](int i) { return make_tensor(part_lse[i], DType::f32, {1, plan.num_heads, plan.seqlen_q}, c.device); };
-  // Plans (their scratch is allocated here, before anything is enqueued).
   const bool do_dev = plan.run_device && n_dev > 0;
   const bool do_stream = plan.run_streamed && n_chunks > 0;
   const bool do_cpu = plan.run_cpu && !plan.cpu.local.empty();
-  KVCache dev_cache;
-  std::optional<KVCachePlan> dev_plan, stage_plan;
-  if (do_dev) {
-    dev_cache.k = cache.pool_k(PageTier::device);
-    dev_cache.v = cache.pool_v(PageTier::device);
-    dev_cache.seqlens = make_tensor(lengths, DType::i32, {1}, c.device);
-    dev_cache.block_table = make_tensor(table, DType::i32, {1, static_cast<std::int64_t>(n_dev)}, c.device);
-    KVCacheShape shape = kv_cache_shape(q, dev_cache, view_lse(0));
-    shape.max_cache_len = plan.device.tokens;
-    dev_plan.emplace(shape, a);
-  }
-  const TensorView s0k = cache.staging(0, false);
-  const auto staged_view = [&](int buffer, std::size_t chunk) {
-    const TensorView k = cache.staging(buffer, false), v = cache.staging(buffer, true);
-    KVCache kv;
-    kv.k = make_tensor(k.data, k.dtype, {1, k.shape[0], k.shape[1], k.shape[2]}, c.device);
-    kv.v = make_tensor(v.data, v.dtype, {1, v.shape[0], v.shape[1], v.shape[2]}, c.device);
-    kv.seqlens = make_tensor(lengths + 1 + chunk, DType::i32, {1}, c.device);
-    return kv;
-  };
-  if (do_stream) {
-    KVCacheShape shape = kv_cache_shape(q, staged_view(0, 0), view_lse(1));
-    shape.max_cache_len = s0k.shape[0];
-    stage_plan.emplace(shape, a);
+  if (n_chunks > max_chunks_ || n_dev > dev_pages_) {
+    throw Error(ErrorCode::internal, "cooperative step: the plan has more chunks or device pages than the step holds");
   }
 
-  // Part 3 first: the CPU starts at once, on q copied to the host.
-  std::vector<unsigned char> q_host(static_cast<std::size_t>(rows * d) * esize);
-  std::vector<unsigned char> cpu_out(out_bytes);
-  std::vector<float> cpu_lse(static_cast<std::size_t>(rows));
+  // Part 3 first: q to the host (this waits for the caller's work on S that writes q), then the
+  // CPU starts on its host thread while the GPU parts are enqueued.
   std::exception_ptr cpu_error;
   std::thread cpu_thread;
   if (do_cpu) {
-    // q [1, sq, heads, d] with any strides (head_dim contiguous) into a dense host copy.
-    for (std::int64_t t = 0; t < plan.seqlen_q; ++t) {
-      check(cudaMemcpy2D(q_host.data() + static_cast<std::size_t>(t * plan.num_heads * d) * esize,
-                         static_cast<std::size_t>(d) * esize,
-                         static_cast<const char*>(q.data) + static_cast<std::size_t>(t * q.stride[1]) * esize,
-                         static_cast<std::size_t>(q.stride[2]) * esize, static_cast<std::size_t>(d) * esize,
-                         static_cast<std::size_t>(plan.num_heads), cudaMemcpyDeviceToHost),
+    for (std::int64_t t = 0; t < sq_; ++t) {  // q [1, sq, heads, d], any strides (head_dim contiguous)
+      check(cudaMemcpy2DAsync(q_host_ + static_cast<std::size_t>(t * heads_ * d_) * esize, static_cast<std::size_t>(d) * esize,
+                              static_cast<const char*>(q.data) + static_cast<std::size_t>(t * q.stride[1]) * esize,
+                              static_cast<std::size_t>(q.stride[2]) * esize, static_cast<std::size_t>(d) * esize,
+                              static_cast<std::size_t>(heads), cudaMemcpyDeviceToHost, S),
             "q to the host");
     }
+    check(cudaStreamSynchronize(S), "q to the host");
+    std::fill(cpu_table_.begin(), cpu_table_.end(), 0);
+    std::copy(plan.cpu.local.begin(), plan.cpu.local.end(), cpu_table_.begin());
+    cpu_seqlen_ = static_cast<std::int32_t>(plan.cpu.tokens);
     cpu_thread = std::thread([&] {
       try {
-        const TensorView qh = make_tensor(q_host.data(), c.dtype, {1, plan.seqlen_q, plan.num_heads, plan.head_dim});
-        run_paged_part_cpu(qh, cache.pool_k(PageTier::host), cache.pool_v(PageTier::host), plan.cpu, cpu_out.data(),
-                           cpu_lse.data(), options);
+        const TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
+        cpu_.run(qh, paged_part_view(cache_, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()), cpu_out_,
+                 cpu_lse_, nullptr);
       } catch (...) {
         cpu_error = std::current_exception();
       }
@@ -234,32 +295,38 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
     ~Join() { if (t.joinable()) t.join(); }
   } join{cpu_thread};
 
-  check(cudaMemsetAsync(acc, 0, acc_bytes, S), "accumulator reset");
-  fill_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, S>>>(acc_lse, static_cast<int>(rows), -INFINITY);
+  // The device part's block table and every length, from pinned staging (S was synchronised at
+  // the end of the previous step, so the staging is free).
+  std::copy(plan.device.local.begin(), plan.device.local.end(), host_index_);
+  host_index_[dev_pages_] = static_cast<std::int32_t>(plan.device.tokens);
+  for (std::size_t i = 0; i < n_chunks; ++i) host_index_[dev_pages_ + 1 + i] = static_cast<std::int32_t>(plan.chunks[i].total);
+  check(cudaMemcpyAsync(index_, host_index_, index_count_ * 4, cudaMemcpyHostToDevice, S), "block table upload");
+  check(cudaMemsetAsync(acc_, 0, static_cast<std::size_t>(rows * d) * sizeof(float), S), "accumulator reset");
+  fill_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, S>>>(acc_lse_, static_cast<int>(rows), -INFINITY);
   check(cudaGetLastError(), "fill kernel launch");
   // Part 1.
   if (do_dev) {
-    dev_plan->run(q, dev_cache, view_out(0), view_lse(0), std::nullopt, S);
-    launch_accumulate(c.dtype, acc, acc_lse, part_out[0], part_lse[0], sq, heads, d, S);
+    dev_.run(q, paged_part_view(cache_, PageTier::device, index_, lengths(), c.device), part_out_[0], part_lse_[0], S);
+    launch_accumulate(dev_.out_dtype(), acc_, acc_lse_, part_out_[0], part_lse_[0], sq, heads, d, S);
   }
-  // Part 2.
+  // Part 2: the copy stream forks from S (an event: it runs after S's earlier work), copies
+  // chunk i into buffer i % 2 once the attention of chunk i - 2 has read it, and joins S at the end.
   if (do_stream) {
-    CopyStream C;
-    Events ev;
-    cudaEvent_t* copied = ev.e;
-    cudaEvent_t* computed = ev.e + 2;
-    const std::size_t half_page = cache.page_bytes() / 2;
+    cudaEvent_t* copied = events_;
+    cudaEvent_t* computed = events_ + 2;
+    cudaEvent_t fork = events_[4];
+    check(cudaEventRecord(fork, S), "event record");
+    check(cudaStreamWaitEvent(copy_, fork, 0), "copy stream fork");
+    const std::size_t half_page = cache_.page_bytes() / 2;
     const std::size_t token_bytes = half_page / static_cast<std::size_t>(c.page_size);
-    const char* host_k = static_cast<const char*>(cache.pool_k(PageTier::host).data);
-    const char* host_v = static_cast<const char*>(cache.pool_v(PageTier::host).data);
-    // The copy stream starts after the accumulator reset (nothing to wait for but ordering of S's
-    // earlier work on the buffers of a previous step: S is synchronised at the end of each step).
+    const char* host_k = static_cast<const char*>(cache_.pool_k(PageTier::host).data);
+    const char* host_v = static_cast<const char*>(cache_.pool_v(PageTier::host).data);
     for (std::size_t i = 0; i < n_chunks; ++i) {
       const int b = static_cast<int>(i % 2);
       const StreamChunk& chunk = plan.chunks[i];
-      if (i >= 2) check(cudaStreamWaitEvent(C.s, computed[b], 0), "copy waits for the buffer");
-      char* dk = static_cast<char*>(cache.staging(b, false).data);
-      char* dv = static_cast<char*>(cache.staging(b, true).data);
+      if (i >= 2) check(cudaStreamWaitEvent(copy_, computed[b], 0), "copy waits for the buffer");
+      char* dk = static_cast<char*>(cache_.staging(b, false).data);
+      char* dv = static_cast<char*>(cache_.staging(b, true).data);
       std::size_t dst = 0;
       for (std::size_t j = 0; j < chunk.local.size();) {
         // Coalesce pages adjacent in the host pool (an append allocates them in order).
@@ -271,53 +338,47 @@ void run_step_cuda(const StepPlan& plan, const TensorView& q, const CooperativeK
           ++run;
         }
         const std::size_t src = static_cast<std::size_t>(chunk.local[j]) * half_page;
-        check(cudaMemcpyAsync(dk + dst, host_k + src, bytes, cudaMemcpyHostToDevice, C.s), "page copy (K)");
-        check(cudaMemcpyAsync(dv + dst, host_v + src, bytes, cudaMemcpyHostToDevice, C.s), "page copy (V)");
+        check(cudaMemcpyAsync(dk + dst, host_k + src, bytes, cudaMemcpyHostToDevice, copy_), "page copy (K)");
+        check(cudaMemcpyAsync(dv + dst, host_v + src, bytes, cudaMemcpyHostToDevice, copy_), "page copy (V)");
         dst += bytes;
         j += run;
       }
-      check(cudaEventRecord(copied[b], C.s), "event record");
+      check(cudaEventRecord(copied[b], copy_), "event record");
       check(cudaStreamWaitEvent(S, copied[b], 0), "attention waits for the copy");
-      stage_plan->run(q, staged_view(b, i), view_out(1), view_lse(1), std::nullopt, S);
-      launch_accumulate(c.dtype, acc, acc_lse, part_out[1], part_lse[1], sq, heads, d, S);
+      stage_.run(q, staged_part_view(cache_, b, lengths() + 1 + i), part_out_[1], part_lse_[1], S);
+      launch_accumulate(stage_.out_dtype(), acc_, acc_lse_, part_out_[1], part_lse_[1], sq, heads, d, S);
       check(cudaEventRecord(computed[b], S), "event record");
     }
-    check(cudaStreamSynchronize(C.s), "copy stream");  // before C and the events are destroyed
+    // Join: the last copy was waited for by the last attention, so S is after every copy.
   }
-  // The step's new tokens.
+  // The step's new tokens (forward() writes q's dtype).
   if (new_kv != nullptr && new_kv->k.shape[1] > 0) {
-    AttentionOptions an = a;
+    AttentionOptions an = part_options(options, Backend::cuda);
     an.causal = options.attention.causal;
-    forward(q, new_kv->k, new_kv->v, view_out(1), view_lse(1), an);
-    launch_accumulate(c.dtype, acc, acc_lse, part_out[1], part_lse[1], sq, heads, d, S);
+    const TensorView o = make_tensor(part_out_[1], c.dtype, {1, sq_, heads_, d_}, c.device);
+    const TensorView l = make_tensor(part_lse_[1], DType::f32, {1, heads_, sq_}, c.device);
+    forward(q, new_kv->k, new_kv->v, o, l, an);
+    launch_accumulate(c.dtype, acc_, acc_lse_, part_out_[1], part_lse_[1], sq, heads, d, S);
   }
   // Part 3's result joins last.
   if (do_cpu) {
     cpu_thread.join();
     if (cpu_error) std::rethrow_exception(cpu_error);
-    check(cudaMemcpyAsync(part_out[2], cpu_out.data(), out_bytes, cudaMemcpyHostToDevice, S), "CPU partial upload");
-    check(cudaMemcpyAsync(part_lse[2], cpu_lse.data(), lse_bytes, cudaMemcpyHostToDevice, S), "CPU lse upload");
-    launch_accumulate(c.dtype, acc, acc_lse, part_out[2], part_lse[2], sq, heads, d, S);
+    const std::size_t cpu_bytes = static_cast<std::size_t>(rows * d) * dtype_size(cpu_.out_dtype());
+    check(cudaMemcpyAsync(part_out_[2], cpu_out_, cpu_bytes, cudaMemcpyHostToDevice, S), "CPU partial upload");
+    check(cudaMemcpyAsync(part_lse_[2], cpu_lse_, static_cast<std::size_t>(rows) * 4, cudaMemcpyHostToDevice, S),
+          "CPU lse upload");
+    launch_accumulate(cpu_.out_dtype(), acc_, acc_lse_, part_out_[2], part_lse_[2], sq, heads, d, S);
   }
-  float* lse_p = lse != nullptr ? static_cast<float*>(lse->data) : nullptr;
-  const long long lh = lse != nullptr ? lse->stride[1] : 0, lt = lse != nullptr ? lse->stride[2] : 0;
-  const int threads = d < 128 ? d : 128;
-  switch (c.dtype) {
-    case DType::bf16:
-      finish_kernel<<<static_cast<unsigned>(rows), threads, 0, S>>>(acc, acc_lse, static_cast<__nv_bfloat16*>(out.data), out.stride[1],
-                                                                    out.stride[2], lse_p, lh, lt, sq, heads, d);
-      break;
-    case DType::f16:
-      finish_kernel<<<static_cast<unsigned>(rows), threads, 0, S>>>(acc, acc_lse, static_cast<__half*>(out.data), out.stride[1],
-                                                                    out.stride[2], lse_p, lh, lt, sq, heads, d);
-      break;
-    default:
-      finish_kernel<<<static_cast<unsigned>(rows), threads, 0, S>>>(acc, acc_lse, static_cast<float*>(out.data), out.stride[1],
-                                                                    out.stride[2], lse_p, lh, lt, sq, heads, d);
-      break;
-  }
-  check(cudaGetLastError(), "finish kernel launch");
+  launch_finish(c.dtype, acc_, acc_lse_, out, lse, sq, heads, d, S);
   check(cudaStreamSynchronize(S), "step");
+}
+
+}  // namespace
+
+std::unique_ptr<StepBackend> make_step_cuda(const TensorView& q, const CooperativeKVCache& cache,
+                                            const CooperativeOptions& options) {
+  return std::make_unique<CudaStep>(q, cache, options);
 }
 
 }  // namespace fastattn::coop

@@ -150,12 +150,13 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
 template <class V>
 void merge_and_write(const AttentionProblem& p, const DecodePlan& plan, const DecodeGeometry& g, std::int64_t b,
                      std::int64_t kv_head, std::int64_t chunk, const float* parts_out, const float* parts_lse,
-                     float* tmp) {
+                     float* tmp, bool out_f32 = false) {
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   const std::int64_t group = p.group_size(), d = p.head_dim;
   const std::int64_t block = kv_head / plan.heads_per_unit, hh = kv_head % plan.heads_per_unit;
   const std::int64_t first_unit = ((b * plan.head_blocks + block) * plan.row_chunks + chunk) * plan.splits;
-  const std::size_t elem = elem_bytes(p.dtype);
+  const DType out_dtype = out_f32 ? DType::f32 : p.dtype;  // f32: the cooperative step's partials
+  const std::size_t elem = elem_bytes(out_dtype);
   char* out = static_cast<char*>(p.out.data);
   for (std::int64_t i = 0; i < ur.rows; ++i) {
     const std::int64_t r = ur.r0 + i, t = r / group, h = kv_head * group + r % group;
@@ -169,7 +170,7 @@ void merge_and_write(const AttentionProblem& p, const DecodePlan& plan, const De
       for (std::int64_t c = 0; c < d; ++c) tmp[c] = weighted(w.weight_a, tmp[c]) + weighted(w.weight_b, o[c]);
       lse = w.lse;
     }
-    simd::store_row<V>(tmp, 1.0f, p.dtype, d, out + static_cast<std::size_t>(p.offset_q(p.out, b, t, h)) * elem);
+    simd::store_row<V>(tmp, 1.0f, out_dtype, d, out + static_cast<std::size_t>(p.offset_q(p.out, b, t, h)) * elem);
     if (p.lse) p.lse_row(b, h)[t * p.lse_token_stride] = lse;
   }
 }
@@ -240,7 +241,7 @@ void run_decode(const AttentionProblem& p, const DecodePlan& plan, const DecodeK
       if (!scratch) continue;
       const std::int64_t chunk = su % plan.row_chunks, bh = su / plan.row_chunks;
       merge_and_write<V>(p, plan, g, bh / p.num_kv_heads, bh % p.num_kv_heads, chunk, parts_out, parts_lse,
-                         s.k_tile);
+                         s.k_tile, cache != nullptr && cache->out_f32);
     }
   }
   if (error) std::rethrow_exception(error);

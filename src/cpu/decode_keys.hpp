@@ -30,6 +30,7 @@ struct DecodeKeys {
   const std::int32_t* seqlens = nullptr;  // tokens in the cache before the append
   std::int64_t seqlen_new = 0;            // appended tokens (already written)
   std::int64_t capacity = 0;              // tokens a sequence can hold
+  bool out_f32 = false;                   // KVCacheProblem::out_f32: the merge writes out in f32
 
   static DecodeKeys of(const KVCacheProblem& p) {
     DecodeKeys k;
@@ -42,6 +43,7 @@ struct DecodeKeys {
     k.seqlens = p.seqlens;
     k.seqlen_new = p.seqlen_new;
     k.capacity = p.capacity();
+    k.out_f32 = p.out_f32;
     return k;
   }
 

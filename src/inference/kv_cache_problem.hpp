@@ -35,6 +35,11 @@ struct KVCacheProblem {
   Operand k_new, v_new;
   std::int64_t seqlen_new = 0;
 
+  // out (only out) is f32 while attn.dtype is bf16 / f16: the unrounded partial outputs the
+  // cooperative step merges (src/cooperative/partial_runner.hpp). Honoured by the decode
+  // kernels (CPU decode kernel through DecodeKeys, CUDA KV-cache kernel); set by nothing else.
+  bool out_f32 = false;
+
   std::int64_t capacity() const { return max_pages_per_seq * page_size; }
   bool is_paged() const { return block_table != nullptr; }
 };

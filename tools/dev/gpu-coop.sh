@@ -74,6 +74,8 @@ if {"auto", "device", "streamed", "cpu", "stream_all", "cpu_all"} <= r.keys():
 c = load("check64k")
 if c and "check" in c:
     bars["check64k_err_ratio_vs_single_call"] = {"value": c["check"]["ratio"], "bar": "<= 1 (no larger)", **c["check"]}
+    if "mean_ratio" in c["check"]:  # max can move by a rounding tie; the mean says which is less exact
+        bars["check64k_mean_err_ratio_vs_single_call"] = {"value": c["check"]["mean_ratio"], "bar": "<= 1 (no larger)"}
 h, v = rows(load("prefill_host")), rows(load("prefill_device"))
 if "auto" in h and "auto" in v:
     bars["prefill_host_speed_fraction"] = {"value": v["auto"]["median_ms"] / h["auto"]["median_ms"], "bar": ">= 0.90"}

@@ -147,6 +147,7 @@ KVCacheParams make_params(const KVCacheProblem& kp) {
   f.window_right = static_cast<int>(std::min(p.window_right, kIntMax));
   f.bottom_right = p.alignment == MaskAlignment::bottom_right;
   f.num_splits = 1;
+  f.out_f32 = kp.out_f32;
   return f;
 }
 

@@ -81,6 +81,19 @@ __global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(
   }
 
   const int token = row / p.group, head = kv_head * p.group + row % p.group;
+  if (p.out_f32) {  // the cooperative step's unrounded partial (kv_cache_params.hpp: out_f32)
+    float* f_ptr = static_cast<float*>(p.out) + batch * p.o_batch_stride + token * p.o_token_stride +
+                   head * p.o_head_stride;
+#pragma unroll
+    for (int c = 0; c < kQuadsPerLane; ++c) {
+      const int quad = lane + 32 * c;
+      if (quad < kQuads) *reinterpret_cast<float4*>(f_ptr + quad * 4) = acc[c];
+    }
+    if (p.lse != nullptr && lane == 0) {
+      p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_token_stride] = lse;
+    }
+    return;
+  }
   Element* o_ptr = static_cast<Element*>(p.out) + batch * p.o_batch_stride + token * p.o_token_stride +
                    head * p.o_head_stride;
 #pragma unroll

@@ -373,8 +373,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attent
     }
     const int token = row / p.group, head = kv_head * p.group + row % p.group;
     if (p.num_splits == 1) {
-      E* dst = static_cast<E*>(p.out) + batch * p.o_batch_stride + token * p.o_token_stride + head * p.o_head_stride + c * 4;
-      *reinterpret_cast<uint2*>(dst) = make_uint2(sm80::pack2<E>(o.x, o.y), sm80::pack2<E>(o.z, o.w));
+      const int64_t at = batch * p.o_batch_stride + token * p.o_token_stride + head * p.o_head_stride + c * 4;
+      if (p.out_f32) {
+        *reinterpret_cast<float4*>(static_cast<float*>(p.out) + at) = o;
+      } else {
+        *reinterpret_cast<uint2*>(static_cast<E*>(p.out) + at) = make_uint2(sm80::pack2<E>(o.x, o.y), sm80::pack2<E>(o.z, o.w));
+      }
       if (p.lse != nullptr && c == 0) {
         p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_token_stride] = row_lse;
       }

@@ -59,6 +59,7 @@ struct KVCacheParams {
   int num_splits;  // 1: out written by the attention kernel; else partials + combine
   float* oaccum;   // (splits, batch, kv_heads, rows, head_dim) f32
   float* lseaccum; // (splits, batch, kv_heads, rows) f32
+  bool out_f32;    // out is f32 (KVCacheProblem::out_f32: the cooperative step's partials)
 };
 
 }  // namespace fastattn::cuda
