@@ -195,7 +195,10 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
     p.max_pages_per_seq = pages_per_seq;
     p.seqlens = static_cast<const std::int32_t*>(seqlens.data);
     cuda::KVCacheLaunch launch = cuda::kv_cache_plan(p, s.sk);
-    if (stages > 0) launch.stages = stages;
+    if (stages > 0 && stages != launch.stages) {
+      launch.stages = stages;
+      cuda::kv_cache_select_kernels(p, launch);  // the other ring's kernel and its attribute
+    }
     DeviceArray scratch(launch.scratch_bytes);
     const perf::cuda::EventTiming t =
         time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data); }, stream, max_seconds);

@@ -74,7 +74,8 @@ void enqueue_append(const KVCacheParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const std::int64_t blocks = (chunks + kThreads - 1) / kThreads;
   kv_cache_append_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  check_launch("kv_cache_append_kernel");
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) check(status, "kernel launch", "kv_cache_append_kernel");
 }
 
 std::string int_text(std::int64_t x) { return std::to_string(x); }
@@ -174,29 +175,32 @@ bool head_dim_compiled(std::int64_t head_dim) {
 }
 
 template <typename Element>
-void run_for_dtype(const KVCacheParams& f, int rows_per_tile, int stages, KVCacheBeforeAttention before_attention,
-                   cudaStream_t stream) {
-  (void)f;
+KVCacheKernels kernels_for_dtype(int head_dim, int rows_per_tile, int stages, bool softcap) {
   (void)rows_per_tile;
   (void)stages;
-  (void)before_attention;
-  (void)stream;
-  switch (f.head_dim) {
+  (void)softcap;
+  switch (head_dim) {
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
-    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stages, before_attention, stream);
+    case 64: return kv_cache_kernels<Element, 64>(rows_per_tile, stages, softcap);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
-    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stages, before_attention, stream);
+    case 96: return kv_cache_kernels<Element, 96>(rows_per_tile, stages, softcap);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
-    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stages, before_attention, stream);
+    case 128: return kv_cache_kernels<Element, 128>(rows_per_tile, stages, softcap);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
-    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stages, before_attention, stream);
+    case 256: return kv_cache_kernels<Element, 256>(rows_per_tile, stages, softcap);
 #endif
     default: break;
   }
-  throw Error(ErrorCode::internal, "cuda kv_cache: no launcher for head_dim " + std::to_string(f.head_dim));
+  throw Error(ErrorCode::internal, "cuda kv_cache: no kernels for head_dim " + std::to_string(head_dim));
+}
+
+// A launch's status; the error text (a std::string) is built only on failure, so a run makes no
+// allocation.
+void check_kv_launch(cudaError_t status, const char* kernel) {
+  if (status != cudaSuccess) check(status, "cudaLaunchKernel", kernel);
 }
 
 }  // namespace
@@ -256,6 +260,7 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   l.block_k = block_n;
   l.stages = stages;
   l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
+  kv_cache_select_kernels(kp, l);
   l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
              (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
              (kp.is_paged() ? ".paged" : "") + (split.splits > 1 ? ".split" + std::to_string(split.splits) : "");
@@ -285,17 +290,34 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   return l;
 }
 
+void kv_cache_select_kernels(const KVCacheProblem& kp, KVCacheLaunch& launch) {
+  const AttentionProblem& p = kp.attn;
+  const int d = static_cast<int>(p.head_dim);
+  const bool softcap = p.softcap > 0.0f;
+  launch.kernels = p.dtype == DType::bf16
+                       ? kernels_for_dtype<__nv_bfloat16>(d, launch.rows_per_tile, launch.stages, softcap)
+                       : kernels_for_dtype<__half>(d, launch.rows_per_tile, launch.stages, softcap);
+  const DeviceGuard device_guard(p.device.index);
+  check(cudaFuncSetAttribute(launch.kernels.attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             launch.kernels.attention_smem_bytes),
+        "cudaFuncSetAttribute", "kv_cache_attention_kernel, " + std::to_string(launch.rows_per_tile) + " rows, " +
+                                    std::to_string(launch.stages) + " stages");
+  launch.device = p.device.index;
+}
+
+// A run: checks of the views against the plan (integer compares; text only on failure), the
+// parameters, then the append, the attention and the combine, launched from the plan's kernel
+// pointers. No allocation, no host synchronisation, no cudaFuncSetAttribute.
 void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch) {
   const AttentionProblem& p = kp.attn;
   check_kernel_limits(kp);
   const std::int64_t rows = p.group_size() * p.seqlen_q;
   const KVRowTile tile = kv_row_tile(rows, static_cast<int>(p.head_dim));
-  const int stages = launch.stages > 0 ? launch.stages : kv_stages(static_cast<int>(p.head_dim));
   if (launch.rows_per_tile != tile.rows || launch.num_splits < 1 || launch.num_splits > kKVMaxSplits ||
-      !kv_stages_valid(tile, static_cast<int>(p.head_dim), stages)) {
+      launch.kernels.attention == nullptr || launch.device != p.device.index) {
     throw Error(ErrorCode::internal, "cuda kv_cache: the launch (" + std::to_string(launch.rows_per_tile) + " rows, " +
-                                         std::to_string(stages) + " stages, " + std::to_string(launch.num_splits) +
-                                         " splits) was planned for another shape");
+                                         std::to_string(launch.num_splits) + " splits, device " +
+                                         std::to_string(launch.device) + ") was planned for another shape or device");
   }
   if (launch.num_splits > 1 && scratch == nullptr) {
     throw Error(ErrorCode::internal, "cuda kv_cache: a split launch needs its scratch");
@@ -328,16 +350,24 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
                                               ")");
     }
   }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) {
-    enqueue_append(f, stream);  // no attention: nothing else can fail
-    return;
-  }
   // The append runs first on the same stream (the attention reads the new tokens after they
-  // land), enqueued by run_kv_cache after the attention's cudaFuncSetAttribute and checks.
-  if (p.dtype == DType::bf16) {
-    run_for_dtype<__nv_bfloat16>(f, tile.rows, stages, enqueue_append, stream);
-  } else {
-    run_for_dtype<__half>(f, tile.rows, stages, enqueue_append, stream);
+  // land); nothing after it can fail before the attention's launch but the launch itself.
+  enqueue_append(f, stream);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0 || p.num_kv_heads == 0) return;
+  void* args[] = {&f};
+  // grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler.
+  const dim3 grid(static_cast<unsigned>(f.row_blocks) * static_cast<unsigned>(f.num_splits),
+                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
+  check_kv_launch(cudaLaunchKernel(launch.kernels.attention, grid, dim3(launch.kernels.attention_threads), args,
+                                   static_cast<std::size_t>(launch.kernels.attention_smem_bytes), stream),
+                  "kv_cache_attention_kernel");
+  if (launch.num_splits > 1) {
+    const int per_cta = launch.kernels.combine_rows_per_cta;
+    const dim3 combine_grid(static_cast<unsigned>((f.rows + per_cta - 1) / per_cta),
+                            static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
+    check_kv_launch(cudaLaunchKernel(launch.kernels.combine, combine_grid, dim3(launch.kernels.combine_threads), args,
+                                     0, stream),
+                    "kv_cache_combine_kernel");
   }
 }
 

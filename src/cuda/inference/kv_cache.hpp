@@ -9,6 +9,18 @@
 
 namespace fastattn::cuda {
 
+// The kernels a launch plan runs, resolved when it is made (kv_cache_run.hpp): pointers to
+// __global__ functions, launched with cudaLaunchKernel, and the launch shape, so a run makes no
+// host decision (no dispatch on tiles, no cudaFuncSetAttribute, no string).
+struct KVCacheKernels {
+  const void* attention = nullptr;  // kv_cache_attention_kernel<traits, softcap>
+  const void* combine = nullptr;    // kv_cache_combine_kernel<Element, head_dim>
+  int attention_threads = 0;
+  int attention_smem_bytes = 0;     // dynamic shared memory (its attribute set at plan time)
+  int combine_threads = 0;
+  int combine_rows_per_cta = 0;     // packed rows per combine CTA
+};
+
 // The launch plan of a KV-cache call: made on the host once (KVCachePlan) or per eager call,
 // from the shape only (never from seqlens / block_table values), so a run can be captured in a
 // CUDA graph. The kernel names and split heuristic live in src/cuda/inference/.
@@ -18,8 +30,11 @@ struct KVCacheLaunch {
   int block_k = 0;                // keys per tile
   std::size_t scratch_bytes = 0;  // split partials (0 when num_splits == 1), 256-byte aligned
   // Depth of the K/V cp.async ring (kv_cache_heuristics.hpp: kv_stages; 16-row tiles also take
-  // kv_deep_stages); 0: the default. Set by kv_cache_plan; benchmarks may pick the other ring.
+  // kv_deep_stages). Set by kv_cache_plan; a benchmark may pick another ring, then calls
+  // kv_cache_select_kernels.
   int stages = 0;
+  KVCacheKernels kernels;         // for rows_per_tile, stages and the call's softcap
+  int device = -1;                // the device kernels' attribute was set on
   std::string kernel;             // e.g. "cuda.kv_cache.sm80.bf16.d128.gqa4.split8"
   std::string reason;             // why this kernel and split count, in one sentence
 };
@@ -27,6 +42,11 @@ struct KVCacheLaunch {
 // Plans from the shape in p (its seqlens / block_table pointers are not read);
 // max_cache_len: the longest cache the plan will see (sizes num_splits).
 KVCacheLaunch kv_cache_plan(const KVCacheProblem& p, std::int64_t max_cache_len);
+
+// Resolves launch.kernels for launch.rows_per_tile / launch.stages and p's dtype, head_dim and
+// softcap, and sets the attention kernel's shared-memory attribute on p's device (kv_cache_plan
+// calls it; a benchmark that changes launch.stages calls it again). Throws Error.
+void kv_cache_select_kernels(const KVCacheProblem& p, KVCacheLaunch& launch);
 
 // Appends k_new / v_new (when p.seqlen_new > 0) at seqlens[b], then attends; asynchronous on
 // p.attn.cuda_stream, no allocation, no host synchronisation. scratch: launch.scratch_bytes of
