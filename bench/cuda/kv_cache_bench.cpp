@@ -14,6 +14,8 @@
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
 //               heuristic's choice) on a few decode shapes: the split heuristic's calibration
+//   combine     the fused combine (eager: a memset of its counters per call; planned: zeroed
+//               once) against the combine kernel, on decode shapes that split
 // and the device-to-device copy bandwidth (hbm_bandwidth.hpp) before and after, in the same
 // process. Tensors are filled on the device (random bf16, never zero), so 34 GB caches take no
 // host time. sdpa_anchor.py kv_decode / kv_multitoken times PyTorch on the same shapes; the rows
@@ -146,8 +148,21 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
 }
 
 // kv_cache_forward on a cache filled to the end: page_size 0 is the contiguous cache.
+// How a combine row merges the splits: the plan's, the combine kernel, or the fused combine as
+// an eager call runs it (a memset of its counters per call) or as a plan's run does (counters
+// zeroed once).
+enum class CombineRun { plan_default, separate, fused_eager, fused_planned };
+const char* combine_run_name(CombineRun c) {
+  switch (c) {
+    case CombineRun::separate: return "separate";
+    case CombineRun::fused_eager: return "fused_eager";
+    case CombineRun::fused_planned: return "fused_planned";
+    default: return "default";
+  }
+}
+
 void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream,
-                   const char* tag = "kv_paged", int stages = 0) {
+                   const char* tag = "kv_paged", int stages = 0, CombineRun combine = CombineRun::plan_default) {
   nlohmann::json row = shape_row(tag, s);
   row["page_size"] = page_size;
   try {
@@ -199,9 +214,18 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
       launch.stages = stages;
       cuda::kv_cache_select_kernels(p, launch);  // the other ring's kernel and its attribute
     }
+    cuda::KVScratch state = cuda::KVScratch::fresh;
+    if (combine == CombineRun::separate && launch.num_splits > 1) {
+      launch.combine = cuda::KVCombine::separate;
+      launch.counter_bytes = 0;
+    } else if (combine == CombineRun::fused_planned) {
+      state = cuda::KVScratch::counters_zeroed;
+    }
     DeviceArray scratch(launch.scratch_bytes);
+    if (state == cuda::KVScratch::counters_zeroed) cuda::kv_cache_zero_counters(launch, scratch.data, p.attn.device.index);
     const perf::cuda::EventTiming t =
-        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data); }, stream, max_seconds);
+        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data, state); }, stream, max_seconds);
+    if (combine != CombineRun::plan_default) row["combine"] = combine_run_name(combine);
     add_timing(row, t, s, hbm_gbs);
     row["kernel"] = launch.kernel;
     row["reason"] = launch.reason;
@@ -280,10 +304,16 @@ int run(int argc, char** argv) {
         }
       unsetenv("FASTATTN_CUDA_NUM_SPLITS");
       reload_environment();
+    } else if (mode == "combine") {  // the fused combine against the combine kernel, on split shapes
+      for (const Shape& s : {Shape{1, 1, 4096, 32, 8}, Shape{1, 1, 32768, 32, 8}, Shape{1, 1, 32768, 64, 8},
+                             Shape{1, 1, 131072, 64, 8}, Shape{1, 1, 32768, 32, 32}, Shape{1, 1, 131072, 32, 32},
+                             Shape{16, 1, 4096, 64, 8}})
+        for (const CombineRun c : {CombineRun::separate, CombineRun::fused_eager, CombineRun::fused_planned})
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_combine", 0, c);
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, paged, multitoken)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, paged, multitoken, decode2, stages, one, splits, combine)\n", mode.c_str());
       return 2;
     }
   }

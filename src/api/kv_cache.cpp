@@ -172,6 +172,8 @@ KVCachePlan::KVCachePlan(const KVCacheShape& shape, const AttentionOptions& opti
       m.device = std::make_unique<cuda::KVCachePlanScratch>(shape.device.index, m.route.launch.scratch_bytes);
       m.scratch.device = m.device->data();
     }
+    // The fused combine's counters start at zero, and every run leaves them so: runs need no memset.
+    cuda::kv_cache_zero_counters(m.route.launch, m.scratch.device, shape.device.index);
   }
 #endif
 }

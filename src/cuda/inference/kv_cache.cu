@@ -259,7 +259,12 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   l.rows_per_tile = tile.rows;
   l.block_k = block_n;
   l.stages = stages;
-  l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
+  l.combine = kv_combine_for(split.splits);
+  l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim, row_blocks);
+  if (l.combine == KVCombine::fused) {
+    l.counter_offset = kv_counter_offset(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
+    l.counter_bytes = kv_counter_bytes(p.batch, p.num_kv_heads, row_blocks);
+  }
   kv_cache_select_kernels(kp, l);
   l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
              (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
@@ -286,7 +291,8 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
                                            " bytes exceed the device's opt-in " + std::to_string(smem_limit) +
                                            " bytes per block)"
                                      : std::string()) +
-             "; GQA packing: " + packing + "; " + loads + "; " + split.reason;
+             "; GQA packing: " + packing + "; " + loads + "; " + split.reason +
+             (split.splits > 1 ? std::string(", ") + kv_combine_text(l.combine) : std::string());
   return l;
 }
 
@@ -308,7 +314,13 @@ void kv_cache_select_kernels(const KVCacheProblem& kp, KVCacheLaunch& launch) {
 // A run: checks of the views against the plan (integer compares; text only on failure), the
 // parameters, then the append, the attention and the combine, launched from the plan's kernel
 // pointers. No allocation, no host synchronisation, no cudaFuncSetAttribute.
-void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch) {
+void kv_cache_zero_counters(const KVCacheLaunch& launch, void* scratch, int device) {
+  if (launch.counter_bytes == 0 || scratch == nullptr) return;
+  const DeviceGuard device_guard(device);
+  FASTATTN_CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(scratch) + launch.counter_offset, 0, launch.counter_bytes));
+}
+
+void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch, KVScratch state) {
   const AttentionProblem& p = kp.attn;
   check_kernel_limits(kp);
   const std::int64_t rows = p.group_size() * p.seqlen_q;
@@ -321,6 +333,10 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
   }
   if (launch.num_splits > 1 && scratch == nullptr) {
     throw Error(ErrorCode::internal, "cuda kv_cache: a split launch needs its scratch");
+  }
+  const bool fused = launch.num_splits > 1 && launch.combine == KVCombine::fused;
+  if (fused && (launch.counter_bytes == 0 || launch.counter_offset + launch.counter_bytes > launch.scratch_bytes)) {
+    throw Error(ErrorCode::internal, "cuda kv_cache: the fused combine's counters do not fit the planned scratch");
   }
   check_row_alignment(p.q.data, used_strides(p.q.stride, p.batch, p.seqlen_q), "q");
   check_row_alignment(p.out.data, used_strides(p.out.stride, p.batch, p.seqlen_q), "out");
@@ -350,10 +366,16 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
                                               ")");
     }
   }
+  if (fused) f.split_counters = reinterpret_cast<int*>(static_cast<unsigned char*>(scratch) + launch.counter_offset);
   // The append runs first on the same stream (the attention reads the new tokens after they
-  // land); nothing after it can fail before the attention's launch but the launch itself.
+  // land); nothing after it can fail before the attention's launch but the memset and the
+  // launch themselves.
   enqueue_append(f, stream);
   if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0 || p.num_kv_heads == 0) return;
+  if (fused && state == KVScratch::fresh) {
+    const cudaError_t status = cudaMemsetAsync(f.split_counters, 0, launch.counter_bytes, stream);
+    if (status != cudaSuccess) check(status, "cudaMemsetAsync", "kv_cache split counters");
+  }
   void* args[] = {&f};
   // grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler.
   const dim3 grid(static_cast<unsigned>(f.row_blocks) * static_cast<unsigned>(f.num_splits),
@@ -361,7 +383,7 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
   check_kv_launch(cudaLaunchKernel(launch.kernels.attention, grid, dim3(launch.kernels.attention_threads), args,
                                    static_cast<std::size_t>(launch.kernels.attention_smem_bytes), stream),
                   "kv_cache_attention_kernel");
-  if (launch.num_splits > 1) {
+  if (launch.num_splits > 1 && !fused) {
     const int per_cta = launch.kernels.combine_rows_per_cta;
     const dim3 combine_grid(static_cast<unsigned>((f.rows + per_cta - 1) / per_cta),
                             static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "cuda/inference/kv_cache_heuristics.hpp"
 #include "inference/kv_cache_problem.hpp"
 
 namespace fastattn::cuda {
@@ -25,10 +26,13 @@ struct KVCacheKernels {
 // from the shape only (never from seqlens / block_table values), so a run can be captured in a
 // CUDA graph. The kernel names and split heuristic live in src/cuda/inference/.
 struct KVCacheLaunch {
-  int num_splits = 1;             // key splits per (batch, KV head); 1: no combine kernel
+  int num_splits = 1;             // key splits per (batch, KV head); 1: no combine
+  KVCombine combine = KVCombine::none;  // how the splits are merged (kv_cache_heuristics.hpp)
   int rows_per_tile = 0;          // query rows (GQA-packed heads x tokens) per CTA tile
   int block_k = 0;                // keys per tile
-  std::size_t scratch_bytes = 0;  // split partials (0 when num_splits == 1), 256-byte aligned
+  std::size_t scratch_bytes = 0;  // split partials and counters (0 when num_splits == 1), 256-byte aligned
+  std::size_t counter_offset = 0; // the fused combine's counters in the scratch (kv_counter_offset)
+  std::size_t counter_bytes = 0;  // 0: none (no split, or the combine kernel)
   // Depth of the K/V cp.async ring (kv_cache_heuristics.hpp: kv_stages; 16-row tiles also take
   // kv_deep_stages). Set by kv_cache_plan; a benchmark may pick another ring, then calls
   // kv_cache_select_kernels.
@@ -48,9 +52,20 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& p, std::int64_t max_cache_len)
 // calls it; a benchmark that changes launch.stages calls it again). Throws Error.
 void kv_cache_select_kernels(const KVCacheProblem& p, KVCacheLaunch& launch);
 
+// What a launch may assume of its scratch's fused-combine counters (KVCacheLaunch::counter_*):
+// fresh scratch (an eager call's, from a pool) gets them zeroed by a memset node before the
+// attention; a plan's scratch was zeroed when the plan was made (kv_cache_zero_counters) and
+// every launch leaves them zero.
+enum class KVScratch { fresh, counters_zeroed };
+
 // Appends k_new / v_new (when p.seqlen_new > 0) at seqlens[b], then attends; asynchronous on
 // p.attn.cuda_stream, no allocation, no host synchronisation. scratch: launch.scratch_bytes of
 // device memory (null when 0). Throws Error(device_error) when a CUDA call or launch fails.
-void kv_cache_forward(const KVCacheProblem& p, const KVCacheLaunch& launch, void* scratch);
+void kv_cache_forward(const KVCacheProblem& p, const KVCacheLaunch& launch, void* scratch,
+                      KVScratch state = KVScratch::fresh);
+
+// Zeroes the fused combine's counters in a plan's scratch, synchronously (plan time, before any
+// capture); nothing when launch.counter_bytes is 0.
+void kv_cache_zero_counters(const KVCacheLaunch& launch, void* scratch, int device);
 
 }  // namespace fastattn::cuda

@@ -59,6 +59,10 @@ struct KVCacheParams {
   int num_splits;  // 1: out written by the attention kernel; else partials + combine
   float* oaccum;   // (splits, batch, kv_heads, rows, head_dim) f32
   float* lseaccum; // (splits, batch, kv_heads, rows) f32
+  // Fused combine (kv_cache_heuristics.hpp: KVCombine::fused): arrival counters (batch,
+  // kv_heads, row_blocks), zero before the launch and left zero after it; null: the combine
+  // kernel merges the splits.
+  int* split_counters;
 };
 
 }  // namespace fastattn::cuda
