@@ -273,13 +273,17 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
       group > 1 ? int_text(group) + " query heads x " + int_text(p.seqlen_q) + " tokens = " + int_text(rows) +
                       " rows per KV head (K/V read once per " + std::to_string(tile.rows) + "-row tile)"
                 : int_text(p.seqlen_q) + " tokens = " + int_text(rows) + " rows per head";
+  const bool small_pages = kp.is_paged() && block_n % kp.page_size == 0 && block_n / kp.page_size <= 32;
   const std::string loads =
-      kp.is_paged()
-          ? (kp.page_size % block_n == 0 ? "paged, whole-page tiles (one block-table read per " +
-                                               std::to_string(block_n) + "-key tile)"
-                                         : "paged, page size " + int_text(kp.page_size) +
-                                               ": per-row 16-byte cp.async gathers")
-          : std::string("contiguous cache");
+      !kp.is_paged()                 ? std::string("contiguous cache")
+      : kp.page_size % block_n == 0  ? "paged, whole-page tiles (one block-table read per " + std::to_string(block_n) +
+                                          "-key tile)"
+      : small_pages                  ? "paged, page size " + int_text(kp.page_size) + ": " +
+                                          int_text(block_n / kp.page_size) + " pages per " + std::to_string(block_n) +
+                                          "-key tile, one block-table read per page shared by warp shuffles, "
+                                          "16-byte cp.async gathers per row"
+                                     : "paged, page size " + int_text(kp.page_size) +
+                                          ": per-row block-table reads and 16-byte cp.async gathers";
   l.reason = std::string(p.seqlen_q > kDecodeMaxSeqlenQ ? "chunked prefill on the KV-cache kernel (paged loads in "
                                                           "the kernel, no gather), "
                                                         : "KV-cache decode kernel, ") +

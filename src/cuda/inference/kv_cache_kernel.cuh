@@ -14,7 +14,8 @@
 // page b), so any page size works; when page_size is a multiple of kBlockN a tile lies in one
 // page and takes one block-table read, else each row looks its page up. The page numbers of the
 // tile after next are read one iteration ahead (registers), so the block-table read is off the
-// critical path. Keys at or past the cache length are zero-filled, never read.
+// critical path; small pages that divide the tile (16) are read once per page and shared by warp
+// shuffles. Keys at or past the cache length are zero-filled, never read.
 //
 // Masks: causal / window positions are aligned to each sequence's cache length (bottom-right:
 // query token t sits at key position len - seqlen_q + t); a tile that every row sees whole skips
@@ -122,6 +123,24 @@ struct TileRows {
       for (int it = 0; it < T::kCopyIters; ++it) {
         page[it] = first;
         row[it] = in_page + tile_row(it, tid);
+      }
+    } else if (T::kBlockN % p.page_size == 0 && T::kBlockN / p.page_size <= 32) {
+      // Whole small pages per tile (page size 2..32 at 64-key tiles, e.g. 16): the tile starts
+      // on a page boundary and holds kBlockN / page_size pages; lane i of each warp reads the
+      // table entry of page i once and the copies take theirs by shuffle, instead of every copy
+      // reading its own (8 table reads per thread per tile at d 128; L1 hits, but each on the
+      // address path of the tile after next). fetch runs on every thread of the CTA, so the
+      // warps are whole for the shuffles.
+      const int first = k0 / p.page_size;
+      const int used = (len + p.page_size - 1) / p.page_size;  // pages holding keys: never past them
+      const int lane = tid % 32;
+      const int entry = lane < T::kBlockN / p.page_size && first + lane < used ? kv_page(p, b, first + lane) : 0;
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) {
+        const int r = tile_row(it, tid);
+        const int j = r / p.page_size;  // page of the tile, < 32; rows past len are not read
+        page[it] = __shfl_sync(0xffffffffu, entry, j);
+        row[it] = r - j * p.page_size;
       }
     } else {
 #pragma unroll
