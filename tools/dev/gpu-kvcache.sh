@@ -2,13 +2,14 @@
 # gpu-kvcache.sh — the CUDA KV-cache kernel's GPU job (issue 17): its GPU tests, then the decode
 # benchmark beside PyTorch SDPA (cuDNN, flash) in the same job.
 #
-# Final merged call (about 4 minutes), from carried sm_90 binaries (tools/dev/build-carry.sh puts
+# Final merged call (at most 230 s, about 3 minutes expected), from carried sm_90 binaries (tools/dev/build-carry.sh puts
 # fastattn_gpu_tests and fastattn_kv_cache_bench in build/carry):
 #   BIN_DIR=<abs path of build/carry> STAGES="test bench anchor" bash tools/dev/gpu-kvcache.sh
 # Without BIN_DIR the build stage builds them on the device (cmake, 16 cores, ~150 s).
 # Environment: STAGES (default "build test bench anchor"; also bench2 sanitize ncu), BIN_DIR,
-# GTEST_FILTER, HEAD_DIMS (64;128), BENCH_MODES (decode combine paged), MAX_SECONDS (per row,
-# 0.3), BUDGET_S (240).
+# GTEST_FILTER (KV-cache suites), GTEST_FILTER2 (forward() suites), HEAD_DIMS (64;128),
+# BENCH_MODES (decode combine paged), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
+# caps: test 70 + test_forward 50 + bench 50 + anchor 45 s).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -18,10 +19,11 @@ mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
 stages=${STAGES:-"build test bench anchor"}
 head_dims=${HEAD_DIMS:-"64;128"}
-budget=${BUDGET_S:-240}
-filter=${GTEST_FILTER:-"CudaKVCache*:CudaBackend.*:CudaMergeStates*:CudaForwardPath*"}
+budget=${BUDGET_S:-230}
+filter=${GTEST_FILTER:-"CudaKVCache*:CudaMergeStates*"}
+filter2=${GTEST_FILTER2:-"CudaBackend.*:CudaForwardPath*"}  # forward(): its decode route runs the KV-cache kernel
 modes=${BENCH_MODES:-"decode combine paged"}
-max_seconds=${MAX_SECONDS:-0.3}
+max_seconds=${MAX_SECONDS:-0.2}
 python=${PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$python" ] || python=python3
 command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
@@ -67,16 +69,18 @@ if has build; then
   tail -2 "$out/build.log"
 fi
 if has test; then
-  run test 100 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
+  run test 70 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
   tail -40 "$out/tests.log" | cut -c1-1500
+  run test_forward 50 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter2' > '$out/tests_forward.log' 2>&1"
+  tail -20 "$out/tests_forward.log" | cut -c1-1500
 fi
 if has bench; then
   # shellcheck disable=SC2086
-  run bench 80 bash -c "'$bench_bin' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
+  run bench 50 bash -c "'$bench_bin' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
   tail -3 "$out/bench.err"
 fi
 if has anchor; then
-  run anchor 70 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode --backends cudnn,flash \
+  run anchor 45 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode --backends cudnn,flash \
       --no-gemm --max-seconds $max_seconds --warm-ms 30 >> '$out/kv.jsonl' 2> '$out/anchor.err'"
   tail -3 "$out/anchor.err"
 fi
