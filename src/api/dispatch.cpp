@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "cpu/cpu_backend.hpp"
 #if FASTATTN_HAVE_CUDA
@@ -185,7 +186,7 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction, 
   }
   // Path (compute capability or FASTATTN_CUDA_PATH: forward_path.hpp), kernel (main or 16-row
   // short-query) and split-KV count: flash_fwd/heuristics.hpp.
-  const cuda::ForwardPlan plan = cuda::forward_plan(p);
+  cuda::ForwardPlan plan = cuda::forward_plan(p);
   if (plan.path != cuda::ForwardPath::sm80 && plan.path != cuda::ForwardPath::sm90) {
     const std::string path = cuda::to_string(plan.path);
     const std::string arch = plan.path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
@@ -210,7 +211,7 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction, 
   c.num_threads = plan.blocks.threads;
   c.workspace_bytes = plan.workspace_bytes;
   c.reason = cuda::describe_plan(plan);
-  if (plan_out != nullptr) *plan_out = plan;
+  if (plan_out != nullptr) *plan_out = std::move(plan);  // the backend runs it (no copy of its strings)
   return c;
 #else
   (void)plan_out;
