@@ -8,7 +8,7 @@
 # Without BIN_DIR the build stage builds them on the device (cmake, 16 cores, ~150 s).
 # Environment: STAGES (default "build test bench anchor"; also bench2 sanitize ncu), BIN_DIR,
 # GTEST_FILTER (KV-cache suites), GTEST_FILTER2 (forward() suites), HEAD_DIMS (64;128),
-# BENCH_MODES (decode combine paged), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
+# BENCH_MODES (decode combine paged host), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
 # caps: test 70 + test_forward 50 + bench 50 + anchor 45 s).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
@@ -22,7 +22,7 @@ head_dims=${HEAD_DIMS:-"64;128"}
 budget=${BUDGET_S:-230}
 filter=${GTEST_FILTER:-"CudaKVCache*:CudaMergeStates*"}
 filter2=${GTEST_FILTER2:-"CudaBackend.*:CudaForwardPath*:CudaHardening.*:CudaMemoryCap.*"}  # forward(): its decode route runs the KV-cache kernel
-modes=${BENCH_MODES:-"decode combine paged"}
+modes=${BENCH_MODES:-"decode combine paged host"}
 max_seconds=${MAX_SECONDS:-0.2}
 python=${PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$python" ] || python=python3
