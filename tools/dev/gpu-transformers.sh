@@ -14,8 +14,9 @@
 # Device call (from /work/main, this tree copied to build/carry-hf):
 #   carry ["build/carry-hf", "build/debs"], command
 #   "cd build/carry-hf && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-transformers.sh"
-# Final merged call (about 90 s): a carried wheel instead of the package build (pybuild: ~3-4 min
-# on the 16 cores), the tests only:
+# Final merged call (at most 100 s): a carried wheel instead of the package build (pybuild; its
+# device time is not measured; the same wheel build took 759 s here, 2 shared cores at nice 19,
+# 26 CUDA units for sm_90), the tests only:
 #   WHEEL=<abs path of fastattn-*-cp312-*.whl> STAGES="install tests" BUDGET_S=100 bash tools/dev/gpu-transformers.sh
 # (the wheel: python3.12 -m pip wheel --no-build-isolation --no-deps -w DIR
 #  -Ccmake.define.FASTATTN_CUDA=ON -Ccmake.define.FASTATTN_CUDA_ARCHS=90
