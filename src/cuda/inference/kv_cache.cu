@@ -315,22 +315,24 @@ void kv_cache_select_kernels(const KVCacheProblem& kp, KVCacheLaunch& launch) {
   launch.device = p.device.index;
 }
 
-// A run: checks of the views against the plan (integer compares; text only on failure), the
-// parameters, then the append, the attention and the combine, launched from the plan's kernel
-// pointers. No allocation, no host synchronisation, no cudaFuncSetAttribute.
 void kv_cache_zero_counters(const KVCacheLaunch& launch, void* scratch, int device) {
   if (launch.counter_bytes == 0 || scratch == nullptr) return;
   const DeviceGuard device_guard(device);
   FASTATTN_CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(scratch) + launch.counter_offset, 0, launch.counter_bytes));
 }
 
+// A run: checks of the views against the plan (integer compares; text only on failure), the
+// parameters, then the append, the counters' memset (fresh scratch) and the attention (with its
+// fused combine, or then the combine kernel), launched from the plan's kernel pointers. No
+// allocation, no host synchronisation, no cudaFuncSetAttribute.
 void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch, KVScratch state) {
   const AttentionProblem& p = kp.attn;
   check_kernel_limits(kp);
   const std::int64_t rows = p.group_size() * p.seqlen_q;
   const KVRowTile tile = kv_row_tile(rows, static_cast<int>(p.head_dim));
   if (launch.rows_per_tile != tile.rows || launch.num_splits < 1 || launch.num_splits > kKVMaxSplits ||
-      launch.kernels.attention == nullptr || launch.device != p.device.index) {
+      launch.kernels.attention == nullptr || launch.kernels.softcap != (p.softcap > 0.0f) ||
+      launch.device != p.device.index) {
     throw Error(ErrorCode::internal, "cuda kv_cache: the launch (" + std::to_string(launch.rows_per_tile) + " rows, " +
                                          std::to_string(launch.num_splits) + " splits, device " +
                                          std::to_string(launch.device) + ") was planned for another shape or device");

@@ -20,6 +20,7 @@ struct KVCacheKernels {
   int attention_smem_bytes = 0;     // dynamic shared memory (its attribute set at plan time)
   int combine_threads = 0;
   int combine_rows_per_cta = 0;     // packed rows per combine CTA
+  bool softcap = false;             // the attention kernel's soft-cap form
 };
 
 // The launch plan of a KV-cache call: made on the host once (KVCachePlan) or per eager call,

@@ -25,6 +25,7 @@ KVCacheKernels kv_cache_kernels_of(bool softcap) {
   k.attention_smem_bytes = T::kSmemBytes;
   k.combine_threads = kKVCombineWarps * 32;
   k.combine_rows_per_cta = kKVCombineWarps;
+  k.softcap = softcap;
   return k;
 }
 
