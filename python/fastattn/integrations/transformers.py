@@ -40,11 +40,14 @@ slots. Without padding (the case of a decode loop captured in a CUDA graph) the 
 fastattn's KV-cache attention (``fastattn.KVCachePlan``) on the cache in place, with the filled
 length kept on the device as ``cache_seqlens``: the query heads sharing a KV head are packed as
 rows of one tile (GQA), the keys split across the SMs, no host synchronisation, at any batch, so
-a decode step can be captured in a CUDA graph and replayed while the cache grows. One plan per
-shape (batch, query length, heads, cache capacity, dtype, device, mask options) is made on the
-first call and kept (``_KV_PLANS``); run one step eagerly before capturing, as the plan's device
-scratch is allocated when it is made. With padding, building the packing reads a few numbers
-back once per forward, like transformers' flash-attention path.
+a decode step can be captured in a CUDA graph and replayed while the cache grows. For decode
+and speculative decoding (at most 16 query tokens) one plan per shape (batch, query length,
+heads, cache capacity, dtype, device, mask options) is made on the first call and kept
+(``_KV_PLANS``, never evicted); run one step eagerly before capturing, as the plan's device
+scratch is allocated when it is made. A longer query over a device length (a prefill into the
+static cache) is an eager KV-cache call, which on CUDA reads the length back once per call.
+With padding, building the packing reads a few numbers back once per forward, like
+transformers' flash-attention path.
 """
 
 from __future__ import annotations
@@ -357,28 +360,34 @@ def _prefix_call(q, k, v, info: MaskInfo, options):
     return _kv_cache_call(q, k, v, info.cache_seqlens, options)
 
 
-# KV-cache plans of the static-cache route, one per shape and option set, kept for the life of
-# the process (a captured CUDA graph replays a plan's kernels and scratch), at most _KV_PLANS_MAX.
+# KV-cache plans of the static-cache route for decode-sized queries (seqlen_q <= 16: decode and
+# speculative decoding, a handful of shapes), one per shape and option set, kept for the life of
+# the process and never evicted: a captured CUDA graph replays a plan's kernels and scratch.
+# Past _KV_PLANS_MAX shapes, and for longer queries (a prefill into the cache: a new shape per
+# prompt length), the call is an eager attention_with_kv_cache, which on CUDA reads
+# cache_seqlens back once per call (its value checks).
 _KV_PLANS: Dict[tuple, Any] = {}
-_KV_PLANS_MAX = 64
+_KV_PLANS_MAX = 256
+_KV_PLAN_MAX_QUERIES = 16
 
 
 def _kv_cache_call(q: Tensor, k: Tensor, v: Tensor, cache_seqlens: Tensor, options) -> Tensor:
     """Attention of q [batch, seqlen_q, heads, d] over the static cache k, v [batch, capacity,
     kv_heads, d] (transposed views), its first cache_seqlens[b] slots filled (the new tokens
-    included), through fastattn.KVCachePlan: no append (transformers wrote the new K/V), causal
-    and window aligned to the end of each cache."""
+    included), through fastattn's KV-cache attention: no append (transformers wrote the new K/V),
+    causal and window aligned to the end of each cache."""
     import fastattn
 
     window = options["window"]
+    arguments = dict(causal=options["causal"], window=window, softmax_scale=options["scale"],
+                     softcap=options["softcap"])
     key = (q.device, q.dtype, tuple(q.shape), tuple(k.shape), options["causal"], window,
            options["scale"], options["softcap"])
     plan = _KV_PLANS.get(key)
     if plan is None:
-        if len(_KV_PLANS) >= _KV_PLANS_MAX:
-            _KV_PLANS.clear()
-        plan = fastattn.KVCachePlan(q, k, v, cache_seqlens, causal=options["causal"], window=window,
-                                    softmax_scale=options["scale"], softcap=options["softcap"])
+        if q.shape[1] > _KV_PLAN_MAX_QUERIES or len(_KV_PLANS) >= _KV_PLANS_MAX:
+            return fastattn.attention_with_kv_cache(q, k, v, cache_seqlens, **arguments)
+        plan = fastattn.KVCachePlan(q, k, v, cache_seqlens, **arguments)
         _KV_PLANS[key] = plan
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     return plan.run(q, k, v, cache_seqlens, out=out)
