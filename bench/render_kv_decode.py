@@ -85,6 +85,23 @@ def render(rows):
         for r in splits:
             lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r.get('splits')} | {r['ms']:.4f} | "
                          f"{r['kv_gbs']:.0f} | `{r['kernel']}` |")
+    host = [r for r in ours if r["tag"] == "kv_host" and "host_us" in r]
+    if host:
+        lines += ["", "Host time per call (enqueue only for the plan's run and forward(); the eager KV-cache call "
+                  "to completion, as it reads seqlens back), bar: the plan's run <= 10 us:", "",
+                  "| heads q/kv | batch | kv | call | host us | kernel |", "|---|---:|---:|---|---:|---|"]
+        for r in host:
+            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r['what']} | {r['host_us']:.2f} | "
+                         f"`{r.get('kernel', '')}` |")
+    combine = [r for r in ours if r["tag"] == "kv_combine" and "ms" in r]
+    if combine:
+        lines += ["", "Merging the splits (the kernel alone, contiguous cache): the combine kernel, the fused "
+                  "combine as an eager call runs it (a memset of its counters per call) and as a plan's run does:", "",
+                  "| heads q/kv | batch | kv | splits | combine | ms | K+V GB/s | kernel |",
+                  "|---|---:|---:|---:|---|---:|---:|---|"]
+        for r in combine:
+            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r.get('splits')} | "
+                         f"{r.get('combine')} | {r['ms']:.4f} | {r['kv_gbs']:.0f} | `{r['kernel']}` |")
     return "\n".join(lines)
 
 

@@ -111,6 +111,44 @@ TEST_F(CudaHeuristics, DecodeReportsWhyNotTheKVCacheKernel) {
   EXPECT_NE(r.find("16-query-row kernel"), std::string::npos) << r;
 }
 
+// plan_forward routes short padded queries (query_tokens = the call's seqlen_q before GQA
+// packing) to the KV-cache kernel as a typed ForwardPlan::kernel; varlen calls, the sm75 path
+// and a tile that fits no ring (kv_cache_unfit) keep the flash kernels, the last with its reason.
+TEST_F(CudaHeuristics, PlanForwardRoutesShortQueriesToTheKVCacheKernel) {
+  for (std::int64_t tokens : {1, 16}) {
+    ForwardShape s = h200(1, 8, 4 * tokens, 65536);  // GQA 4: 4 * tokens packed rows
+    s.query_group = 4;
+    s.query_tokens = tokens;
+    const ForwardPlan plan = cuda::plan_forward(s);
+    EXPECT_EQ(plan.kernel, cuda::ForwardKernel::kv_cache) << tokens;
+    EXPECT_EQ(plan.path, cuda::ForwardPath::sm80);
+    EXPECT_TRUE(plan.kv_cache_declined.empty());
+    s.path = cuda::ForwardPath::sm90;  // no sm90 decode kernel: the KV-cache kernel, and why
+    const ForwardPlan hopper = cuda::plan_forward(s);
+    EXPECT_EQ(hopper.kernel, cuda::ForwardKernel::kv_cache);
+    EXPECT_EQ(hopper.sm90_declined, "seqlen_q <= 16 runs the KV-cache decode kernel");
+  }
+  ForwardShape longer = h200(1, 8, 17, 4096);
+  longer.query_tokens = 17;
+  EXPECT_EQ(cuda::plan_forward(longer).kernel, cuda::ForwardKernel::flash);
+  ForwardShape varlen = h200(2, 8, 1, 4096);
+  varlen.query_tokens = 1;
+  varlen.varlen = true;
+  EXPECT_EQ(cuda::plan_forward(varlen).kernel, cuda::ForwardKernel::flash);
+  ForwardShape turing = h200(2, 8, 1, 4096);
+  turing.query_tokens = 1;
+  turing.path = cuda::ForwardPath::sm75;
+  EXPECT_EQ(cuda::plan_forward(turing).kernel, cuda::ForwardKernel::flash);
+  ForwardShape unfit = h200(1, 32, 1, 65536, 256);
+  unfit.query_tokens = 1;
+  unfit.kv_cache_unfit = "the KV-cache kernel's 16-row tile at head_dim 256 needs 139264 bytes";
+  const ForwardPlan declined = cuda::plan_forward(unfit);
+  EXPECT_EQ(declined.kernel, cuda::ForwardKernel::flash);
+  EXPECT_TRUE(declined.short_query);
+  EXPECT_EQ(declined.kv_cache_declined, unfit.kv_cache_unfit);
+  EXPECT_NE(cuda::describe_plan(declined).find("not the KV-cache kernel ("), std::string::npos);
+}
+
 TEST_F(CudaHeuristics, EnvironmentForcesTheSplitCount) {
   {
     ScopedEnv forced(cuda::kNumSplitsEnv, "7");

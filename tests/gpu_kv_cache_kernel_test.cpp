@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -330,7 +332,10 @@ HostReference host_problem(const KVCase& c, const KVRun& r) {
 
 // Runs the case (plan + forward on a non-default stream) and judges it; returns the failures.
 // stages > 0: that K/V ring instead of the plan's (kv_cache_heuristics.hpp: the deep ring).
-std::string run_and_judge(const KVCase& c, int stages = 0) {
+// combine: how the splits are merged, when not the plan's (kv_cache_heuristics.hpp: KVCombine).
+// out_bits: when given, receives out's bits.
+std::string run_and_judge(const KVCase& c, int stages = 0, std::optional<cuda::KVCombine> combine = std::nullopt,
+                          std::vector<std::uint16_t>* out_bits = nullptr) {
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::string failures;
@@ -338,11 +343,23 @@ std::string run_and_judge(const KVCase& c, int stages = 0) {
     const KVRun r = make_inputs(c);
     DeviceCall call(c, r, stream);
     cuda::KVCacheLaunch launch = cuda::kv_cache_plan(call.problem, r.cache.capacity);
-    if (stages > 0) launch.stages = stages;
+    if (stages > 0 && stages != launch.stages) {
+      launch.stages = stages;
+      cuda::kv_cache_select_kernels(call.problem, launch);  // that ring's kernel
+    }
+    if (combine && launch.num_splits > 1) {
+      launch.combine = *combine;
+      if (*combine == cuda::KVCombine::separate) launch.counter_bytes = 0;
+    }
     DeviceBuffer scratch(launch.scratch_bytes);
+    cuda_ok(cudaMemset(scratch.data, 0x7f, launch.scratch_bytes), "poison the scratch");  // counters too
     cuda::kv_cache_forward(call.problem, launch, scratch.data);
     cuda_ok(cudaStreamSynchronize(stream), "kv_cache_forward");
     call.fetch_outputs();
+    if (out_bits != nullptr) {
+      out_bits->clear();
+      for (std::int64_t i = 0; i < call.out.numel(); ++i) out_bits->push_back(static_cast<std::uint16_t>(call.out.bits(i)));
+    }
     if (call.k.download<std::uint16_t>() != r.expected.k) failures += " k cache differs from the host's append;";
     if (call.v.download<std::uint16_t>() != r.expected.v) failures += " v cache differs from the host's append;";
 
@@ -541,7 +558,46 @@ TEST_F(CudaKVCacheKernel, ForcedSplitsMatchFloat64) {
       c.capacity = 768;
       c.page_size = splits == 5 ? 0 : 7;
       c.seed = 100 + static_cast<std::uint64_t>(splits);
-      const std::string failures = run_and_judge(c);
+      std::vector<std::uint16_t> bits[2];
+      int i = 0;
+      for (cuda::KVCombine combine : {cuda::KVCombine::fused, cuda::KVCombine::separate}) {
+        const std::string failures = run_and_judge(c, 0, combine, &bits[i++]);
+        EXPECT_TRUE(failures.empty()) << c.describe() << " splits=" << splits << " combine="
+                                      << cuda::kv_combine_text(combine) << ":" << failures;
+      }
+      // Informational (both share kv_combine_row; nothing relies on it yet): whether the two
+      // merges give the same bits, which would let eager calls and plans pick different ones.
+      std::printf("[ combine ] d=%d splits=%d: fused and separate combine %s\n", d, splits,
+                  bits[0] == bits[1] ? "bitwise equal" : "differ in bits");
+    }
+  }
+#endif
+}
+
+// The fused combine (the last split of a row block merges them, counted by atomics) with many
+// row blocks and splits: chunked prefill (128-row tiles, several row blocks per KV head), a
+// ragged batch, GQA 7:1, window and softcap, paged with page sizes 1 and 3; plan-chosen and
+// forced splits. The counters start poisoned in run_and_judge: the eager launch's memset zeroes
+// them.
+TEST_F(CudaKVCacheKernel, FusedCombineMatchesFloat64) {
+#if FASTATTN_TESTS_CUDA
+  for (int splits : {0, 3, 17}) {
+    std::optional<ScopedEnv> env;
+    if (splits > 0) env.emplace("FASTATTN_CUDA_NUM_SPLITS", std::to_string(splits));
+    for (int d : build_info().cuda_head_dims) {
+      KVCase c;
+      c.head_dim = d;
+      c.heads = 14;
+      c.kv_heads = 2;
+      c.held = std::vector<std::int32_t>{1, 0, 17, 900};
+      c.seqlen_q = splits == 17 ? 40 : 1;
+      c.seqlen_new = splits == 17 ? 40 : 1;
+      c.capacity = 1024;
+      c.page_size = splits == 3 ? 1 : 3;
+      c.window_left = splits == 3 ? 300 : -1;
+      c.softcap = splits == 0 ? 30.0f : 0.0f;
+      c.seed = 300 + static_cast<std::uint64_t>(splits);
+      const std::string failures = run_and_judge(c, 0, cuda::KVCombine::fused);
       EXPECT_TRUE(failures.empty()) << c.describe() << " splits=" << splits << ":" << failures;
     }
   }

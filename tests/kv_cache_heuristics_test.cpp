@@ -109,6 +109,17 @@ TEST(KVCacheHeuristics, ScratchHoldsEverySplitsPartials) {
   EXPECT_EQ(cuda::kv_scratch_bytes(1, 4, 8, 4, 128), 0u);
   const std::size_t rows = 3u * 2 * 5 * 7;
   EXPECT_EQ(cuda::kv_scratch_bytes(3, 2, 5, 7, 128), cuda::scratch_align(rows * 128 * 4) + cuda::scratch_align(rows * 4));
+  // The fused combine's counters, one per (batch, KV head, row block), after the lse partials.
+  const std::size_t counters_at = cuda::kv_counter_offset(3, 2, 5, 7, 128);
+  EXPECT_EQ(counters_at, cuda::scratch_align(rows * 128 * 4) + cuda::scratch_align(rows * 4));
+  EXPECT_EQ(cuda::kv_counter_bytes(2, 5, 4), 2u * 5 * 4 * 4);
+  EXPECT_EQ(cuda::kv_scratch_bytes(3, 2, 5, 7, 128, 4), counters_at + cuda::scratch_align(2u * 5 * 4 * 4));
+}
+
+TEST(KVCacheHeuristics, SplitsAreMergedInTheAttentionKernel) {
+  EXPECT_EQ(cuda::kv_combine_for(1), cuda::KVCombine::none);
+  EXPECT_EQ(cuda::kv_combine_for(2), cuda::KVCombine::fused);
+  EXPECT_EQ(cuda::kv_combine_for(cuda::kKVMaxSplits), cuda::KVCombine::fused);
 }
 
 }  // namespace

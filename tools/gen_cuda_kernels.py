@@ -49,8 +49,7 @@ template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, const 
 KV_CACHE = """#include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {{
-template void run_kv_cache<{ctype}, {head_dim}>(const KVCacheParams&, int, int, KVCacheBeforeAttention,
-                                                 cudaStream_t);
+template KVCacheKernels kv_cache_kernels<{ctype}, {head_dim}>(int, int, bool);
 }}  // namespace fastattn::cuda
 """
 

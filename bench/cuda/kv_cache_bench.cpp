@@ -14,6 +14,10 @@
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
 //               heuristic's choice) on a few decode shapes: the split heuristic's calibration
+//   host        host microseconds per call of a KVCachePlan's run and of forward() (enqueue only),
+//               and of an eager attention_with_kv_cache to completion: b1 and b16, kv 4k, GQA 32/8
+//   combine     the fused combine (eager: a memset of its counters per call; planned: zeroed
+//               once) against the combine kernel, on decode shapes that split
 // and the device-to-device copy bandwidth (hbm_bandwidth.hpp) before and after, in the same
 // process. Tensors are filled on the device (random bf16, never zero), so 34 GB caches take no
 // host time. sdpa_anchor.py kv_decode / kv_multitoken times PyTorch on the same shapes; the rows
@@ -23,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -146,8 +151,88 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
 }
 
 // kv_cache_forward on a cache filled to the end: page_size 0 is the contiguous cache.
+// Host time per call (issue 17: "the plan's run <= 10 us of host time"): a KVCachePlan's run
+// and forward() on the same decode shape, each enqueued `calls` times back to back and timed on
+// the host clock (steady_clock) before the stream is synchronised; the GPU work of a call is
+// longer than its host work, so the enqueue never waits on the GPU (calls x 3 operations stay
+// below the launch queue's depth). Median of 5 such loops. The eager attention_with_kv_cache
+// (which reads seqlens back: a synchronisation) is timed per call to completion beside them.
+void run_host_rows(const Shape& s, cudaStream_t stream) {
+  constexpr int kCalls = 200;
+  nlohmann::json base = shape_row("kv_host", s);
+  try {
+    const std::size_t e = 2;
+    DeviceArray q(s.b * s.sq * s.h * s.d * e), k(s.b * s.sk * s.hkv * s.d * e), v(s.b * s.sk * s.hkv * s.d * e),
+        out(s.b * s.sq * s.h * s.d * e), seqlens(s.b * 4);
+    fill_random_bf16(q.data, q.bytes / e, 1, stream);
+    fill_random_bf16(k.data, k.bytes / e, 2, stream);
+    fill_random_bf16(v.data, v.bytes / e, 3, stream);
+    const std::vector<std::int32_t> lens(static_cast<std::size_t>(s.b), static_cast<std::int32_t>(s.sk));
+    check(cudaMemcpy(seqlens.data, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "seqlens");
+    const Device gpu = Device::cuda(0);
+    const TensorView tq = make_tensor(q.data, DType::bf16, {s.b, s.sq, s.h, s.d}, gpu);
+    const TensorView tk = make_tensor(k.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
+    const TensorView tv = make_tensor(v.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
+    const TensorView to = make_tensor(out.data, DType::bf16, {s.b, s.sq, s.h, s.d}, gpu);
+    const KVCache cache{tk, tv, make_tensor(seqlens.data, DType::i32, {s.b}, gpu), std::nullopt};
+    AttentionOptions o;
+    o.causal = true;
+    o.cuda_stream = stream;
+    const KVCachePlan plan(kv_cache_shape(tq, cache), o);
+    auto host_us = [&](const std::function<void()>& fn) {
+      for (int i = 0; i < 20; ++i) fn();
+      check(cudaStreamSynchronize(stream), "warm-up");
+      std::vector<double> us;
+      for (int round = 0; round < 5; ++round) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < kCalls; ++i) fn();
+        const auto t1 = std::chrono::steady_clock::now();
+        check(cudaStreamSynchronize(stream), "host loop");
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+      }
+      std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    const auto emit_host = [&](const char* what, double us, const std::string& kernel) {
+      nlohmann::json row = base;
+      row["what"] = what;
+      row["host_us"] = us;
+      row["kernel"] = kernel;
+      emit(row);
+    };
+    emit_host("plan_run", host_us([&] { plan.run(tq, cache, to, std::nullopt, std::nullopt); }), plan.choice().kernel);
+    KernelChoice choice;
+    emit_host("forward", host_us([&] { choice = forward(tq, tk, tv, to, std::nullopt, o); }), choice.kernel);
+    std::vector<double> eager;
+    for (int i = 0; i < 50; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      choice = attention_with_kv_cache(tq, cache, to, std::nullopt, std::nullopt, o);
+      check(cudaStreamSynchronize(stream), "eager");
+      eager.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(eager.begin(), eager.end());
+    emit_host("eager_to_completion", eager[eager.size() / 2], choice.kernel);
+  } catch (const Error& e) {
+    base["error"] = e.what();
+    emit(base);
+  }
+}
+
+// How a combine row merges the splits: the plan's, the combine kernel, or the fused combine as
+// an eager call runs it (a memset of its counters per call) or as a plan's run does (counters
+// zeroed once).
+enum class CombineRun { plan_default, separate, fused_eager, fused_planned };
+const char* combine_run_name(CombineRun c) {
+  switch (c) {
+    case CombineRun::separate: return "separate";
+    case CombineRun::fused_eager: return "fused_eager";
+    case CombineRun::fused_planned: return "fused_planned";
+    default: return "default";
+  }
+}
+
 void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream,
-                   const char* tag = "kv_paged", int stages = 0) {
+                   const char* tag = "kv_paged", int stages = 0, CombineRun combine = CombineRun::plan_default) {
   nlohmann::json row = shape_row(tag, s);
   row["page_size"] = page_size;
   try {
@@ -195,10 +280,22 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
     p.max_pages_per_seq = pages_per_seq;
     p.seqlens = static_cast<const std::int32_t*>(seqlens.data);
     cuda::KVCacheLaunch launch = cuda::kv_cache_plan(p, s.sk);
-    if (stages > 0) launch.stages = stages;
+    if (stages > 0 && stages != launch.stages) {
+      launch.stages = stages;
+      cuda::kv_cache_select_kernels(p, launch);  // the other ring's kernel and its attribute
+    }
+    cuda::KVScratch state = cuda::KVScratch::fresh;
+    if (combine == CombineRun::separate && launch.num_splits > 1) {
+      launch.combine = cuda::KVCombine::separate;
+      launch.counter_bytes = 0;
+    } else if (combine == CombineRun::fused_planned) {
+      state = cuda::KVScratch::counters_zeroed;
+    }
     DeviceArray scratch(launch.scratch_bytes);
+    if (state == cuda::KVScratch::counters_zeroed) cuda::kv_cache_zero_counters(launch, scratch.data, p.attn.device.index);
     const perf::cuda::EventTiming t =
-        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data); }, stream, max_seconds);
+        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data, state); }, stream, max_seconds);
+    if (combine != CombineRun::plan_default) row["combine"] = combine_run_name(combine);
     add_timing(row, t, s, hbm_gbs);
     row["kernel"] = launch.kernel;
     row["reason"] = launch.reason;
@@ -277,10 +374,18 @@ int run(int argc, char** argv) {
         }
       unsetenv("FASTATTN_CUDA_NUM_SPLITS");
       reload_environment();
+    } else if (mode == "host") {  // host time per call: a plan's run, forward(), an eager call
+      for (const Shape& s : {Shape{1, 1, 4096, 32, 8}, Shape{16, 1, 4096, 32, 8}}) run_host_rows(s, stream);
+    } else if (mode == "combine") {  // the fused combine against the combine kernel, on split shapes
+      for (const Shape& s : {Shape{1, 1, 4096, 32, 8}, Shape{1, 1, 32768, 32, 8}, Shape{1, 1, 32768, 64, 8},
+                             Shape{1, 1, 131072, 64, 8}, Shape{1, 1, 32768, 32, 32}, Shape{1, 1, 131072, 32, 32},
+                             Shape{16, 1, 4096, 64, 8}})
+        for (const CombineRun c : {CombineRun::separate, CombineRun::fused_eager, CombineRun::fused_planned})
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_combine", 0, c);
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, paged, multitoken)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, paged, multitoken, decode2, stages, one, splits, combine, host)\n", mode.c_str());
       return 2;
     }
   }

@@ -21,8 +21,9 @@ CUDA graph (torch.cuda.graph) and replayed `--steps` times (each replay appends 
 the context grows from `context` to `context + steps`), timed with CUDA events around the
 replays; median over 5 such runs. The position id stays fixed (it does not change the time).
 The eager step (the same call without the graph) is reported beside it. With "fastattn" the
-captured step runs fastattn's variable-length path with the filled length on the device
-(fastattn.integrations.transformers); with "sdpa", transformers' SDPA path with its boolean mask.
+captured step runs fastattn's KV-cache attention on the static cache in place (a KVCachePlan per
+shape, made in the eager warm-up steps; the filled length on the device as cache_seqlens;
+fastattn.integrations.transformers); with "sdpa", transformers' SDPA path with its boolean mask.
 
 Attention alone: the decode attention call of one layer at the same contexts, fastattn.torch
 (dense cache slice) and torch SDPA on the same tensors, 50 calls between CUDA events.

@@ -88,8 +88,8 @@ KVCacheShape kv_cache_shape(const TensorView& q, const KVCache& cache,
                             const std::optional<TensorView>& lse = std::nullopt,
                             const std::optional<KVAppend>& append = std::nullopt);
 
-// Plan once per batch shape on the host (split counts, grid, scratch: allocated here, owned by
-// the plan), then run many times. run() makes no allocation, no synchronisation and no decision
+// Plan once per batch shape on the host (split counts, grid, kernels and their CUDA attributes,
+// scratch: allocated here, owned by the plan), then run many times. run() makes no allocation, no synchronisation and no decision
 // that depends on seqlens or block_table values: on CUDA it can be captured in a CUDA graph and
 // replayed while seqlens and the block table change on the device, bitwise equal to eager
 // calls with the same plan. run() checks the views against the shape (cheap host checks) but
@@ -108,15 +108,16 @@ class KVCachePlan {
   KVCachePlan(KVCachePlan&&) noexcept;
   KVCachePlan& operator=(KVCachePlan&&) noexcept;
 
-  // On options.cuda_stream (the plan's).
-  KernelChoice run(const TensorView& q, const KVCache& cache, const TensorView& out,
-                   const std::optional<TensorView>& lse = std::nullopt,
-                   const std::optional<KVAppend>& append = std::nullopt) const;
+  // On options.cuda_stream (the plan's). Returns choice() (a reference: a run copies no
+  // string; its host work is the view checks and the launches, no allocation).
+  const KernelChoice& run(const TensorView& q, const KVCache& cache, const TensorView& out,
+                          const std::optional<TensorView>& lse = std::nullopt,
+                          const std::optional<KVAppend>& append = std::nullopt) const;
   // On `cuda_stream` (a cudaStream_t; nullptr: the default stream), e.g. the stream a CUDA
   // graph is captured on. CPU plans ignore it.
-  KernelChoice run(const TensorView& q, const KVCache& cache, const TensorView& out,
-                   const std::optional<TensorView>& lse, const std::optional<KVAppend>& append,
-                   void* cuda_stream) const;
+  const KernelChoice& run(const TensorView& q, const KVCache& cache, const TensorView& out,
+                          const std::optional<TensorView>& lse, const std::optional<KVAppend>& append,
+                          void* cuda_stream) const;
 
   const KVCacheShape& shape() const;
   const KernelChoice& choice() const;  // what run() launches, and why

@@ -8,7 +8,8 @@ The semantics of flash-attn's ``flash_attn_with_kvcache`` (see docs/inference.md
         paged       [num_pages, page_size, num_kv_heads, head_dim]         any page_size >= 1
     block_table:    int32 [batch, max_pages_per_seq]; page p of sequence b is k_cache[block_table[b, p]]
     cache_seqlens:  int32 [batch] (or an int for every sequence): tokens already in each cache
-    k_new, v_new:   [batch, seqlen_new, num_kv_heads, head_dim], written into the cache at
+    k_new, v_new:   (flash-attn's k, v, accepted by keyword) [batch, seqlen_new, num_kv_heads,
+                    head_dim], written into the cache at
                     cache_seqlens[b] .. before attending (cache_seqlens is not advanced: the
                     caller does that, as with flash-attn)
     out:            like q;  lse: float32 [batch, num_heads, seqlen_q]
@@ -46,6 +47,48 @@ def _seqlens(cache_seqlens: Any, q: Any, fw: _arrays.Framework) -> Any:
     return np.full((batch,), int(cache_seqlens), dtype=np.int32)
 
 
+def _flash_window(window: Window, window_size: Any, causal: bool) -> Window:
+    """window, or flash_attn_with_kvcache's window_size (left, right), -1 unbounded, with its
+    rule that causal means right = 0."""
+    if window_size is None:
+        return window
+    if window is not None:
+        raise ValueError("window and window_size: the same argument under two names (window_size is "
+                         "flash_attn_with_kvcache's); pass one")
+    try:
+        left, right = window_size
+        left, right = int(left), int(right)
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size: expected a pair (left, right) of ints (-1: unbounded), "
+                         f"got {window_size!r}") from None
+    if causal:
+        right = 0
+    return None if (left, right) == (-1, -1) else (left, right)
+
+
+def _one_of(value: Any, alias: Any, name: str, alias_name: str) -> Any:
+    """value, or its flash_attn_with_kvcache alias; both given is an error."""
+    if alias is None:
+        return value
+    if value is not None:
+        raise ValueError(f"{name} and {alias_name}: the same argument under two names "
+                         f"({alias_name} is flash_attn_with_kvcache's); pass one")
+    return alias
+
+
+def _full_seqlens(q: Any, k_cache: Any, block_table: Any, appending: bool) -> int:
+    """cache_seqlens=None (flash_attn_with_kvcache's default): every cache full, as an int."""
+    if appending:
+        raise ValueError("cache_seqlens: expected the tokens already in each cache when appending "
+                         "(k / v given), got None")
+    shape = tuple(getattr(k_cache, "shape", ()))
+    if len(shape) != 4:
+        return 0  # the library reports the cache's rank
+    if block_table is None:
+        return int(shape[1])
+    return int(tuple(block_table.shape)[1]) * int(shape[1])
+
+
 def _lse_shape(q: Any) -> Optional[Tuple[int, int, int]]:
     shape = tuple(q.shape)
     return (shape[0], shape[2], shape[1]) if len(shape) == 4 else None
@@ -60,16 +103,20 @@ def attention_with_kv_cache(
     q: Any,
     k_cache: Any,
     v_cache: Any,
-    cache_seqlens: Any,
+    cache_seqlens: Any = None,
     block_table: Any = None,
     k_new: Any = None,
     v_new: Any = None,
     *,
+    k: Any = None,
+    v: Any = None,
     causal: bool = False,
     window: Window = None,
+    window_size: Any = None,
     softcap: float = 0.0,
     softmax_scale: Optional[float] = None,
     return_lse: bool = False,
+    return_softmax_lse: bool = False,
     out: Any = None,
     backend: str = "auto",
     num_threads: int = 0,
@@ -84,7 +131,8 @@ def attention_with_kv_cache(
             [batch, capacity, num_kv_heads, head_dim], or paged [num_pages, page_size,
             num_kv_heads, head_dim] with ``block_table``. num_heads must be a multiple of
             num_kv_heads (GQA/MQA).
-        cache_seqlens: int32 [batch] tokens already in each sequence's cache, or an int.
+        cache_seqlens: int32 [batch] tokens already in each sequence's cache, or an int; None
+            (without an append): every cache full (its capacity).
         block_table: int32 [batch, max_pages_per_seq] for a paged cache; slots past a
             sequence's pages are not read (they may hold -1).
         k_new, v_new: optional [batch, seqlen_new, num_kv_heads, head_dim], appended at
@@ -95,6 +143,11 @@ def attention_with_kv_cache(
         out: write the result here (like q) instead of allocating it.
         backend: "auto", "cpu", "reference" (float64) or "cuda".
         num_threads: CPU threads; 0 uses OpenMP's default.
+        k, v, window_size, return_softmax_lse: flash_attn_with_kvcache's names for k_new, v_new,
+            window ((left, right), -1 unbounded; causal sets right to 0) and return_lse, so
+            its keyword calls work unchanged (docs/inference.md has the mapping). Its
+            positional order differs after v_cache (here cache_seqlens comes fourth): pass
+            k / v by keyword.
 
     Returns:
         out (like q, in q's framework), or (out, lse) with return_lse. A row that sees no key
@@ -107,6 +160,12 @@ def attention_with_kv_cache(
         included). On CUDA these value checks copy cache_seqlens and block_table to the host
         (a synchronisation); KVCachePlan.run skips them.
     """
+    k_new = _one_of(k_new, k, "k_new", "k")
+    v_new = _one_of(v_new, v, "v_new", "v")
+    window = _flash_window(window, window_size, causal)
+    return_lse = return_lse or return_softmax_lse
+    if cache_seqlens is None:
+        cache_seqlens = _full_seqlens(q, k_cache, block_table, k_new is not None or v_new is not None)
     fw = _arrays.framework_of(q)
     q = fw.adopt(q)
     options = call_options(causal, window, softmax_scale, softcap, None, None, "bottom_right", backend,
@@ -154,7 +213,8 @@ class KVCachePlan:
         q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new: arrays shaped like the
             calls' (k_new / v_new: given when the calls append, with their seqlen_new).
         causal, window, softcap, softmax_scale, backend, num_threads: as attention_with_kv_cache,
-            fixed for the plan.
+            fixed for the plan; k, v, window_size, return_softmax_lse: flash_attn_with_kvcache's
+            names, as there.
         return_lse: run returns (out, lse).
         max_cache_len: the longest cache (cache_seqlens + seqlen_new) the runs will see; sizes
             the key splits. 0: the capacity. Longer caches still run correctly.
@@ -165,20 +225,30 @@ class KVCachePlan:
         q: Any,
         k_cache: Any,
         v_cache: Any,
-        cache_seqlens: Any,
+        cache_seqlens: Any = None,
         block_table: Any = None,
         k_new: Any = None,
         v_new: Any = None,
         *,
+        k: Any = None,
+        v: Any = None,
         causal: bool = False,
         window: Window = None,
+        window_size: Any = None,
         softcap: float = 0.0,
         softmax_scale: Optional[float] = None,
         return_lse: bool = False,
+        return_softmax_lse: bool = False,
         max_cache_len: int = 0,
         backend: str = "auto",
         num_threads: int = 0,
     ) -> None:
+        k_new = _one_of(k_new, k, "k_new", "k")
+        v_new = _one_of(v_new, v, "v_new", "v")
+        window = _flash_window(window, window_size, causal)
+        return_lse = return_lse or return_softmax_lse
+        if cache_seqlens is None:
+            cache_seqlens = _full_seqlens(q, k_cache, block_table, k_new is not None or v_new is not None)
         fw = _arrays.framework_of(q)
         q = fw.adopt(q)
         self._framework = fw
@@ -206,17 +276,25 @@ class KVCachePlan:
         q: Any,
         k_cache: Any,
         v_cache: Any,
-        cache_seqlens: Any,
+        cache_seqlens: Any = None,
         block_table: Any = None,
         k_new: Any = None,
         v_new: Any = None,
         *,
+        k: Any = None,
+        v: Any = None,
         out: Any = None,
         lse: Any = None,
     ) -> Union[Any, Tuple[Any, Any]]:
         """One call with the plan: out (or (out, lse) with return_lse). Pass ``out=`` (and
         ``lse=``) to write into fixed buffers, as a CUDA graph capture needs. Runs on the current
-        stream of q's framework (torch: torch.cuda.current_stream())."""
+        stream of q's framework (torch: torch.cuda.current_stream()). k, v: k_new, v_new under
+        flash_attn_with_kvcache's names; cache_seqlens None: every cache full."""
+        if k is not None or v is not None:
+            k_new = _one_of(k_new, k, "k_new", "k")
+            v_new = _one_of(v_new, v, "v_new", "v")
+        if cache_seqlens is None:
+            cache_seqlens = _full_seqlens(q, k_cache, block_table, k_new is not None or v_new is not None)
         fw = self._framework
         if out is None:
             out = fw.empty_like(q)

@@ -158,6 +158,23 @@ def _op_arguments(causal, window, scale, softcap, cu_seqlens_q, cu_seqlens_k, ma
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+
+
+# functorch's current transform level (None: no vmap / grad / jvp / functionalize is running) and
+# the depth of the dispatch / function mode stacks (FakeTensorMode, FlopCounterMode, ...): the
+# custom op handles all of these (batching rules, fake tensors, counting modes) and a direct call
+# would bypass them. Private torch functions, looked up once; a torch without them keeps every
+# call on the general path rather than risk bypassing a transform it cannot see.
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", None)
+_function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_MODES_VISIBLE = None not in (_functorch_level, _dispatch_modes, _function_modes)
+
+
+def _plain_context() -> bool:
+    """True when no functorch transform and no dispatch or function mode is active."""
+    return (_MODES_VISIBLE and _functorch_level() is None and _dispatch_modes() == 0
+            and not _function_modes())
 _contiguous = torch.contiguous_format
 _empty_like = torch.empty_like
 
@@ -215,10 +232,13 @@ def attention(
     op: the same result for a fraction of the host time.
     """
     # The eager path when nothing needs the custom op: not traced by torch.compile, plain tensors
-    # (not a subclass such as FakeTensor or DTensor), no gradient to record. Inline: one more
-    # Python call is a measurable part of a tiny call.
+    # (not a subclass such as FakeTensor or DTensor), no gradient to record, no functorch
+    # transform (vmap / grad / functionalize: their tensors are plain torch.Tensor wrappers) and
+    # no dispatch or function mode on the stack. Inline: one more Python call is a measurable
+    # part of a tiny call.
     if (not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
-            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+            and _plain_context()):
         return _forward_eager(q, k, v, causal, window, scale, softcap, cu_seqlens_q, cu_seqlens_k,
                               max_seqlen_q, max_seqlen_k, alignment, return_lse, backend,
                               num_threads)

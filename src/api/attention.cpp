@@ -19,8 +19,9 @@ namespace {
 // Dispatch, then memory-capped mode (fastattn/memory.hpp): a CUDA call reports the device
 // memory it needs and throws over the limit, before anything is allocated or launched. The
 // CPU backends leave device_memory_bytes 0 and ignore the limit.
-KernelChoice choose(const AttentionProblem& p, Direction direction, const AttentionOptions& options) {
-  KernelChoice c = choose_kernel(p, direction, options.backend);
+KernelChoice choose(const AttentionProblem& p, Direction direction, const AttentionOptions& options,
+                    cuda::ForwardPlan* cuda_forward_plan = nullptr) {
+  KernelChoice c = choose_kernel(p, direction, options.backend, cuda_forward_plan);
   if (c.backend != Backend::cuda) return c;
   const DeviceMemoryNeed need = device_memory_need(p, direction, c.workspace_bytes);
   c.device_memory_bytes = need.total();
@@ -42,13 +43,18 @@ KernelChoice forward(const TensorView& q, const TensorView& k, const TensorView&
                      const TensorView& out, const std::optional<TensorView>& lse,
                      const AttentionOptions& options) {
   const AttentionProblem p = validate_forward(q, k, v, out, lse, options);
+#if FASTATTN_HAVE_CUDA
+  cuda::ForwardPlan cuda_plan;  // planned once, by the dispatcher; run as is
+  const KernelChoice choice = choose(p, Direction::forward, options, &cuda_plan);
+#else
   const KernelChoice choice = choose(p, Direction::forward, options);
+#endif
   if (p.total_q == 0) return choice;  // nothing to write
   switch (choice.backend) {
     case Backend::reference: reference::forward(p); break;
     case Backend::cpu: cpu::forward(p, choice); break;
 #if FASTATTN_HAVE_CUDA
-    case Backend::cuda: cuda::forward(p, choice); break;
+    case Backend::cuda: cuda::forward(p, cuda_plan); break;
 #endif
     default: throw Error(ErrorCode::internal, "forward: dispatcher chose an unbuilt backend");
   }

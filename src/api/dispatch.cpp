@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "cpu/cpu_backend.hpp"
 #if FASTATTN_HAVE_CUDA
@@ -172,7 +173,7 @@ KernelChoice choose_cuda_backward_kernel(const AttentionProblem& p) {
 }
 #endif
 
-KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) {
+KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction, cuda::ForwardPlan* plan_out) {
 #if FASTATTN_HAVE_CUDA
   if (direction == Direction::backward) return choose_cuda_backward_kernel(p);
   if (!cuda::has_forward_kernel(p.dtype, p.head_dim)) {
@@ -185,7 +186,7 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
   }
   // Path (compute capability or FASTATTN_CUDA_PATH: forward_path.hpp), kernel (main or 16-row
   // short-query) and split-KV count: flash_fwd/heuristics.hpp.
-  const cuda::ForwardPlan plan = cuda::forward_plan(p);
+  cuda::ForwardPlan plan = cuda::forward_plan(p);
   if (plan.path != cuda::ForwardPath::sm80 && plan.path != cuda::ForwardPath::sm90) {
     const std::string path = cuda::to_string(plan.path);
     const std::string arch = plan.path == cuda::ForwardPath::sm75 ? "Turing" : "Volta";
@@ -210,8 +211,10 @@ KernelChoice choose_cuda_kernel(const AttentionProblem& p, Direction direction) 
   c.num_threads = plan.blocks.threads;
   c.workspace_bytes = plan.workspace_bytes;
   c.reason = cuda::describe_plan(plan);
+  if (plan_out != nullptr) *plan_out = std::move(plan);  // the backend runs it (no copy of its strings)
   return c;
 #else
+  (void)plan_out;
   const char* dir = direction == Direction::forward ? "forward" : "backward";
   throw Error(ErrorCode::unsupported, std::string("cuda ") + dir +
                                           ": this build of fastattn has no CUDA backend (dtype " +
@@ -228,7 +231,8 @@ cpu::Isa cpu_isa_for(DType dtype) {
   return isa;
 }
 
-KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested) {
+KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested,
+                           cuda::ForwardPlan* cuda_forward_plan) {
   const char* dir = direction == Direction::forward ? "forward" : "backward";
   KernelChoice c;
   c.backend = resolve_backend(p, requested);
@@ -241,7 +245,7 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
     return c;
   }
 
-  if (c.backend == Backend::cuda) return choose_cuda_kernel(p, direction);
+  if (c.backend == Backend::cuda) return choose_cuda_kernel(p, direction, cuda_forward_plan);
 
   // CPU.
   cpu::Isa isa = cpu_isa_for(p.dtype);

@@ -6,12 +6,18 @@
 #include "fastattn/options.hpp"
 
 namespace fastattn {
+namespace cuda {
+struct ForwardPlan;  // cuda/flash_fwd/heuristics.hpp
+}
 
 enum class Direction { forward, backward };
 
 // Chooses the backend, kernel, ISA and tiles for a validated problem, or throws
 // Error(unsupported) naming what is missing. Never picks a slower path silently.
-KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested);
+// cuda_forward_plan (may be null): receives the CUDA forward's plan, which cuda::forward runs
+// (KernelChoice is its report, never read back).
+KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested,
+                           cuda::ForwardPlan* cuda_forward_plan = nullptr);
 
 // The CPU ISA for this dtype: the selected one (FASTATTN_CPU_ISA), except that the AVX-512 BF16
 // and AMX kernels only pay for bf16 inputs (others run the avx512 kernels there).

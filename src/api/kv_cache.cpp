@@ -172,6 +172,8 @@ KVCachePlan::KVCachePlan(const KVCacheShape& shape, const AttentionOptions& opti
       m.device = std::make_unique<cuda::KVCachePlanScratch>(shape.device.index, m.route.launch.scratch_bytes);
       m.scratch.device = m.device->data();
     }
+    // The fused combine's counters start at zero, and every run leaves them so: runs need no memset.
+    cuda::kv_cache_zero_counters(m.route.launch, m.scratch.device, shape.device.index);
   }
 #endif
 }
@@ -180,14 +182,15 @@ KVCachePlan::~KVCachePlan() = default;
 KVCachePlan::KVCachePlan(KVCachePlan&&) noexcept = default;
 KVCachePlan& KVCachePlan::operator=(KVCachePlan&&) noexcept = default;
 
-KernelChoice KVCachePlan::run(const TensorView& q, const KVCache& cache, const TensorView& out,
-                              const std::optional<TensorView>& lse, const std::optional<KVAppend>& append) const {
+const KernelChoice& KVCachePlan::run(const TensorView& q, const KVCache& cache, const TensorView& out,
+                                     const std::optional<TensorView>& lse,
+                                     const std::optional<KVAppend>& append) const {
   return run(q, cache, out, lse, append, impl_->options.cuda_stream);
 }
 
-KernelChoice KVCachePlan::run(const TensorView& q, const KVCache& cache, const TensorView& out,
-                              const std::optional<TensorView>& lse, const std::optional<KVAppend>& append,
-                              void* cuda_stream) const {
+const KernelChoice& KVCachePlan::run(const TensorView& q, const KVCache& cache, const TensorView& out,
+                                     const std::optional<TensorView>& lse, const std::optional<KVAppend>& append,
+                                     void* cuda_stream) const {
   const Impl& m = *impl_;
   KVCacheProblem p = validate_kv_cache(q, cache, out, lse, append, m.options);
   check_matches_plan(m.shape, kv_cache_shape_of(p));

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -27,19 +28,46 @@ std::string str(std::int64_t x) { return std::to_string(x); }
 
 constexpr std::int64_t kMaxIndex32 = std::numeric_limits<std::int32_t>::max();
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
+// A plan's run validates its views on every call and must not allocate (issue 17: its host time
+// is the decode step's), so the checks below take their names and layouts as C strings or as
+// the static strings here, build no std::string or vector on the success path, and build the
+// message text only when they fail.
+const std::string kQ = "q", kCacheK = "cache.k", kCacheV = "cache.v", kSeqlens = "cache.seqlens",
+                  kBlockTable = "cache.block_table", kOut = "out", kLse = "lse", kAppendK = "append.k",
+                  kAppendV = "append.v";
+
+// A shape of up to 4 dimensions, by value.
+struct Dims {
+  std::int64_t d[4] = {0, 0, 0, 0};
+  int rank = 0;
+};
+Dims dims(std::initializer_list<std::int64_t> shape) {
+  Dims r;
+  for (std::int64_t x : shape) r.d[r.rank++] = x;
+  return r;
+}
+Dims shape_of(const TensorView& t) {
+  Dims r;
+  r.rank = t.rank < 4 ? t.rank : 4;
+  for (int i = 0; i < r.rank; ++i) r.d[i] = t.shape[i];
+  return r;
+}
+
+std::string shape_text(const Dims& shape) {
   TensorView t;
-  t.rank = static_cast<int>(shape.size());
-  for (int d = 0; d < t.rank; ++d) t.shape[d] = shape[static_cast<std::size_t>(d)];
+  t.rank = shape.rank;
+  for (int d = 0; d < t.rank; ++d) t.shape[d] = shape.d[d];
   return t.shape_string();
 }
 
-void check_rank(const TensorView& t, const std::string& name, int rank, const std::string& layout) {
-  if (t.rank != rank) fail(name, "rank " + std::to_string(rank) + " " + layout, "rank " + std::to_string(t.rank) + " " + t.shape_string());
+void check_rank(const TensorView& t, const std::string& name, int rank, const char* layout) {
+  if (t.rank != rank) {
+    fail(name, "rank " + std::to_string(rank) + " " + layout, "rank " + std::to_string(t.rank) + " " + t.shape_string());
+  }
   check_view_layout(t, name);
 }
 
-void check_dtype(const TensorView& t, const std::string& name, DType expected, const std::string& like) {
+void check_dtype(const TensorView& t, const std::string& name, DType expected, const char* like) {
   if (t.dtype != expected) {
     fail(name, std::string("dtype ") + to_string(expected) + like, std::string("dtype ") + to_string(t.dtype));
   }
@@ -49,10 +77,9 @@ void check_device(const TensorView& t, const std::string& name, const Device& ex
   if (t.device != expected) fail(name, "device " + to_string(expected) + " (the device of q)", "device " + to_string(t.device));
 }
 
-void check_shape(const TensorView& t, const std::string& name, const std::vector<std::int64_t>& shape,
-                 const std::string& like) {
-  bool same = t.rank == static_cast<int>(shape.size());
-  for (int d = 0; same && d < t.rank; ++d) same = t.shape[d] == shape[static_cast<std::size_t>(d)];
+void check_shape(const TensorView& t, const std::string& name, const Dims& shape, const char* like) {
+  bool same = t.rank == shape.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.shape[d] == shape.d[d];
   if (!same) fail(name, "shape " + shape_text(shape) + " (" + like + ")", "shape " + t.shape_string());
 }
 
@@ -63,17 +90,23 @@ void check_contiguous_dim(const TensorView& t, const std::string& name) {
   }
 }
 
-std::vector<std::int64_t> shape_of(const TensorView& t) { return std::vector<std::int64_t>(t.shape, t.shape + t.rank); }
-
 TokenStrides token_strides(const TensorView& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
 
 struct Named {
-  const TensorView* view;
-  const char* name;
+  const TensorView* view = nullptr;
+  const char* name = nullptr;
 };
 
-void check_apart(const TensorView& written, const std::string& written_name, const std::vector<Named>& others) {
-  for (const Named& o : others) {
+// Up to 8 named views, by value (no allocation).
+struct NamedList {
+  Named items[8];
+  int count = 0;
+  void add(const TensorView* view, const char* name) { items[count++] = {view, name}; }
+};
+
+void check_apart(const TensorView& written, const std::string& written_name, const NamedList& others) {
+  for (int i = 0; i < others.count; ++i) {
+    const Named& o = others.items[i];
     if (views_overlap(written, *o.view)) fail(written_name, std::string("memory that does not overlap ") + o.name, "an overlapping range");
   }
 }
@@ -116,11 +149,11 @@ KVCacheProblem validate(const TensorView& q, const KVCache& cache, const TensorV
   KVCacheProblem kp;
   AttentionProblem& p = kp.attn;
   const bool paged = cache.block_table.has_value();
-  const std::string cache_layout = paged ? "[num_pages, page_size, num_kv_heads, head_dim] (paged cache)"
-                                         : "[batch, capacity, num_kv_heads, head_dim] (contiguous cache)";
+  const char* cache_layout = paged ? "[num_pages, page_size, num_kv_heads, head_dim] (paged cache)"
+                                   : "[batch, capacity, num_kv_heads, head_dim] (contiguous cache)";
 
   // q
-  check_rank(q, "q", 4, "[batch, seqlen_q, num_heads, head_dim]");
+  check_rank(q, kQ, 4, "[batch, seqlen_q, num_heads, head_dim]");
   if (q.dtype != DType::f32 && q.dtype != DType::f16 && q.dtype != DType::bf16) {
     fail("q", "dtype f32, f16 or bf16", std::string("dtype ") + to_string(q.dtype));
   }
@@ -144,9 +177,9 @@ KVCacheProblem validate(const TensorView& q, const KVCache& cache, const TensorV
   // cache.k, cache.v
   const TensorView& k = cache.k;
   const TensorView& v = cache.v;
-  check_rank(k, "cache.k", 4, cache_layout);
-  check_dtype(k, "cache.k", p.dtype, " (as q)");
-  check_device(k, "cache.k", p.device);
+  check_rank(k, kCacheK, 4, cache_layout);
+  check_dtype(k, kCacheK, p.dtype, " (as q)");
+  check_device(k, kCacheK, p.device);
   if (k.shape[3] != p.head_dim) fail("cache.k", "head_dim shape[3] = " + str(p.head_dim) + " (as q)", str(k.shape[3]));
   if (k.stride[3] != 1) fail("cache.k", "a contiguous head_dim (stride[3] = 1)", "stride " + str(k.stride[3]));
   p.num_kv_heads = k.shape[2];
@@ -154,19 +187,19 @@ KVCacheProblem validate(const TensorView& q, const KVCache& cache, const TensorV
   if (p.num_heads % p.num_kv_heads != 0) {
     fail("cache.k", "num_kv_heads (shape[2]) dividing q's num_heads = " + str(p.num_heads), str(p.num_kv_heads));
   }
-  check_rank(v, "cache.v", 4, cache_layout);
-  check_dtype(v, "cache.v", p.dtype, " (as q)");
-  check_device(v, "cache.v", p.device);
-  check_shape(v, "cache.v", shape_of(k), "as cache.k");
+  check_rank(v, kCacheV, 4, cache_layout);
+  check_dtype(v, kCacheV, p.dtype, " (as q)");
+  check_device(v, kCacheV, p.device);
+  check_shape(v, kCacheV, shape_of(k), "as cache.k");
   if (v.stride[3] != 1) fail("cache.v", "a contiguous head_dim (stride[3] = 1)", "stride " + str(v.stride[3]));
 
   // cache.seqlens
   const TensorView& seqlens = cache.seqlens;
-  check_rank(seqlens, "cache.seqlens", 1, "[batch]");
-  check_dtype(seqlens, "cache.seqlens", DType::i32, "");
-  check_device(seqlens, "cache.seqlens", p.device);
-  check_shape(seqlens, "cache.seqlens", {p.batch}, "[batch] of q");
-  check_contiguous_dim(seqlens, "cache.seqlens");
+  check_rank(seqlens, kSeqlens, 1, "[batch]");
+  check_dtype(seqlens, kSeqlens, DType::i32, "");
+  check_device(seqlens, kSeqlens, p.device);
+  check_shape(seqlens, kSeqlens, dims({p.batch}), "[batch] of q");
+  check_contiguous_dim(seqlens, kSeqlens);
 
   // cache.block_table, and the cache's geometry
   kp.num_pages = k.shape[0];
@@ -175,11 +208,11 @@ KVCacheProblem validate(const TensorView& q, const KVCache& cache, const TensorV
   kp.v_page_stride = v.stride[0];
   if (paged) {
     const TensorView& bt = *cache.block_table;
-    check_rank(bt, "cache.block_table", 2, "[batch, max_pages_per_seq]");
-    check_dtype(bt, "cache.block_table", DType::i32, "");
-    check_device(bt, "cache.block_table", p.device);
+    check_rank(bt, kBlockTable, 2, "[batch, max_pages_per_seq]");
+    check_dtype(bt, kBlockTable, DType::i32, "");
+    check_device(bt, kBlockTable, p.device);
     if (bt.shape[0] != p.batch) fail("cache.block_table", "batch shape[0] = " + str(p.batch) + " (as q)", str(bt.shape[0]));
-    check_contiguous_dim(bt, "cache.block_table");
+    check_contiguous_dim(bt, kBlockTable);
     if (kp.page_size < 1) fail("cache.k", "page_size (shape[1]) >= 1 for a paged cache", str(kp.page_size));
     kp.block_table = static_cast<const std::int32_t*>(bt.data);
     kp.block_table_stride = bt.stride[0];
@@ -202,28 +235,32 @@ KVCacheProblem validate(const TensorView& q, const KVCache& cache, const TensorV
   p.v = {v.data, token_strides(v)};
 
   // Everything the call reads, for the overlap checks of what it writes.
-  std::vector<Named> inputs = {{&q, "q"}, {&k, "cache.k"}, {&v, "cache.v"}, {&seqlens, "cache.seqlens"}};
-  if (paged) inputs.push_back({&*cache.block_table, "cache.block_table"});
+  NamedList inputs;
+  inputs.add(&q, "q");
+  inputs.add(&k, "cache.k");
+  inputs.add(&v, "cache.v");
+  inputs.add(&seqlens, "cache.seqlens");
+  if (paged) inputs.add(&*cache.block_table, "cache.block_table");
 
   // out
   const TensorView& out = out_view ? *out_view : q;
   if (out_view) {
-    check_rank(out, "out", 4, "[batch, seqlen_q, num_heads, head_dim]");
-    check_dtype(out, "out", p.dtype, " (as q)");
-    check_device(out, "out", p.device);
-    check_shape(out, "out", shape_of(q), "as q");
+    check_rank(out, kOut, 4, "[batch, seqlen_q, num_heads, head_dim]");
+    check_dtype(out, kOut, p.dtype, " (as q)");
+    check_device(out, kOut, p.device);
+    check_shape(out, kOut, shape_of(q), "as q");
     if (out.stride[3] != 1) fail("out", "a contiguous head_dim (stride[3] = 1)", "stride " + str(out.stride[3]));
-    check_writable_view(out, "out");
+    check_writable_view(out, kOut);
     p.out = {out.data, token_strides(out)};
   }
 
   // lse
   if (lse) {
-    check_rank(*lse, "lse", 3, "[batch, num_heads, seqlen_q]");
-    check_dtype(*lse, "lse", DType::f32, "");
-    check_device(*lse, "lse", p.device);
-    check_shape(*lse, "lse", {p.batch, p.num_heads, p.seqlen_q}, "[batch, num_heads, seqlen_q]");
-    check_writable_view(*lse, "lse");
+    check_rank(*lse, kLse, 3, "[batch, num_heads, seqlen_q]");
+    check_dtype(*lse, kLse, DType::f32, "");
+    check_device(*lse, kLse, p.device);
+    check_shape(*lse, kLse, dims({p.batch, p.num_heads, p.seqlen_q}), "[batch, num_heads, seqlen_q]");
+    check_writable_view(*lse, kLse);
     p.lse = static_cast<float*>(lse->data);
     p.lse_batch_stride = lse->stride[0];
     p.lse_head_stride = lse->stride[1];
@@ -234,43 +271,42 @@ KVCacheProblem validate(const TensorView& q, const KVCache& cache, const TensorV
   if (append) {
     const TensorView& k_new = append->k;
     const TensorView& v_new = append->v;
-    check_rank(k_new, "append.k", 4, "[batch, seqlen_new, num_kv_heads, head_dim]");
-    check_dtype(k_new, "append.k", p.dtype, " (as q)");
-    check_device(k_new, "append.k", p.device);
-    const std::vector<std::int64_t> expected = {p.batch, k_new.shape[1], p.num_kv_heads, p.head_dim};
-    check_shape(k_new, "append.k", expected, "[batch of q, seqlen_new, num_kv_heads and head_dim of cache.k]");
+    check_rank(k_new, kAppendK, 4, "[batch, seqlen_new, num_kv_heads, head_dim]");
+    check_dtype(k_new, kAppendK, p.dtype, " (as q)");
+    check_device(k_new, kAppendK, p.device);
+    const Dims expected = dims({p.batch, k_new.shape[1], p.num_kv_heads, p.head_dim});
+    check_shape(k_new, kAppendK, expected, "[batch of q, seqlen_new, num_kv_heads and head_dim of cache.k]");
     if (k_new.stride[3] != 1) fail("append.k", "a contiguous head_dim (stride[3] = 1)", "stride " + str(k_new.stride[3]));
-    check_rank(v_new, "append.v", 4, "[batch, seqlen_new, num_kv_heads, head_dim]");
-    check_dtype(v_new, "append.v", p.dtype, " (as q)");
-    check_device(v_new, "append.v", p.device);
-    check_shape(v_new, "append.v", shape_of(k_new), "as append.k");
+    check_rank(v_new, kAppendV, 4, "[batch, seqlen_new, num_kv_heads, head_dim]");
+    check_dtype(v_new, kAppendV, p.dtype, " (as q)");
+    check_device(v_new, kAppendV, p.device);
+    check_shape(v_new, kAppendV, shape_of(k_new), "as append.k");
     if (v_new.stride[3] != 1) fail("append.v", "a contiguous head_dim (stride[3] = 1)", "stride " + str(v_new.stride[3]));
     kp.seqlen_new = k_new.shape[1];
     kp.k_new = {k_new.data, token_strides(k_new)};
     kp.v_new = {v_new.data, token_strides(v_new)};
-    inputs.push_back({&k_new, "append.k"});
-    inputs.push_back({&v_new, "append.v"});
+    inputs.add(&k_new, "append.k");
+    inputs.add(&v_new, "append.v");
   }
 
   // What the call writes: out, lse, and with an append the cache. The cache's k and v are not
   // checked against each other: interleaved layouts (k = kv[:, 0], v = kv[:, 1]) have
   // overlapping byte ranges but distinct elements.
-  if (out_view) check_apart(out, "out", inputs);
+  if (out_view) check_apart(out, kOut, inputs);
   if (lse) {
-    std::vector<Named> others = inputs;
-    if (out_view) others.push_back({&out, "out"});
-    check_apart(*lse, "lse", others);
+    NamedList others = inputs;
+    if (out_view) others.add(&out, "out");
+    check_apart(*lse, kLse, others);
   }
   if (kp.seqlen_new > 0) {
-    check_writable_view(k, "cache.k");
-    check_writable_view(v, "cache.v");
-    for (const auto& [cache_view, cache_name] : {std::pair{&k, "cache.k"}, std::pair{&v, "cache.v"}}) {
-      std::vector<Named> others;
-      for (const Named& n : inputs) {
-        if (n.view != &k && n.view != &v) others.push_back(n);
-      }
-      check_apart(*cache_view, cache_name, others);
+    check_writable_view(k, kCacheK);
+    check_writable_view(v, kCacheV);
+    NamedList others;
+    for (int i = 0; i < inputs.count; ++i) {
+      if (inputs.items[i].view != &k && inputs.items[i].view != &v) others.add(inputs.items[i].view, inputs.items[i].name);
     }
+    check_apart(k, kCacheK, others);
+    check_apart(v, kCacheV, others);
   }
 
   check_options(options, p.head_dim, p);
@@ -429,8 +465,8 @@ KVCacheProblem kv_cache_problem_of(const KVCacheShape& s, const AttentionOptions
 }
 
 void check_matches_plan(const KVCacheShape& plan, const KVCacheShape& call) {
-  auto expect = [](const std::string& arg, const std::string& what, std::int64_t planned, std::int64_t got) {
-    if (planned != got) fail(arg, what + " = " + str(planned) + " (the plan's)", str(got));
+  auto expect = [](const char* arg, const char* what, std::int64_t planned, std::int64_t got) {
+    if (planned != got) fail(arg, std::string(what) + " = " + str(planned) + " (the plan's)", str(got));
   };
   if (call.dtype != plan.dtype) fail("q", std::string("dtype ") + to_string(plan.dtype) + " (the plan's)", std::string("dtype ") + to_string(call.dtype));
   if (call.device != plan.device) fail("q", "device " + to_string(plan.device) + " (the plan's)", "device " + to_string(call.device));

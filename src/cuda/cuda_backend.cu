@@ -198,14 +198,6 @@ void forward_sm90(const ForwardParams& f, const Sm90LaunchChoice& choice, std::i
   throw Error(ErrorCode::internal, "cuda forward: no sm90 launcher for head_dim " + std::to_string(head_dim));
 }
 
-// KernelChoice::isa names the forward path ("sm80", "sm75", "sm70", "sm90").
-ForwardPath choice_path(const KernelChoice& choice) {
-  return choice.isa == "sm75"   ? ForwardPath::sm75
-         : choice.isa == "sm70" ? ForwardPath::sm70
-         : choice.isa == "sm90" ? ForwardPath::sm90
-                                : ForwardPath::sm80;
-}
-
 }  // namespace
 
 int multiprocessor_count(int device) { return device_shape(device).multiprocessors; }
@@ -309,28 +301,9 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
-// Short padded queries on the sm80 path: the KV-cache kernel's plan as a ForwardPlan
-// (heuristics.hpp: forward_uses_kv_cache_kernel; kv_cache.hpp: kv_cache_plan).
-ForwardPlan kv_cache_forward_plan(const AttentionProblem& call, bool path_forced) {
-  const KVCacheLaunch launch = kv_cache_plan(kv_cache_view_of_forward(call), call.seqlen_k);
-  ForwardPlan plan;
-  plan.path = ForwardPath::sm80;
-  plan.path_forced = path_forced;
-  plan.query_group = call.num_kv_heads > 0 ? call.group_size() : 1;
-  plan.short_query = true;
-  plan.blocks = {launch.rows_per_tile, launch.block_k, 128};
-  plan.multiprocessors = device_shape(call.device.index).multiprocessors;
-  plan.num_splits = launch.num_splits;
-  plan.forced = forced_num_splits() > 0;
-  plan.workspace_bytes = launch.scratch_bytes;
-  plan.kv_cache_kernel = true;
-  plan.kv_cache_reason = launch.reason;
-  return plan;
-}
-
+namespace {
 // Why the KV-cache kernel cannot run forward()'s call on its device (no ring of its row tile
 // fits the opt-in shared memory per block); empty when it can.
-namespace {
 std::string kv_cache_forward_decline(const AttentionProblem& call) {
   const std::int64_t group = call.num_kv_heads > 0 ? call.group_size() : 1;
   const int d = static_cast<int>(call.head_dim);
@@ -338,22 +311,11 @@ std::string kv_cache_forward_decline(const AttentionProblem& call) {
 }
 }  // namespace
 
+// The route and the plan come from plan_forward (flash_fwd/heuristics.hpp); a KV-cache route's
+// launch (kernels, splits, scratch) is filled here from the call: short padded queries take
+// their K/V as a contiguous cache (kv_cache_forward.hpp).
 ForwardPlan forward_plan(const AttentionProblem& call) {
-  std::string kv_cache_declined;
-  {
-    const ForwardPathRequest request = forward_path_request();
-    const ForwardPath path = select_forward_path(device_shape(call.device.index).compute_capability, request,
-                                                 sm90_runs_on(call.device.index));
-    if (forward_uses_kv_cache_kernel(path, call.is_varlen(), call.seqlen_q)) {
-      kv_cache_declined = kv_cache_forward_decline(call);
-      if (kv_cache_declined.empty()) {
-        ForwardPlan plan = kv_cache_forward_plan(call, !request.automatic);
-        if (path == ForwardPath::sm90) plan.sm90_declined = "seqlen_q <= 16 runs the KV-cache decode kernel";
-        return plan;
-      }
-    }
-  }
-  // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp); so does forward().
+  // GQA decode on the flash kernels runs as the packed problem (flash_fwd/query_groups.hpp).
   const AttentionProblem p = with_packed_query_groups(call);
   const DeviceShape device = device_shape(p.device.index);
   ForwardShape s;
@@ -374,30 +336,27 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.query_group = packed_query_group(call);
   s.varlen = p.is_varlen();
   s.tma_describes = sm90_tma_describes(p);
+  s.query_tokens = call.seqlen_q;
+  if (forward_uses_kv_cache_kernel(s.path, s.varlen, s.query_tokens)) s.kv_cache_unfit = kv_cache_forward_decline(call);
   ForwardPlan plan = cuda::plan_forward(s);
-  if (!kv_cache_declined.empty()) {
-    plan.kv_cache_declined = std::move(kv_cache_declined);  // the 16-row decode kernel runs it
-    if (!plan.sm90_declined.empty()) plan.sm90_declined = "seqlen_q <= 16 runs an sm80 decode kernel";
+  if (plan.kernel == ForwardKernel::kv_cache) {
+    plan.kv_cache = kv_cache_plan(kv_cache_view_of_forward(call), call.seqlen_k);
+    plan.query_group = call.num_kv_heads > 0 ? call.group_size() : 1;
+    plan.blocks = {plan.kv_cache.rows_per_tile, plan.kv_cache.block_k, 128};
+    plan.num_splits = plan.kv_cache.num_splits;
+    plan.forced = forced_num_splits() > 0;
+    plan.workspace_bytes = plan.kv_cache.scratch_bytes;
   }
   return plan;
 }
 
-void forward(const AttentionProblem& call, const KernelChoice& choice) {
-  if (choice_path(choice) == ForwardPath::sm80) {
-    const ForwardPlan plan = forward_plan(call);
-    if (plan.kv_cache_kernel) {  // short padded queries: the KV-cache kernel (forward_plan)
-      if (plan.workspace_bytes != choice.workspace_bytes) {
-        throw Error(ErrorCode::internal, "cuda forward: the launch plan changed since dispatch (workspace " +
-                                             std::to_string(plan.workspace_bytes) + " vs " +
-                                             std::to_string(choice.workspace_bytes) + " bytes)");
-      }
-      const KVCacheProblem kp = kv_cache_view_of_forward(call);
-      const KVCacheLaunch launch = kv_cache_plan(kp, call.seqlen_k);
-      const DeviceGuard device_guard(call.device.index);
-      DeviceScratch scratch(call, launch.scratch_bytes);  // checks a caller's Workspace
-      kv_cache_forward(kp, launch, scratch.data());
-      return;
-    }
+void forward(const AttentionProblem& call, const ForwardPlan& plan) {
+  if (plan.kernel == ForwardKernel::kv_cache) {  // short padded queries (forward_plan)
+    const KVCacheProblem kp = kv_cache_view_of_forward(call);
+    const DeviceGuard device_guard(call.device.index);
+    DeviceScratch scratch(call, plan.kv_cache.scratch_bytes);  // checks a caller's Workspace
+    kv_cache_forward(kp, plan.kv_cache, scratch.data());
+    return;
   }
   // GQA decode runs as the packed problem (flash_fwd/query_groups.hpp), as forward_plan says.
   const AttentionProblem p = with_packed_query_groups(call);
@@ -413,18 +372,6 @@ void forward(const AttentionProblem& call, const KernelChoice& choice) {
   const DeviceGuard device_guard(p.device.index);
   ForwardParams f = make_forward_params(p);
   auto stream = static_cast<cudaStream_t>(p.cuda_stream);
-  // The dispatcher's plan, recomputed from the same inputs; the scratch size it reported must
-  // be the one used (a caller's Workspace was sized from it).
-  const ForwardPlan plan = forward_plan(call);
-  if (plan.workspace_bytes != choice.workspace_bytes) {
-    throw Error(ErrorCode::internal, "cuda forward: the launch plan changed since dispatch (workspace " +
-                                         std::to_string(plan.workspace_bytes) + " vs " +
-                                         std::to_string(choice.workspace_bytes) + " bytes)");
-  }
-  if (plan.path != choice_path(choice)) {
-    throw Error(ErrorCode::internal, std::string("cuda forward: the path changed since dispatch (") +
-                                         to_string(plan.path) + " vs the choice's " + choice.isa + ")");
-  }
   f.short_query = plan.short_query;
   f.num_splits = plan.num_splits;
   DeviceScratch scratch(p, plan.workspace_bytes);  // checks a caller's Workspace (workspace_check.hpp)

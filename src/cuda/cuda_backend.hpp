@@ -44,11 +44,12 @@ std::string path_archs(ForwardPath path);
 // archs_run_on(path_archs(path), the device's compute capability), cached per (path, device).
 bool path_runs_on(ForwardPath path, int device);
 
-// The forward's launch plan (flash_fwd/heuristics.hpp: kernel, split-KV count, scratch bytes)
-// for this problem on its device; the dispatcher reports it and forward() runs it.
+// The forward's launch plan (flash_fwd/heuristics.hpp: route, kernel, split-KV count, scratch
+// bytes) for this problem on its device; the dispatcher reports it (KernelChoice) and hands the
+// same plan to forward(), which runs it as is (planned once per call).
 ForwardPlan forward_plan(const AttentionProblem& p);
 
-void forward(const AttentionProblem& p, const KernelChoice& choice);
+void forward(const AttentionProblem& p, const ForwardPlan& plan);
 
 // Backward (cuda_backward.cu): the same head dims and dtypes as the forward; the plan
 // (flash_bwd/plan.hpp: blocks, deterministic split count, scratch bytes) for this problem.

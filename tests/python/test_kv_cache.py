@@ -156,6 +156,49 @@ def test_seqlens_as_int_and_contiguous_cache_default(rng):
     assert_close(out, c.expected(causal=True)[0], np.float16, "out")
 
 
+@pytest.mark.parametrize("page_size", [None, 3])
+def test_flash_attn_with_kvcache_names(rng, page_size):
+    """flash_attn_with_kvcache's keyword names (k, v, cache_seqlens, block_table, softmax_scale,
+    causal, window_size, softcap, return_softmax_lse) give the same bits as fastattn's."""
+    seed = int(rng.integers(1 << 30))
+    make = lambda: Cache(np.random.default_rng(seed), [17, 1, 0], seqlen_q=2, heads=7, kv_heads=1,  # noqa: E731
+                         page_size=page_size, seqlen_new=2, dtype=np.float32)
+    a, b = make(), make()
+    ours = fastattn.attention_with_kv_cache(a.q, a.k_cache, a.v_cache, a.lens, a.block_table, a.k_new, a.v_new,
+                                            causal=True, window=(6, 0), softcap=4.0, softmax_scale=0.2,
+                                            return_lse=True)
+    theirs = fastattn.attention_with_kv_cache(b.q, b.k_cache, b.v_cache, k=b.k_new, v=b.v_new,
+                                              cache_seqlens=b.lens, block_table=b.block_table,
+                                              softmax_scale=0.2, causal=True, window_size=(6, -1), softcap=4.0,
+                                              return_softmax_lse=True)
+    for x, y in zip(ours, theirs):
+        assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
+    assert np.array_equal(a.k_cache.view(np.uint8), b.k_cache.view(np.uint8))  # the same append
+    ref_out, ref_lse = a.expected(causal=True, window=(6, 0), softcap=4.0, scale=0.2)
+    assert_close(theirs[0], ref_out, np.float32, "out vs float64")
+    # The plan takes the same names, and (-1, -1) is no window.
+    c = make()
+    plan = fastattn.KVCachePlan(c.q, c.k_cache, c.v_cache, c.lens, c.block_table, k=c.k_new, v=c.v_new,
+                                window_size=(-1, -1), return_softmax_lse=True)
+    out, lse = plan.run(c.q, c.k_cache, c.v_cache, c.lens, c.block_table, k=c.k_new, v=c.v_new)
+    assert_close(out, c.expected()[0], np.float32, "plan out vs float64")
+    with pytest.raises(ValueError, match="k_new and k: the same argument under two names"):
+        fastattn.attention_with_kv_cache(a.q, a.k_cache, a.v_cache, a.lens, a.block_table, a.k_new, a.v_new,
+                                         k=a.k_new)
+    with pytest.raises(ValueError, match="window and window_size"):
+        fastattn.attention_with_kv_cache(a.q, a.k_cache, a.v_cache, a.lens, a.block_table, window=(1, 0),
+                                         window_size=(1, 0))
+
+
+def test_cache_seqlens_none_means_full(rng):
+    """cache_seqlens=None (flash_attn_with_kvcache's default): every cache holds its capacity."""
+    c = Cache(rng, [9, 9], seqlen_q=1, heads=4, kv_heads=2, dtype=np.float32, spare=0)
+    out = fastattn.attention_with_kv_cache(c.q, c.k_cache, c.v_cache)
+    assert_close(out, c.expected()[0], np.float32, "out")
+    with pytest.raises(ValueError, match="cache_seqlens: expected the tokens already in each cache"):
+        fastattn.attention_with_kv_cache(c.q, c.k_cache, c.v_cache, k=c.k_new, v=c.v_new)
+
+
 def test_chunked_prefill_kernel_is_reported(rng):
     c = Cache(rng, [20], seqlen_q=40, heads=4, kv_heads=1, page_size=3, seqlen_new=40, dtype=np.float32)
     plan = fastattn.KVCachePlan(c.q, c.k_cache, c.v_cache, c.lens, c.block_table, *c.append_args(), causal=True)

@@ -99,3 +99,44 @@ def test_eager_errors_match_custom_op():
     assert str(eager.value) == str(op.value)
     with pytest.raises(ValueError, match="window"):
         fat.attention(q, k, v, window=(1, 2, 3))
+
+
+def test_transforms_and_modes_take_the_custom_op(monkeypatch):
+    """Under a functorch transform (vmap) or a torch dispatch / function mode, the eager path
+    would bypass what the transform or mode does to the call: the custom op runs instead."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    q, k, v = tensors("cpu", torch.float32, b=2, sq=5, sk=9)
+    real_op = fat._forward_op
+    calls = []
+    monkeypatch.setattr(fat, "_forward_op", lambda *a: calls.append(1) or real_op(*a))
+    assert fat._plain_context()  # nothing active: the eager path is allowed
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Counting():
+        assert not fat._plain_context()
+        fat.attention(q, k, v)
+    assert calls == [1]
+
+    class Passing(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Passing():
+        assert not fat._plain_context()
+        fat.attention(q, k, v)
+    assert calls == [1, 1]
+
+    # vmap over a leading dimension: every call inside sees functorch's level.
+    seen = []
+    monkeypatch.setattr(fat, "_forward_op", lambda *a: seen.append(fat._plain_context()) or real_op(*a))
+    try:
+        torch.func.vmap(lambda x: fat.attention(x, k, v))(q.unsqueeze(0))
+    except Exception:  # no batching rule for the custom op: what matters is which path was taken
+        pass
+    assert seen and not any(seen)
+    assert fat._plain_context()

@@ -47,15 +47,22 @@ def no_sdpa_fallback(monkeypatch, request):
 
 
 def counting(monkeypatch):
-    """Counts fastattn calls made by the integration."""
+    """Counts fastattn calls made by the integration: fastattn.torch.attention calls record their
+    keyword arguments, KV-cache calls (the static-cache route) {"route": "kv_cache"}."""
     calls = []
     real = fastattn_hf._fat.attention
+    real_kv = fastattn_hf._kv_cache_call
 
     def attention(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
+    def kv_cache_call(*args, **kwargs):
+        calls.append({"route": "kv_cache"})
+        return real_kv(*args, **kwargs)
+
     monkeypatch.setattr(fastattn_hf._fat, "attention", attention)
+    monkeypatch.setattr(fastattn_hf, "_kv_cache_call", kv_cache_call)
     return calls
 
 
@@ -151,7 +158,8 @@ def test_static_cache(batch, monkeypatch):
 @pytest.mark.parametrize("batch", [1, 2])
 def test_static_cache_without_mask(batch, monkeypatch):
     """A StaticCache and no attention_mask (a decode loop of one's own, as for CUDA graphs): the
-    filled length stays on the device, batch 1 runs the variable-length path."""
+    filled length stays on the device, and every batch runs fastattn's KV-cache plan on the
+    cache in place (GQA-packed decode kernel), not the variable-length path."""
     from transformers import StaticCache
 
     model = llama(2, seed=5)
@@ -173,9 +181,11 @@ def test_static_cache_without_mask(batch, monkeypatch):
                 position += 1
         results[implementation] = torch.stack(steps)
     assert len(calls) == 2 * 6
-    # Decode at batch 1: the cache's filled length reaches fastattn on the device, as
-    # cu_seqlens_k (the prefill into the empty cache knows its length on the host).
-    assert all(("cu_seqlens_k" in c) == (batch == 1) for c in calls[2:])
+    # Decode: the cache's filled length reaches fastattn on the device, as a KV-cache call's
+    # cache_seqlens (the prefill into the empty cache knows its length on the host).
+    assert all(c.get("route") == "kv_cache" for c in calls[2:])
+    plans = [p for key, p in fastattn_hf._KV_PLANS.items() if key[2][0] == batch and key[2][1] == 1]
+    assert plans and all("kv_cache" in p.choice.kernel for p in plans)
     torch.testing.assert_close(results["fastattn"], results["sdpa"], atol=ATOL, rtol=ATOL)
 
 
@@ -288,7 +298,10 @@ def test_mask_kinds():
                                         q_offset=torch.tensor(3))
     assert prefix._fastattn.kind == "prefix"
     assert prefix[0].tolist() == [True] * 4 + [False] * 6
-    assert prefix._fastattn.cu_seqlens[1].tolist() == [0, 4]
+    assert prefix._fastattn.cache_seqlens.tolist() == [4]
+    prefix2 = fastattn_hf.attention_mask(batch_size=2, q_length=1, kv_length=10,
+                                         q_offset=torch.tensor(3))
+    assert prefix2._fastattn.cache_seqlens.tolist() == [4, 4]
     window = fastattn_hf.attention_mask(
         batch_size=1, q_length=5, kv_length=5,
         mask_function=sliding_window_causal_mask_function(3))
@@ -313,4 +326,4 @@ def test_static_cache_decode_reads_nothing_back(monkeypatch):
         model(input_ids=tokens(1, 1, 14), past_key_values=cache, use_cache=True,
               position_ids=torch.tensor([[7]]))
         monkeypatch.undo()
-    assert "cu_seqlens_k" in calls[-1]
+    assert calls[-1] == {"route": "kv_cache"}

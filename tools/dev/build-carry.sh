@@ -25,10 +25,11 @@ nice -n 19 cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Rel
   -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 "-DFASTATTN_CUDA_HEAD_DIMS=64;128" \
   -DFASTATTN_BUILD_CLI=ON -DFASTATTN_BUILD_TESTS=ON -DFASTATTN_BUILD_BENCH=ON
 nice -n 19 cmake --build "$BUILD" -j "$JOBS" \
-  --target fastattn_cli fastattn_cuda_bench fastattn_gpu_tests fastattn_tests
+  --target fastattn_cli fastattn_cuda_bench fastattn_gpu_tests fastattn_tests fastattn_kv_cache_bench
 
 binaries=("$BUILD/tools/cli/fastattn" "$BUILD/bench/cuda/fastattn_cuda_bench"
-          "$BUILD/tests/fastattn_gpu_tests" "$BUILD/tests/fastattn_tests")
+          "$BUILD/tests/fastattn_gpu_tests" "$BUILD/tests/fastattn_tests"
+          "$BUILD/bench/cuda/fastattn_kv_cache_bench")  # tools/dev/gpu-kvcache.sh BIN_DIR
 mkdir -p "$CARRY"
 rm -f "$CARRY"/*
 cp "${binaries[@]}" "$CARRY/"

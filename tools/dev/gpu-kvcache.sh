@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# gpu-kvcache.sh — the CUDA KV-cache kernel's GPU job (issue 17), one device call: build the GPU
-# test suite and fastattn_kv_cache_bench there, run the KV-cache and forward tests, then the
-# decode benchmark beside PyTorch SDPA (cuDNN, flash) in the same job.
+# gpu-kvcache.sh — the CUDA KV-cache kernel's GPU job (issue 17): its GPU tests, then the decode
+# benchmark beside PyTorch SDPA (cuDNN, flash) in the same job.
 #
-# Device call (from a carry copy, see helper rules): carry [<this tree>, "build/debs"],
-#   command "cd <this tree> && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-kvcache.sh"
-# Environment: STAGES (default "build test bench anchor bench2 sanitize ncu"), GTEST_FILTER, HEAD_DIMS (64;128),
-# BENCH_MODES (decode paged multitoken splits stages), MAX_SECONDS (per row, 0.5), BUDGET_S (280).
+# Final merged call (at most 230 s, about 3 minutes expected), from carried sm_90 binaries (tools/dev/build-carry.sh puts
+# fastattn_gpu_tests and fastattn_kv_cache_bench in build/carry):
+#   BIN_DIR=<abs path of build/carry> STAGES="test bench anchor" bash tools/dev/gpu-kvcache.sh
+# Without BIN_DIR the build stage builds them on the device (cmake, 16 cores, ~150 s).
+# Environment: STAGES (default "build test bench anchor"; also bench2 sanitize ncu), BIN_DIR,
+# GTEST_FILTER (KV-cache suites), GTEST_FILTER2 (forward() suites), HEAD_DIMS (64;128),
+# BENCH_MODES (decode combine paged host), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
+# caps: test 70 + test_forward 50 + bench 50 + anchor 45 s).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,16 +17,24 @@ cd "$root" || exit 2
 out=${OUT:-/tmp/fastattn_out}
 mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
-stages=${STAGES:-"build test bench anchor bench2 sanitize ncu"}
+stages=${STAGES:-"build test bench anchor"}
 head_dims=${HEAD_DIMS:-"64;128"}
-budget=${BUDGET_S:-280}
-filter=${GTEST_FILTER:-"KVCache*:CudaKVCacheKernel.*:CudaBackend.*:CudaHardening.*:CudaMemoryCap.*"}
-modes=${BENCH_MODES:-"decode paged multitoken splits stages"}
-max_seconds=${MAX_SECONDS:-0.5}
+budget=${BUDGET_S:-230}
+filter=${GTEST_FILTER:-"CudaKVCache*:CudaMergeStates*"}
+filter2=${GTEST_FILTER2:-"CudaBackend.*:CudaForwardPath*:CudaHardening.*:CudaMemoryCap.*"}  # forward(): its decode route runs the KV-cache kernel
+modes=${BENCH_MODES:-"decode combine paged host"}
+max_seconds=${MAX_SECONDS:-0.2}
 python=${PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$python" ] || python=python3
 command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
 build=$root/build/gpu-kv
+tests_bin=$build/tests/fastattn_gpu_tests
+bench_bin=$build/bench/cuda/fastattn_kv_cache_bench
+if [ -n "${BIN_DIR:-}" ]; then  # carried binaries: no build here
+  tests_bin=$BIN_DIR/fastattn_gpu_tests
+  bench_bin=$BIN_DIR/fastattn_kv_cache_bench
+  stages=${stages//build/}
+fi
 t0=$SECONDS
 status=()
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -41,7 +52,8 @@ run() {
   note "-- $name rc=$rc"
 }
 
-FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
+# The build's tools (cmake, ninja; from build/debs offline): only when building here.
+has build && FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
 for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
   # shellcheck disable=SC1090
   [ -f "$env" ] && . "$env"
@@ -57,31 +69,33 @@ if has build; then
   tail -2 "$out/build.log"
 fi
 if has test; then
-  run test 100 bash -c "'$build/tests/fastattn_gpu_tests' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
+  run test 70 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
   tail -40 "$out/tests.log" | cut -c1-1500
+  run test_forward 50 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter2' > '$out/tests_forward.log' 2>&1"
+  tail -20 "$out/tests_forward.log" | cut -c1-1500
 fi
 if has bench; then
   # shellcheck disable=SC2086
-  run bench 90 bash -c "'$build/bench/cuda/fastattn_kv_cache_bench' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
+  run bench 50 bash -c "'$bench_bin' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
   tail -3 "$out/bench.err"
 fi
 if has anchor; then
-  run anchor 100 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode kv_multitoken --backends cudnn,flash \
+  run anchor 45 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode --backends cudnn,flash \
       --no-gemm --max-seconds $max_seconds --warm-ms 30 >> '$out/kv.jsonl' 2> '$out/anchor.err'"
   tail -3 "$out/anchor.err"
 fi
 if has bench2; then  # the decode rows again after the anchors: the run-to-run spread
-  run bench2 40 bash -c "'$build/bench/cuda/fastattn_kv_cache_bench' decode2 --max-seconds $max_seconds >> '$out/kv.jsonl' 2>> '$out/bench.err'"
+  run bench2 40 bash -c "'$bench_bin' decode2 --max-seconds $max_seconds >> '$out/kv.jsonl' 2>> '$out/bench.err'"
 fi
 if has sanitize; then
-  run sanitize 60 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
-      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*:CudaKVCacheKernel.ChosenCases*:CudaKVCacheKernel.Graph*' > '$out/sanitize.log' 2>&1"
+  run sanitize 60 bash -c "compute-sanitizer --tool memcheck --error-exitcode 9 '$tests_bin' \
+      --gtest_brief=1 '--gtest_filter=CudaKVCacheKernel.ForcedSplits*:CudaKVCacheKernel.FusedCombine*:CudaKVCacheKernel.Graph*' > '$out/sanitize.log' 2>&1"
   tail -5 "$out/sanitize.log"
 fi
 if has ncu; then
   # DRAM bytes of one decode call (b16 kv 32k GQA 32/8: K+V = 2147483648 bytes) against its K+V bytes.
   run ncu 40 bash -c "ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum \
-      -k regex:kv_cache_attention -c 1 '$build/bench/cuda/fastattn_kv_cache_bench' one --max-seconds 0.05 \
+      -k regex:kv_cache_attention -c 1 '$bench_bin' one --max-seconds 0.05 \
       > '$out/ncu.log' 2>&1"
   grep -E "dram__bytes|kv_cache_attention|ERR" "$out/ncu.log" | head -6
 fi

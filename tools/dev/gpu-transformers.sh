@@ -14,10 +14,18 @@
 # Device call (from /work/main, this tree copied to build/carry-hf):
 #   carry ["build/carry-hf", "build/debs"], command
 #   "cd build/carry-hf && mkdir -p build && ln -sfn ../../debs build/debs && bash tools/dev/gpu-transformers.sh"
+# Final merged call (at most 100 s): a carried wheel instead of the package build (pybuild; its
+# device time is not measured; the same wheel build took 759 s here, 2 shared cores at nice 19,
+# 26 CUDA units for sm_90), the tests only:
+#   WHEEL=<abs path of fastattn-*-cp312-*.whl> STAGES="install tests" BUDGET_S=100 bash tools/dev/gpu-transformers.sh
+# (the wheel: python3.12 -m pip wheel --no-build-isolation --no-deps -w DIR
+#  -Ccmake.define.FASTATTN_CUDA=ON -Ccmake.define.FASTATTN_CUDA_ARCHS=90
+#  '-Ccmake.define.FASTATTN_CUDA_HEAD_DIMS=64;128' . ; the GPU machine's python is 3.12).
 #
-# Environment: STAGES (default "pybuild overhead tests bench bench_gqa"; leave pybuild out where
-# the package is installed already), PYTHON (default /opt/torch/.venv/bin/python3 when it exists),
-# BUDGET_S (default 560), BENCH_ARGS (extra arguments for the bench stage's transformers_llama.py).
+# Environment: STAGES (default "pybuild overhead tests bench bench_gqa"; "install" installs WHEEL
+# instead of pybuild; leave both out where the package is installed already), WHEEL, PYTHON
+# (default /opt/torch/.venv/bin/python3 when it exists), BUDGET_S (default 560), BENCH_ARGS
+# (extra arguments for the bench stage's transformers_llama.py).
 # $OUT gets: summary.txt (the stages' status last), pip.log, overhead.json, overhead.log,
 # pytest.log, transformers_llama[_gqa8].json and .log.
 set -uo pipefail
@@ -50,7 +58,7 @@ run() {
   note "-- $name rc=$rc"
 }
 
-if [ -d "$root/build/debs" ]; then
+if [ -d "$root/build/debs" ] && has pybuild; then  # cmake / ninja for the package build
   FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null
 fi
 for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
@@ -65,6 +73,9 @@ has pybuild && run pybuild 240 bash -c "CMAKE_BUILD_PARALLEL_LEVEL=16 '$python' 
   -Ccmake.define.FASTATTN_CUDA=ON -Ccmake.define.FASTATTN_CUDA_ARCHS=90 \
   '-Ccmake.define.FASTATTN_CUDA_HEAD_DIMS=64;128' -Cbuild-dir=build/gpu-python . > '$out/pip.log' 2>&1"
 has pybuild && tail -3 "$out/pip.log"
+has install && run install 60 bash -c "'$python' -m pip install --no-deps --no-index --force-reinstall \
+  --disable-pip-version-check '${WHEEL:-missing WHEEL}' > '$out/pip.log' 2>&1"
+has install && tail -3 "$out/pip.log"
 # Run from /tmp so that `import fastattn` is the installed package.
 (cd /tmp && "$python" -c "import fastattn; print('fastattn', fastattn.__version__, fastattn.build_info()['cuda_devices'])")
 
@@ -74,8 +85,9 @@ if has overhead; then
   cat "$out/overhead.log"
 fi
 if has tests; then
-  run tests 120 bash -c "'$python' -m pytest -q -ra -p no:cacheprovider -m 'not slow' \
-      tests/python/test_transformers.py tests/python/test_torch.py tests/python/test_torch_eager.py \
+  # From tests/python (its conftest and reference helpers); rootdir the tree, not the package.
+  run tests 120 bash -c "cd tests/python && '$python' -m pytest -q -ra -p no:cacheprovider -m 'not slow' \
+      test_transformers.py test_torch_eager.py test_kv_cache.py test_torch.py \
       > '$out/pytest.log' 2>&1"
   tail -8 "$out/pytest.log"
 fi

@@ -36,11 +36,18 @@ as do attention sinks (``s_aux``) and additive biases (``position_bias``). With
 ``output_attentions`` no weights are returned (as with SDPA).
 
 Static caches: the keys are the cache's whole capacity and ``attention_mask`` marks the filled
-slots. Without padding (the case of a decode loop captured in a CUDA graph) it makes no host
-synchronisation: at batch 1 the call is fastattn's variable-length path with the filled length
-kept on the device, so it can be captured and replayed while the cache grows; at batch > 1 the
-filled length is read once per forward. With padding, building the packing reads a few numbers
-back once per forward, like transformers' flash-attention path.
+slots. Without padding (the case of a decode loop captured in a CUDA graph) the layers run
+fastattn's KV-cache attention (``fastattn.KVCachePlan``) on the cache in place, with the filled
+length kept on the device as ``cache_seqlens``: the query heads sharing a KV head are packed as
+rows of one tile (GQA), the keys split across the SMs, no host synchronisation, at any batch, so
+a decode step can be captured in a CUDA graph and replayed while the cache grows. For decode
+and speculative decoding (at most 16 query tokens) one plan per shape (batch, query length,
+heads, cache capacity, dtype, device, mask options) is made on the first call and kept
+(``_KV_PLANS``, never evicted); run one step eagerly before capturing, as the plan's device
+scratch is allocated when it is made. A longer query over a device length (a prefill into the
+static cache) is an eager KV-cache call, which on CUDA reads the length back once per call.
+With padding, building the packing reads a few numbers back once per forward, like
+transformers' flash-attention path.
 """
 
 from __future__ import annotations
@@ -103,8 +110,7 @@ class MaskInfo:
     causal: bool
     window: Optional[int] = None
     used: Union[int, Tensor, None] = None
-    cu_seqlens: Optional[Tuple[Tensor, Tensor]] = None  # "prefix", batch 1: ([0, q], [0, used])
-    used_host: Optional[int] = None                      # "prefix", batch > 1: used, read once
+    cache_seqlens: Optional[Tensor] = None  # "prefix" with a device `used`: int32 [batch] of used
     plans: Dict[tuple, "_Packing"] = field(default_factory=dict)  # "padding": per layer shape
 
 
@@ -182,12 +188,10 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int,
     info = MaskInfo("prefix", causal, window, used=used)
     slots = torch.arange(kv_length, device=device)
     mask = (slots < used).expand(batch_size, kv_length)
-    if batch_size == 1:
+    if isinstance(used, Tensor):
+        # The KV-cache call's lengths, once per forward for every layer: device ops only.
         used_i32 = torch.as_tensor(used, device=device).to(torch.int32).reshape(1)
-        zero = torch.zeros(1, dtype=torch.int32, device=device)
-        # arange, not torch.tensor([0, q_length]): no host-to-device copy inside a capture.
-        cu_q = torch.arange(2, dtype=torch.int32, device=device) * q_length
-        info.cu_seqlens = (cu_q, torch.cat([zero, used_i32]))
+        info.cache_seqlens = used_i32.expand(batch_size).contiguous()
     return _with_info(mask, info)
 
 
@@ -350,18 +354,43 @@ def _packed_call(q, k, v, cu_q, cu_k, kwargs, options):
 
 def _prefix_call(q, k, v, info: MaskInfo, options):
     """A static cache without padding: the first `used` slots of every row are real."""
-    if not isinstance(info.used, Tensor):
+    if info.cache_seqlens is None:  # `used` known on the host: a dense call on those keys
         n = int(info.used)
         return _fat.attention(q, k[:, :n], v[:, :n], **options)
-    if info.cu_seqlens is not None:  # batch 1: the length stays on the device (graph-safe)
-        cu_q, cu_k = info.cu_seqlens
-        out = _fat.attention(q[0], k[0], v[0], cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                             max_seqlen_q=q.shape[1], max_seqlen_k=k.shape[1], **options)
-        return out.unsqueeze(0)
-    if info.used_host is None:
-        info.used_host = int(info.used)  # one host read per forward
-    n = info.used_host
-    return _fat.attention(q, k[:, :n], v[:, :n], **options)
+    return _kv_cache_call(q, k, v, info.cache_seqlens, options)
+
+
+# KV-cache plans of the static-cache route for decode-sized queries (seqlen_q <= 16: decode and
+# speculative decoding, a handful of shapes), one per shape and option set, kept for the life of
+# the process and never evicted: a captured CUDA graph replays a plan's kernels and scratch.
+# Past _KV_PLANS_MAX shapes, and for longer queries (a prefill into the cache: a new shape per
+# prompt length), the call is an eager attention_with_kv_cache, which on CUDA reads
+# cache_seqlens back once per call (its value checks).
+_KV_PLANS: Dict[tuple, Any] = {}
+_KV_PLANS_MAX = 256
+_KV_PLAN_MAX_QUERIES = 16
+
+
+def _kv_cache_call(q: Tensor, k: Tensor, v: Tensor, cache_seqlens: Tensor, options) -> Tensor:
+    """Attention of q [batch, seqlen_q, heads, d] over the static cache k, v [batch, capacity,
+    kv_heads, d] (transposed views), its first cache_seqlens[b] slots filled (the new tokens
+    included), through fastattn's KV-cache attention: no append (transformers wrote the new K/V),
+    causal and window aligned to the end of each cache."""
+    import fastattn
+
+    window = options["window"]
+    arguments = dict(causal=options["causal"], window=window, softmax_scale=options["scale"],
+                     softcap=options["softcap"])
+    key = (q.device, q.dtype, tuple(q.shape), tuple(k.shape), options["causal"], window,
+           options["scale"], options["softcap"])
+    plan = _KV_PLANS.get(key)
+    if plan is None:
+        if q.shape[1] > _KV_PLAN_MAX_QUERIES or len(_KV_PLANS) >= _KV_PLANS_MAX:
+            return fastattn.attention_with_kv_cache(q, k, v, cache_seqlens, **arguments)
+        plan = fastattn.KVCachePlan(q, k, v, cache_seqlens, **arguments)
+        _KV_PLANS[key] = plan
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    return plan.run(q, k, v, cache_seqlens, out=out)
 
 
 def _padded_call(q, k, v, mask: Tensor, info: Optional[MaskInfo], windowed: bool, options):

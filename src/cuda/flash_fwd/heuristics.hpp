@@ -36,6 +36,7 @@
 #include "cuda/flash_fwd/split_layout.hpp"
 #include "cuda/flash_fwd_sm90/plan.hpp"
 #include "cuda/forward_path.hpp"
+#include "cuda/inference/kv_cache.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -60,7 +61,17 @@ struct ForwardShape {
   std::int64_t query_group = 1;  // query heads packed as rows per KV head (query_groups.hpp)
   bool varlen = false;
   bool tma_describes = true;  // q, k, v: layouts TMA can load (flash_fwd_sm90/plan.hpp)
+  // The KV-cache route (forward_uses_kv_cache_kernel): the call's seqlen_q before GQA packing,
+  // and, when non-empty, why the KV-cache kernel's row tile fits no ring of it in the device's
+  // opt-in shared memory per block (kv_cache_heuristics.hpp: kv_smem_decline_reason).
+  std::int64_t query_tokens = 0;
+  std::string kv_cache_unfit;
 };
+
+// Which kernel family runs a forward call: the flash kernels (kernel.cuh, kernel_decode.cuh,
+// the sm90 kernels, by path) or the KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh).
+// Typed, so the backend runs the plan without reading KernelChoice (a report) back.
+enum class ForwardKernel { flash, kv_cache };
 
 struct ForwardPlan {
   ForwardPath path = ForwardPath::sm80;
@@ -82,10 +93,10 @@ struct ForwardPlan {
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
-  // The KV-cache kernel (src/cuda/inference/kv_cache_kernel.cuh) runs the call instead
-  // (forward_uses_kv_cache_kernel); its plan's reason, for describe_plan.
-  bool kv_cache_kernel = false;
-  std::string kv_cache_reason;
+  ForwardKernel kernel = ForwardKernel::flash;
+  // kernel == kv_cache: the KV-cache kernel's launch plan (kernels resolved, scratch, reason),
+  // filled by cuda_backend.cu's forward_plan from the call.
+  KVCacheLaunch kv_cache;
   // Non-empty when forward_uses_kv_cache_kernel chose the KV-cache kernel but no ring of it fits
   // the device's opt-in shared memory per block (kv_cache_heuristics.hpp: kv_smem_decline_reason),
   // so the 16-row decode kernel above runs the call instead: why.
@@ -98,7 +109,8 @@ struct ForwardPlan {
 //    cp.async ring), their K/V taken as a contiguous cache (kv_cache_forward.hpp). Varlen calls
 //    and the sm75 / sm70 paths keep the kernels above; so do calls whose row tile fits no ring of
 //    the KV-cache kernel in the device's opt-in shared memory per block (sm86 / sm89 / sm120:
-//    101,376 B; d256), which cuda_backend.cu's forward_plan checks (ForwardPlan::kv_cache_declined).
+//    101,376 B; d256: ForwardShape::kv_cache_unfit, ForwardPlan::kv_cache_declined). plan_forward
+//    decides (ForwardPlan::kernel); cuda_backend.cu's forward_plan fills the KV-cache launch.
 inline bool forward_uses_kv_cache_kernel(ForwardPath path, bool varlen, std::int64_t seqlen_q) {
   return (path == ForwardPath::sm80 || path == ForwardPath::sm90) && !varlen && seqlen_q >= 1 &&
          seqlen_q <= kDecodeMaxSeqlenQ;
@@ -143,6 +155,7 @@ inline int forced_num_splits() {
 }
 
 inline ForwardPlan plan_forward(const ForwardShape& s);
+inline ForwardPlan plan_flash_forward(const ForwardShape& s);
 
 // Why the sm90 kernel does not serve a call, given the sm80 plan it would otherwise take; empty
 // when it does. The order is the report's: the first reason that applies.
@@ -192,12 +205,35 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   return plan;
 }
 
+// The route (5. above), then the flash plan: the one function that chooses a forward kernel.
 inline ForwardPlan plan_forward(const ForwardShape& s) {
+  const bool kv_route = forward_uses_kv_cache_kernel(s.path, s.varlen, s.query_tokens);
+  if (kv_route && s.kv_cache_unfit.empty()) {
+    ForwardPlan plan;
+    plan.kernel = ForwardKernel::kv_cache;
+    plan.path = ForwardPath::sm80;
+    plan.path_forced = s.path_forced;
+    plan.query_group = s.query_group;
+    plan.short_query = true;
+    plan.multiprocessors = std::max(s.multiprocessors, 1);
+    plan.ctas_per_sm = 1;
+    if (s.path == ForwardPath::sm90) plan.sm90_declined = "seqlen_q <= 16 runs the KV-cache decode kernel";
+    return plan;
+  }
+  ForwardPlan plan = plan_flash_forward(s);
+  if (kv_route) {
+    plan.kv_cache_declined = s.kv_cache_unfit;  // the 16-row decode kernel runs it
+    if (!plan.sm90_declined.empty()) plan.sm90_declined = "seqlen_q <= 16 runs an sm80 decode kernel";
+  }
+  return plan;
+}
+
+inline ForwardPlan plan_flash_forward(const ForwardShape& s) {
   if (s.path == ForwardPath::sm90) {
     ForwardShape base = s;
     base.path = ForwardPath::sm80;
     base.path_forced = false;
-    ForwardPlan fallback = plan_forward(base);
+    ForwardPlan fallback = plan_flash_forward(base);
     std::string why = sm90_decline_reason(s, fallback);
     if (why.empty()) return plan_forward_sm90(s);
     fallback.path_forced = s.path_forced;
@@ -252,11 +288,11 @@ inline ForwardPlan plan_forward(const ForwardShape& s) {
 
 // The plan in words, for KernelChoice::reason.
 inline std::string describe_plan(const ForwardPlan& plan) {
-  if (plan.kv_cache_kernel) {
+  if (plan.kernel == ForwardKernel::kv_cache) {
     return (plan.sm90_declined.empty() ? std::string()
                                        : "sm80 kernels on an sm90 device (" + plan.sm90_declined + "): ") +
            (plan.path_forced ? std::string("path forced by ") + kForwardPathEnv + ", " : std::string()) +
-           plan.kv_cache_reason;
+           plan.kv_cache.reason;
   }
   if (plan.path == ForwardPath::sm90) {
     return std::string("sm90 path (Hopper): TMA loads by a producer warp, wgmma in ") +

@@ -3,6 +3,5 @@
 #include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {
-template void run_kv_cache<__nv_bfloat16, 256>(const KVCacheParams&, int, int, KVCacheBeforeAttention,
-                                                 cudaStream_t);
+template KVCacheKernels kv_cache_kernels<__nv_bfloat16, 256>(int, int, bool);
 }  // namespace fastattn::cuda

@@ -3,6 +3,5 @@
 #include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {
-template void run_kv_cache<__half, 64>(const KVCacheParams&, int, int, KVCacheBeforeAttention,
-                                                 cudaStream_t);
+template KVCacheKernels kv_cache_kernels<__half, 64>(int, int, bool);
 }  // namespace fastattn::cuda

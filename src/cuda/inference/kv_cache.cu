@@ -74,7 +74,8 @@ void enqueue_append(const KVCacheParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const std::int64_t blocks = (chunks + kThreads - 1) / kThreads;
   kv_cache_append_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  check_launch("kv_cache_append_kernel");
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) check(status, "kernel launch", "kv_cache_append_kernel");
 }
 
 std::string int_text(std::int64_t x) { return std::to_string(x); }
@@ -175,29 +176,32 @@ bool head_dim_compiled(std::int64_t head_dim) {
 }
 
 template <typename Element>
-void run_for_dtype(const KVCacheParams& f, int rows_per_tile, int stages, KVCacheBeforeAttention before_attention,
-                   cudaStream_t stream) {
-  (void)f;
+KVCacheKernels kernels_for_dtype(int head_dim, int rows_per_tile, int stages, bool softcap) {
   (void)rows_per_tile;
   (void)stages;
-  (void)before_attention;
-  (void)stream;
-  switch (f.head_dim) {
+  (void)softcap;
+  switch (head_dim) {
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
-    case 64: return run_kv_cache<Element, 64>(f, rows_per_tile, stages, before_attention, stream);
+    case 64: return kv_cache_kernels<Element, 64>(rows_per_tile, stages, softcap);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
-    case 96: return run_kv_cache<Element, 96>(f, rows_per_tile, stages, before_attention, stream);
+    case 96: return kv_cache_kernels<Element, 96>(rows_per_tile, stages, softcap);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
-    case 128: return run_kv_cache<Element, 128>(f, rows_per_tile, stages, before_attention, stream);
+    case 128: return kv_cache_kernels<Element, 128>(rows_per_tile, stages, softcap);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
-    case 256: return run_kv_cache<Element, 256>(f, rows_per_tile, stages, before_attention, stream);
+    case 256: return kv_cache_kernels<Element, 256>(rows_per_tile, stages, softcap);
 #endif
     default: break;
   }
-  throw Error(ErrorCode::internal, "cuda kv_cache: no launcher for head_dim " + std::to_string(f.head_dim));
+  throw Error(ErrorCode::internal, "cuda kv_cache: no kernels for head_dim " + std::to_string(head_dim));
+}
+
+// A launch's status; the error text (a std::string) is built only on failure, so a run makes no
+// allocation.
+void check_kv_launch(cudaError_t status, const char* kernel) {
+  if (status != cudaSuccess) check(status, "cudaLaunchKernel", kernel);
 }
 
 }  // namespace
@@ -256,7 +260,13 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   l.rows_per_tile = tile.rows;
   l.block_k = block_n;
   l.stages = stages;
-  l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
+  l.combine = kv_combine_for(split.splits);
+  l.scratch_bytes = kv_scratch_bytes(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim, row_blocks);
+  if (l.combine == KVCombine::fused) {
+    l.counter_offset = kv_counter_offset(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
+    l.counter_bytes = kv_counter_bytes(p.batch, p.num_kv_heads, row_blocks);
+  }
+  kv_cache_select_kernels(kp, l);
   l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
              (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
              (kp.is_paged() ? ".paged" : "") + (split.splits > 1 ? ".split" + std::to_string(split.splits) : "");
@@ -264,13 +274,17 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
       group > 1 ? int_text(group) + " query heads x " + int_text(p.seqlen_q) + " tokens = " + int_text(rows) +
                       " rows per KV head (K/V read once per " + std::to_string(tile.rows) + "-row tile)"
                 : int_text(p.seqlen_q) + " tokens = " + int_text(rows) + " rows per head";
+  const bool small_pages = kp.is_paged() && block_n % kp.page_size == 0 && block_n / kp.page_size <= 32;
   const std::string loads =
-      kp.is_paged()
-          ? (kp.page_size % block_n == 0 ? "paged, whole-page tiles (one block-table read per " +
-                                               std::to_string(block_n) + "-key tile)"
-                                         : "paged, page size " + int_text(kp.page_size) +
-                                               ": per-row 16-byte cp.async gathers")
-          : std::string("contiguous cache");
+      !kp.is_paged()                 ? std::string("contiguous cache")
+      : kp.page_size % block_n == 0  ? "paged, whole-page tiles (one block-table read per " + std::to_string(block_n) +
+                                          "-key tile)"
+      : small_pages                  ? "paged, page size " + int_text(kp.page_size) + ": " +
+                                          int_text(block_n / kp.page_size) + " pages per " + std::to_string(block_n) +
+                                          "-key tile, one block-table read per page shared by warp shuffles, "
+                                          "16-byte cp.async gathers per row"
+                                     : "paged, page size " + int_text(kp.page_size) +
+                                          ": per-row block-table reads and 16-byte cp.async gathers";
   l.reason = std::string(p.seqlen_q > kDecodeMaxSeqlenQ ? "chunked prefill on the KV-cache kernel (paged loads in "
                                                           "the kernel, no gather), "
                                                         : "KV-cache decode kernel, ") +
@@ -282,24 +296,54 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
                                            " bytes exceed the device's opt-in " + std::to_string(smem_limit) +
                                            " bytes per block)"
                                      : std::string()) +
-             "; GQA packing: " + packing + "; " + loads + "; " + split.reason;
+             "; GQA packing: " + packing + "; " + loads + "; " + split.reason +
+             (split.splits > 1 ? std::string(", ") + kv_combine_text(l.combine) : std::string());
   return l;
 }
 
-void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch) {
+void kv_cache_select_kernels(const KVCacheProblem& kp, KVCacheLaunch& launch) {
+  const AttentionProblem& p = kp.attn;
+  const int d = static_cast<int>(p.head_dim);
+  const bool softcap = p.softcap > 0.0f;
+  launch.kernels = p.dtype == DType::bf16
+                       ? kernels_for_dtype<__nv_bfloat16>(d, launch.rows_per_tile, launch.stages, softcap)
+                       : kernels_for_dtype<__half>(d, launch.rows_per_tile, launch.stages, softcap);
+  const DeviceGuard device_guard(p.device.index);
+  check(cudaFuncSetAttribute(launch.kernels.attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             launch.kernels.attention_smem_bytes),
+        "cudaFuncSetAttribute", "kv_cache_attention_kernel, " + std::to_string(launch.rows_per_tile) + " rows, " +
+                                    std::to_string(launch.stages) + " stages");
+  launch.device = p.device.index;
+}
+
+void kv_cache_zero_counters(const KVCacheLaunch& launch, void* scratch, int device) {
+  if (launch.counter_bytes == 0 || scratch == nullptr) return;
+  const DeviceGuard device_guard(device);
+  FASTATTN_CUDA_CHECK(cudaMemset(static_cast<unsigned char*>(scratch) + launch.counter_offset, 0, launch.counter_bytes));
+}
+
+// A run: checks of the views against the plan (integer compares; text only on failure), the
+// parameters, then the append, the counters' memset (fresh scratch) and the attention (with its
+// fused combine, or then the combine kernel), launched from the plan's kernel pointers. No
+// allocation, no host synchronisation, no cudaFuncSetAttribute.
+void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, void* scratch, KVScratch state) {
   const AttentionProblem& p = kp.attn;
   check_kernel_limits(kp);
   const std::int64_t rows = p.group_size() * p.seqlen_q;
   const KVRowTile tile = kv_row_tile(rows, static_cast<int>(p.head_dim));
-  const int stages = launch.stages > 0 ? launch.stages : kv_stages(static_cast<int>(p.head_dim));
   if (launch.rows_per_tile != tile.rows || launch.num_splits < 1 || launch.num_splits > kKVMaxSplits ||
-      !kv_stages_valid(tile, static_cast<int>(p.head_dim), stages)) {
+      launch.kernels.attention == nullptr || launch.kernels.softcap != (p.softcap > 0.0f) ||
+      launch.device != p.device.index) {
     throw Error(ErrorCode::internal, "cuda kv_cache: the launch (" + std::to_string(launch.rows_per_tile) + " rows, " +
-                                         std::to_string(stages) + " stages, " + std::to_string(launch.num_splits) +
-                                         " splits) was planned for another shape");
+                                         std::to_string(launch.num_splits) + " splits, device " +
+                                         std::to_string(launch.device) + ") was planned for another shape or device");
   }
   if (launch.num_splits > 1 && scratch == nullptr) {
     throw Error(ErrorCode::internal, "cuda kv_cache: a split launch needs its scratch");
+  }
+  const bool fused = launch.num_splits > 1 && launch.combine == KVCombine::fused;
+  if (fused && (launch.counter_bytes == 0 || launch.counter_offset + launch.counter_bytes > launch.scratch_bytes)) {
+    throw Error(ErrorCode::internal, "cuda kv_cache: the fused combine's counters do not fit the planned scratch");
   }
   check_row_alignment(p.q.data, used_strides(p.q.stride, p.batch, p.seqlen_q), "q");
   check_row_alignment(p.out.data, used_strides(p.out.stride, p.batch, p.seqlen_q), "out");
@@ -329,16 +373,30 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
                                               ")");
     }
   }
-  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0) {
-    enqueue_append(f, stream);  // no attention: nothing else can fail
-    return;
-  }
+  if (fused) f.split_counters = reinterpret_cast<int*>(static_cast<unsigned char*>(scratch) + launch.counter_offset);
   // The append runs first on the same stream (the attention reads the new tokens after they
-  // land), enqueued by run_kv_cache after the attention's cudaFuncSetAttribute and checks.
-  if (p.dtype == DType::bf16) {
-    run_for_dtype<__nv_bfloat16>(f, tile.rows, stages, enqueue_append, stream);
-  } else {
-    run_for_dtype<__half>(f, tile.rows, stages, enqueue_append, stream);
+  // land); nothing after it can fail before the attention's launch but the memset and the
+  // launch themselves.
+  enqueue_append(f, stream);
+  if (p.batch == 0 || p.seqlen_q == 0 || p.num_heads == 0 || p.num_kv_heads == 0) return;
+  if (fused && state == KVScratch::fresh) {
+    const cudaError_t status = cudaMemsetAsync(f.split_counters, 0, launch.counter_bytes, stream);
+    if (status != cudaSuccess) check(status, "cudaMemsetAsync", "kv_cache split counters");
+  }
+  void* args[] = {&f};
+  // grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler.
+  const dim3 grid(static_cast<unsigned>(f.row_blocks) * static_cast<unsigned>(f.num_splits),
+                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
+  check_kv_launch(cudaLaunchKernel(launch.kernels.attention, grid, dim3(launch.kernels.attention_threads), args,
+                                   static_cast<std::size_t>(launch.kernels.attention_smem_bytes), stream),
+                  "kv_cache_attention_kernel");
+  if (launch.num_splits > 1 && !fused) {
+    const int per_cta = launch.kernels.combine_rows_per_cta;
+    const dim3 combine_grid(static_cast<unsigned>((f.rows + per_cta - 1) / per_cta),
+                            static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
+    check_kv_launch(cudaLaunchKernel(launch.kernels.combine, combine_grid, dim3(launch.kernels.combine_threads), args,
+                                     0, stream),
+                    "kv_cache_combine_kernel");
   }
 }
 

@@ -9,7 +9,8 @@
 //   oaccum   (splits, batch, kv_heads, rows, head_dim) f32
 //   lseaccum (splits, batch, kv_heads, rows) f32
 // One warp per packed row; lane l reads float4 chunks l, l + 32, ... of each split's row.
-// Grid (ceil(rows / kKVCombineWarps), kv_heads, batch).
+// The combine kernel's grid: (ceil(rows / kKVCombineWarps), kv_heads, batch). The fused form
+// (kv_cache_heuristics.hpp: KVCombine::fused) runs the same rows in the attention kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,38 +26,36 @@ namespace fastattn::cuda {
 
 constexpr int kKVCombineWarps = 4;
 
+// One packed row of (batch, kv_head): its splits' lse and partial rows merged into out (and
+// lse), by one warp; weight: this warp's kKVMaxSplits floats of shared memory. The combine
+// kernel and the fused combine (kv_cache_kernel.cuh, the last split of a row block) both call
+// it, so the two give the same bits. Partials are read through L2 (__ldcg): in the fused form
+// other SMs wrote them during this launch.
 template <typename Element, int kHeadDim>
-__global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(const KVCacheParams p) {
+__device__ __forceinline__ void kv_combine_row(const KVCacheParams& p, int batch, int kv_head, int row, float* weight,
+                                               int lane) {
   static_assert(kHeadDim % 4 == 0, "rows are read as float4");
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kQuadsPerLane = (kQuads + 31) / 32;
-  // weight[warp][s]: this warp's row's lse_s, then exp(lse_s - lse).
-  __shared__ float weight[kKVCombineWarps][kKVMaxSplits];
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kKVCombineWarps + warp;
-  const int kv_head = blockIdx.y, batch = blockIdx.z;
-  if (row >= p.rows) return;  // warp-uniform; no block-wide barrier follows
-
   const int num_splits = p.num_splits;
   const int64_t split_stride = static_cast<int64_t>(p.batch) * p.num_kv_heads * p.rows;  // rows per split
   const int64_t row0 = (static_cast<int64_t>(batch) * p.num_kv_heads + kv_head) * p.rows + row;
 
   float max_lse = -INFINITY;
   for (int s = lane; s < num_splits; s += 32) {
-    const float l = p.lseaccum[row0 + s * split_stride];
-    weight[warp][s] = l;
+    const float l = __ldcg(p.lseaccum + row0 + s * split_stride);
+    weight[s] = l;
     max_lse = fmaxf(max_lse, l);
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
   const bool empty = max_lse == -INFINITY;
   float sum = 0.0f;
-  for (int s = lane; s < num_splits; s += 32) sum += empty ? 0.0f : expf(weight[warp][s] - max_lse);
+  for (int s = lane; s < num_splits; s += 32) sum += empty ? 0.0f : expf(weight[s] - max_lse);
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   const float lse = empty ? -INFINITY : max_lse + logf(sum);
-  for (int s = lane; s < num_splits; s += 32) weight[warp][s] = empty ? 0.0f : expf(weight[warp][s] - lse);
+  for (int s = lane; s < num_splits; s += 32) weight[s] = empty ? 0.0f : expf(weight[s] - lse);
   __syncwarp();
 
   float4 acc[kQuadsPerLane];
@@ -64,14 +63,14 @@ __global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(
   for (int c = 0; c < kQuadsPerLane; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
   for (int s = 0; s < num_splits; ++s) {
-    const float w = weight[warp][s];
+    const float w = weight[s];
     if (w == 0.0f) continue;  // warp-uniform
     const float4* o_row = reinterpret_cast<const float4*>(p.oaccum + (row0 + s * split_stride) * kHeadDim);
 #pragma unroll
     for (int c = 0; c < kQuadsPerLane; ++c) {
       const int quad = lane + 32 * c;
       if (quad < kQuads) {
-        const float4 v = o_row[quad];
+        const float4 v = __ldcg(o_row + quad);
         acc[c].x += w * v.x;
         acc[c].y += w * v.y;
         acc[c].z += w * v.z;
@@ -79,6 +78,7 @@ __global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(
       }
     }
   }
+  __syncwarp();  // weight[] is reused by the warp's next row
 
   const int token = row / p.group, head = kv_head * p.group + row % p.group;
   if (p.out_f32) {  // the cooperative step's unrounded partial (kv_cache_params.hpp: out_f32)
@@ -107,6 +107,16 @@ __global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(
   if (p.lse != nullptr && lane == 0) {
     p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + token * p.lse_token_stride] = lse;
   }
+}
+
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kKVCombineWarps * 32) kv_cache_combine_kernel(const KVCacheParams p) {
+  // weight[warp][s]: this warp's row's lse_s, then exp(lse_s - lse).
+  __shared__ float weight[kKVCombineWarps][kKVMaxSplits];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kKVCombineWarps + warp;
+  if (row >= p.rows) return;  // warp-uniform; no block-wide barrier follows
+  kv_combine_row<Element, kHeadDim>(p, blockIdx.z, blockIdx.y, row, weight[warp], lane);
 }
 
 }  // namespace fastattn::cuda

@@ -108,8 +108,31 @@ inline std::string kv_smem_decline_reason(const KVRowTile& t, int head_dim, int 
          " bytes per block";
 }
 
+// How the split partials are merged (kv_cache_combine.cuh):
+//   fused:    the last CTA of each (batch, KV head, row block) to finish, found by an atomic
+//             arrival counter in the scratch, merges the partials of every split in split order
+//             (so the result does not depend on which CTA is last: deterministic, and the same
+//             arithmetic as the combine kernel, kv_combine_row) and resets the counter for the
+//             next launch. One launch instead of two: the combine kernel's launch and its gap
+//             behind the attention kernel are a fixed cost per call of a few microseconds, which
+//             is what separates fastattn from cuDNN on small one-token calls (b1, few CTAs;
+//             docs/inference.md). The counters must be zero before a launch: a plan zeroes
+//             them once when it is made (runs leave them zero), an eager call zeroes them with
+//             a memset node before the attention.
+//   separate: the combine kernel (one warp per packed row), launched after the attention.
+// The plan takes fused whenever it splits; separate stays for benchmarks and tests
+// (KVCacheLaunch::combine) and is the one-line fallback here.
+enum class KVCombine { none, fused, separate };
+inline KVCombine kv_combine_for(int splits) { return splits > 1 ? KVCombine::fused : KVCombine::none; }
+inline const char* kv_combine_text(KVCombine c) {
+  return c == KVCombine::fused      ? "partials merged in the attention kernel by the last split to finish"
+         : c == KVCombine::separate ? "partials merged by a combine kernel"
+                                    : "no partials";
+}
+
 // Split partials (kv_cache_combine.cuh): oaccum (splits, batch, kv_heads, rows, head_dim) f32,
-// then lseaccum (splits, batch, kv_heads, rows) f32, each 256-byte aligned.
+// then lseaccum (splits, batch, kv_heads, rows) f32, then the fused combine's arrival counters
+// (batch, kv_heads, row blocks) int32, each 256-byte aligned.
 inline std::size_t kv_partial_rows(int splits, std::int64_t batch, std::int64_t kv_heads, std::int64_t rows) {
   return static_cast<std::size_t>(splits) * static_cast<std::size_t>(batch) * static_cast<std::size_t>(kv_heads) *
          static_cast<std::size_t>(rows);
@@ -118,11 +141,21 @@ inline std::size_t kv_lse_offset(int splits, std::int64_t batch, std::int64_t kv
                                  std::int64_t head_dim) {
   return scratch_align(kv_partial_rows(splits, batch, kv_heads, rows) * static_cast<std::size_t>(head_dim) * 4);
 }
-inline std::size_t kv_scratch_bytes(int splits, std::int64_t batch, std::int64_t kv_heads, std::int64_t rows,
-                                    std::int64_t head_dim) {
-  if (splits <= 1) return 0;
+inline std::size_t kv_counter_offset(int splits, std::int64_t batch, std::int64_t kv_heads, std::int64_t rows,
+                                     std::int64_t head_dim) {
   return kv_lse_offset(splits, batch, kv_heads, rows, head_dim) +
          scratch_align(kv_partial_rows(splits, batch, kv_heads, rows) * 4);
+}
+inline std::size_t kv_counter_bytes(std::int64_t batch, std::int64_t kv_heads, std::int64_t row_blocks) {
+  return static_cast<std::size_t>(batch) * static_cast<std::size_t>(kv_heads) * static_cast<std::size_t>(row_blocks) *
+         sizeof(std::int32_t);
+}
+// row_blocks: ceil(rows / rows per tile), for the counters (0: none counted).
+inline std::size_t kv_scratch_bytes(int splits, std::int64_t batch, std::int64_t kv_heads, std::int64_t rows,
+                                    std::int64_t head_dim, std::int64_t row_blocks = 0) {
+  if (splits <= 1) return 0;
+  return kv_counter_offset(splits, batch, kv_heads, rows, head_dim) +
+         scratch_align(kv_counter_bytes(batch, kv_heads, row_blocks));
 }
 
 // What the split count depends on.
@@ -173,8 +206,7 @@ inline KVSplitChoice choose_kv_splits(const KVSplitShape& s) {
   } else {
     c.reason = fill + ": " + std::to_string(c.splits) + " key splits of <= " +
                std::to_string((s.tiles + c.splits - 1) / c.splits) + " of " + std::to_string(s.tiles) +
-               " tiles, one wave (tiles per split + 1 per CTA + 2 for the combine, least), partials merged by a "
-               "combine kernel";
+               " tiles, one wave (tiles per split + 1 per CTA + 2 for the combine, least)";
   }
   return c;
 }

@@ -40,7 +40,7 @@ void kv_cache_eager(const KVCacheProblem& p, const KVCacheLaunch& launch) {
 
 void kv_cache_run(const KVCacheProblem& p, const KVCacheLaunch& launch, void* scratch) {
   const DeviceGuard device_guard(p.attn.device.index);
-  kv_cache_forward(p, launch, scratch);
+  kv_cache_forward(p, launch, scratch, KVScratch::counters_zeroed);  // zeroed by the plan
 }
 
 KVCachePlanScratch::KVCachePlanScratch(int device, std::size_t bytes) : device_(device) {

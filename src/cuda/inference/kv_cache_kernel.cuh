@@ -14,7 +14,8 @@
 // page b), so any page size works; when page_size is a multiple of kBlockN a tile lies in one
 // page and takes one block-table read, else each row looks its page up. The page numbers of the
 // tile after next are read one iteration ahead (registers), so the block-table read is off the
-// critical path. Keys at or past the cache length are zero-filled, never read.
+// critical path; small pages that divide the tile (16) are read once per page and shared by warp
+// shuffles. Keys at or past the cache length are zero-filled, never read.
 //
 // Masks: causal / window positions are aligned to each sequence's cache length (bottom-right:
 // query token t sits at key position len - seqlen_q + t); a tile that every row sees whole skips
@@ -29,6 +30,7 @@
 #include "common/mask.hpp"
 #include "cuda/flash_fwd/softmax.cuh"
 #include "cuda/flash_fwd/tile_ops.cuh"
+#include "cuda/inference/kv_cache_combine.cuh"
 #include "cuda/inference/kv_cache_heuristics.hpp"
 #include "cuda/inference/kv_cache_pages.cuh"
 #include "cuda/inference/kv_cache_params.hpp"
@@ -77,6 +79,7 @@ struct KVCacheTraits {
   static constexpr int kSmemBytes = kv_smem_bytes(kTile, kHeadDim, kStages);
   static_assert(kSmemBytes >= kSmemQ + kStages * kSmemStage, "the ring fits");
   static_assert(kSmemBytes >= kSmemQ + kKeyWarps * kBlockM * (kOStride + 1) * 4, "the epilogue fits");
+  static_assert(kSmemBytes >= kSmemQ + kWarps * kKVMaxSplits * 4, "the fused combine's weights fit");
   static constexpr int kCopyIters = kBlockN * kChunks / kThreads;  // 16-byte copies per thread per tensor
   static_assert(kBlockN * kChunks % kThreads == 0, "whole copy passes");
   static constexpr int kMinCtasPerSm = kv_launch_ctas_per_sm(kTile, kStages);
@@ -120,6 +123,24 @@ struct TileRows {
       for (int it = 0; it < T::kCopyIters; ++it) {
         page[it] = first;
         row[it] = in_page + tile_row(it, tid);
+      }
+    } else if (T::kBlockN % p.page_size == 0 && T::kBlockN / p.page_size <= 32) {
+      // Whole small pages per tile (page size 2..32 at 64-key tiles, e.g. 16): the tile starts
+      // on a page boundary and holds kBlockN / page_size pages; lane i of each warp reads the
+      // table entry of page i once and the copies take theirs by shuffle, instead of every copy
+      // reading its own (8 table reads per thread per tile at d 128; L1 hits, but each on the
+      // address path of the tile after next). fetch runs on every thread of the CTA, so the
+      // warps are whole for the shuffles.
+      const int first = k0 / p.page_size;
+      const int used = (len + p.page_size - 1) / p.page_size;  // pages holding keys: never past them
+      const int lane = tid % 32;
+      const int entry = lane < T::kBlockN / p.page_size && first + lane < used ? kv_page(p, b, first + lane) : 0;
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) {
+        const int r = tile_row(it, tid);
+        const int j = r / p.page_size;  // page of the tile, < 32; rows past len are not read
+        page[it] = __shfl_sync(0xffffffffu, entry, j);
+        row[it] = r - j * p.page_size;
       }
     } else {
 #pragma unroll
@@ -386,6 +407,32 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attent
       const int64_t part = ((static_cast<int64_t>(split) * p.batch + batch) * p.num_kv_heads + kv_head) * p.rows + row;
       *reinterpret_cast<float4*>(p.oaccum + part * T::kHeadDim + c * 4) = o;
       if (c == 0) p.lseaccum[part] = row_lse;
+    }
+  }
+
+  // ---- fused combine: the last split of this (batch, KV head, row block) merges them all -----
+  // (kv_cache_heuristics.hpp: KVCombine::fused). The classic fence-then-count pattern: every
+  // thread's partial stores are made visible device-wide, then one arrival per CTA is counted;
+  // the CTA that counts last reads every split's partials (in split order: the result does not
+  // depend on which CTA is last) and zeroes the counter for the next launch.
+  if (p.num_splits > 1 && p.split_counters != nullptr) {
+    __threadfence();
+    __syncthreads();
+    int* last_flag = reinterpret_cast<int*>(smem);  // the Q tile's space: free after the main loop
+    if (tid == 0) {
+      int* counter =
+          p.split_counters + (static_cast<int64_t>(batch) * p.num_kv_heads + kv_head) * p.row_blocks + row_block;
+      const int last = atomicAdd(counter, 1) == p.num_splits - 1;
+      if (last) *counter = 0;  // every split has arrived
+      *last_flag = last;
+    }
+    __syncthreads();
+    if (*last_flag == 0) return;  // CTA-uniform
+    __threadfence();  // order the reads below after the other splits' arrivals
+    // weight: kKVMaxSplits floats per warp, in the epilogue's space (its reads are done).
+    float* weight = reinterpret_cast<float*>(smem + T::kSmemQ) + warp * kKVMaxSplits;
+    for (int row = r0 + warp; row < r1; row += T::kWarps) {
+      kv_combine_row<E, T::kHeadDim>(p, batch, kv_head, row, weight, lane);
     }
   }
 }

@@ -1,13 +1,13 @@
-// kv_cache_launch.cuh — the KV-cache attention launcher per (element, head_dim): the row tile
-// the plan chose, soft-cap or not, then the combine kernel when the keys are split. Included
-// only by the generated units (src/cuda/generated/flash_kvc_sm80_*.cu, tools/gen_cuda_kernels.py).
+// kv_cache_launch.cuh — the KV-cache attention's kernels per (element, head_dim), resolved on the
+// host once per launch plan (kv_cache_run.hpp): the row tile and ring the plan chose, soft-cap
+// or not, and the combine kernel for split keys. Included only by the generated units
+// (src/cuda/generated/flash_kvc_sm80_*.cu, tools/gen_cuda_kernels.py).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "cuda/common/cuda_check.hpp"
 #include "cuda/inference/kv_cache_combine.cuh"
 #include "cuda/inference/kv_cache_kernel.cuh"
 #include "cuda/inference/kv_cache_run.hpp"
@@ -15,46 +15,36 @@
 
 namespace fastattn::cuda {
 
-// grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler. The shared
-// memory attribute is set (and can fail) before before_attention enqueues anything.
 template <class T>
-void launch_kv_cache_attention(const KVCacheParams& p, KVCacheBeforeAttention before_attention, cudaStream_t stream) {
-  auto kernel = p.softcap > 0.0f ? kv_cache_attention_kernel<T, true> : kv_cache_attention_kernel<T, false>;
-  const dim3 grid(static_cast<unsigned>(p.row_blocks) * static_cast<unsigned>(p.num_splits),
-                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
-  const std::string name = "kv_cache_attention_kernel<d" + std::to_string(T::kHeadDim) + ", " +
-                           std::to_string(T::kBlockM) + " rows x " + std::to_string(T::kBlockN) + " keys, " +
-                           std::to_string(T::kStages) + " stages, " +
-                           std::to_string(p.num_splits) + " splits>";
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
-        "cudaFuncSetAttribute", name);
-  if (before_attention != nullptr) before_attention(p, stream);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
-  check_launch(name);
+KVCacheKernels kv_cache_kernels_of(bool softcap) {
+  KVCacheKernels k;
+  k.attention = softcap ? reinterpret_cast<const void*>(kv_cache_attention_kernel<T, true>)
+                        : reinterpret_cast<const void*>(kv_cache_attention_kernel<T, false>);
+  k.combine = reinterpret_cast<const void*>(kv_cache_combine_kernel<typename T::Element, T::kHeadDim>);
+  k.attention_threads = T::kThreads;
+  k.attention_smem_bytes = T::kSmemBytes;
+  k.combine_threads = kKVCombineWarps * 32;
+  k.combine_rows_per_cta = kKVCombineWarps;
+  k.softcap = softcap;
+  return k;
 }
 
-// The kRows-row tile with the ring `stages` (run_kv_cache checked it is one of the tile's).
+// The kRows-row tile with the ring `stages` (kv_cache_kernels checked it is one of the tile's).
 template <typename Element, int kHeadDim, int kRows>
-void launch_kv_cache_rows(const KVCacheParams& p, int stages, KVCacheBeforeAttention before_attention,
-                          cudaStream_t stream) {
+KVCacheKernels kv_cache_kernels_rows(int stages, bool softcap) {
   constexpr int kDeep = kv_deep_stages(kHeadDim);
   constexpr int kReduced = kv_reduced_stages(kHeadDim);
   if constexpr (kRows == 16 && kDeep != 0) {
-    if (stages == kDeep) {
-      return launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(p, before_attention, stream);
-    }
+    if (stages == kDeep) return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(softcap);
   }
   if constexpr (kReduced != 0) {
-    if (stages == kReduced) {
-      return launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, kRows, kReduced>>(p, before_attention, stream);
-    }
+    if (stages == kReduced) return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows, kReduced>>(softcap);
   }
-  launch_kv_cache_attention<KVCacheTraits<Element, kHeadDim, kRows>>(p, before_attention, stream);
+  return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows>>(softcap);
 }
 
 template <typename Element, int kHeadDim>
-void run_kv_cache(const KVCacheParams& p, int rows_per_tile, int stages, KVCacheBeforeAttention before_attention,
-                  cudaStream_t stream) {
+KVCacheKernels kv_cache_kernels(int rows_per_tile, int stages, bool softcap) {
   constexpr int kDeep = kv_deep_stages(kHeadDim);
   constexpr int kReduced = kv_reduced_stages(kHeadDim);
   if (stages != kv_stages(kHeadDim) && !(kReduced != 0 && stages == kReduced) &&
@@ -62,31 +52,19 @@ void run_kv_cache(const KVCacheParams& p, int rows_per_tile, int stages, KVCache
     throw Error(ErrorCode::internal, "kv_cache: no " + std::to_string(stages) + "-stage ring for " +
                                          std::to_string(rows_per_tile) + " rows at head_dim " + std::to_string(kHeadDim));
   }
-  if (p.batch == 0 || p.rows == 0 || p.num_kv_heads == 0) {
-    if (before_attention != nullptr) before_attention(p, stream);
-    return;
-  }
   switch (rows_per_tile) {
-    case 16: launch_kv_cache_rows<Element, kHeadDim, 16>(p, stages, before_attention, stream); break;
-    case 32: launch_kv_cache_rows<Element, kHeadDim, 32>(p, stages, before_attention, stream); break;
-    case 64: launch_kv_cache_rows<Element, kHeadDim, 64>(p, stages, before_attention, stream); break;
+    case 16: return kv_cache_kernels_rows<Element, kHeadDim, 16>(stages, softcap);
+    case 32: return kv_cache_kernels_rows<Element, kHeadDim, 32>(stages, softcap);
+    case 64: return kv_cache_kernels_rows<Element, kHeadDim, 64>(stages, softcap);
     case 128:
       if constexpr (kv_max_rows_per_tile(kHeadDim) >= 128) {
-        launch_kv_cache_rows<Element, kHeadDim, 128>(p, stages, before_attention, stream);
-        break;
+        return kv_cache_kernels_rows<Element, kHeadDim, 128>(stages, softcap);
       }
-      [[fallthrough]];
-    default:
-      throw Error(ErrorCode::internal, "kv_cache: no " + std::to_string(rows_per_tile) + "-row tile at head_dim " +
-                                           std::to_string(kHeadDim));
+      break;
+    default: break;
   }
-  if (p.num_splits > 1) {
-    const dim3 grid(static_cast<unsigned>((p.rows + kKVCombineWarps - 1) / kKVCombineWarps),
-                    static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
-    kv_cache_combine_kernel<Element, kHeadDim><<<grid, kKVCombineWarps * 32, 0, stream>>>(p);
-    check_launch("kv_cache_combine_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(p.num_splits) +
-                 " splits>");
-  }
+  throw Error(ErrorCode::internal, "kv_cache: no " + std::to_string(rows_per_tile) + "-row tile at head_dim " +
+                                       std::to_string(kHeadDim));
 }
 
 }  // namespace fastattn::cuda

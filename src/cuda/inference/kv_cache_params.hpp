@@ -60,6 +60,10 @@ struct KVCacheParams {
   float* oaccum;   // (splits, batch, kv_heads, rows, head_dim) f32
   float* lseaccum; // (splits, batch, kv_heads, rows) f32
   bool out_f32;    // out is f32 (KVCacheProblem::out_f32: the cooperative step's partials)
+  // Fused combine (kv_cache_heuristics.hpp: KVCombine::fused): arrival counters (batch,
+  // kv_heads, row_blocks), zero before the launch and left zero after it; null: the combine
+  // kernel merges the splits.
+  int* split_counters;
 };
 
 }  // namespace fastattn::cuda
