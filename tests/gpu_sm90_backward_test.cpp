@@ -14,16 +14,22 @@
 //     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
 //     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
 //   * calls it does not serve (not opted in, varlen, head dims without a unit) run the sm80
-//     backward and the reason says why.
+//     backward and the reason says why;
+//   * d = 256 (its own tile: 64 keys, the MMA warpgroups split dK/dV's columns; atomic dQ only):
+//     odd shapes, causal with seqlen_q != seqlen_k, GQA, soft-cap, windows, deterministic
+//     bitwise over 10 runs, bulk requested (runs atomic). Skipped when the build has no d = 256
+//     or kSm90BackwardHeadDims (flash_bwd_sm90/plan.hpp) leaves it out.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "harness/harness.hpp"
 #include "harness/tensors.hpp"
 #include "reference/reference.hpp"
@@ -262,6 +268,78 @@ TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
   }
 }
 
+// d = 256: a smaller set than the other dims (the float64 reference and the naive bound cost
+// 4x d = 64's per element), covering the column split's own paths: both warpgroups' halves of
+// dK/dV/dQ, the shared dS^T store, masks on partial 64-key blocks, GQA sums, the semaphores.
+class CudaSm90BackwardHeadDim256 : public CudaSm90Backward {
+ protected:
+  void SetUp() override {
+    CudaSm90Backward::SetUp();
+    if (IsSkipped()) return;
+    const std::vector<int> built = build_info().cuda_head_dims;
+    if (std::find(built.begin(), built.end(), 256) == built.end()) GTEST_SKIP() << "no d = 256 in this build";
+    if (!cuda::sm90_backward_has_head_dim(256)) GTEST_SKIP() << "kSm90BackwardHeadDims leaves d = 256 out";
+  }
+};
+
+std::vector<std::string> head_dim_256_shapes(const char* dtype) {
+  const std::string t = std::string(" d=256 dtype=") + dtype;
+  return {
+      "b=1 sq=1 sk=1 h=2 hkv=2" + t + " mask=none",
+      "b=2 sq=1 sk=777 h=2 hkv=1" + t + " mask=none",
+      "b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=none",
+      "b=1 sq=65 sk=63 h=2 hkv=2" + t + " mask=none",
+      "b=1 sq=17 sk=300 h=2 hkv=1" + t + " mask=causal align=bottom_right",
+      "b=1 sq=1023 sk=1023 h=1 hkv=1" + t + " mask=causal",
+      "b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right",  // rows that see no key
+      "b=1 sq=65 sk=1000 h=2 hkv=2" + t + " mask=causal align=top_left",     // keys no query sees
+      "b=1 sq=700 sk=300 h=4 hkv=2" + t + " mask=causal align=top_left",
+      "b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=none",    // GQA 7:1
+      "b=1 sq=300 sk=300 h=8 hkv=2" + t + " mask=causal",  // GQA 4:1, 2 KV heads
+      "b=1 sq=257 sk=513 h=3 hkv=1" + t + " mask=window wl=40 wr=7 softcap=30",
+      "b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right",
+      "b=1 sq=200 sk=333 h=2 hkv=1" + t + " mask=causal scale=-0.09",
+      "b=1 sq=256 sk=256 h=2 hkv=2" + t + " mask=none qk_std=4",
+  };
+}
+
+TEST_F(CudaSm90BackwardHeadDim256, OddShapesMatchFloat64) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    for (const std::string& text : head_dim_256_shapes(dtype)) expect_sm90_backward(text);
+  }
+}
+
+// FASTATTN_CUDA_SM90_BWD_DQ=bulk: d = 256 has no room for the staging tile, runs atomic dQ and
+// says so.
+TEST_F(CudaSm90BackwardHeadDim256, BulkRequestedRunsAtomic) {
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  for (const std::string& text : {std::string("b=1 sq=300 sk=65 h=2 hkv=1 d=256 dtype=bf16 mask=causal align=bottom_right"),
+                                  std::string("b=1 sq=129 sk=200 h=2 hkv=2 d=256 dtype=bf16 mask=none det=1")}) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda);
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.backward_choice.isa, "sm90") << r.backward_choice.describe();
+    EXPECT_NE(r.backward_choice.reason.find("red.global.add.v2"), std::string::npos) << r.backward_choice.describe();
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim256, DeterministicIsBitwiseRepeatable) {
+  for (const std::string& text : {std::string("b=2 sq=700 sk=900 h=4 hkv=2 d=256 dtype=bf16 mask=causal det=1"),
+                                  std::string("b=1 sq=600 sk=800 h=2 hkv=2 d=256 dtype=f16 mask=window wl=130 wr=20 det=1"),
+                                  std::string("b=1 sq=512 sk=1024 h=4 hkv=1 d=256 dtype=bf16 mask=none det=1")}) {
+    expect_sm90_backward(text);
+    harness::CaseData data(harness::parse_case(text));
+    const reference::ForwardResult ref = reference::forward_f64(data.problem());
+    data.set_forward_outputs(ref.out, ref.lse);
+    data.run_backward(Backend::cuda);
+    const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+    for (int run = 1; run < 10; ++run) {
+      data.run_backward(Backend::cuda);
+      EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+          << text << ": run " << run << " differs from run 0";
+    }
+  }
+}
+
 TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
   const std::string hd = " d=" + std::to_string(dims_.front());
   auto expect_sm80 = [](const std::string& text, const std::string& why) {
@@ -273,7 +351,7 @@ TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
   };
   expect_sm80("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90", "varlen");
   for (int d : build_info().cuda_head_dims) {
-    if (d == 64 || d == 128) continue;
+    if (cuda::sm90_backward_has_head_dim(d)) continue;
     expect_sm80("b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal",
                 "no sm90 backward for head_dim");
   }

@@ -7,7 +7,8 @@
 // Roles (kThreads = 384):
 //   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warps 1-3
 //                    retire.
-//   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each; per step the GEMMs and gradients
+//   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each (d = 256: the same 64 keys, half
+//                    of dK/dV's columns each, traits.cuh); per step the GEMMs and gradients
 //                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
 //                    (epilogue.cuh).
 // After the role split the roles meet only on mbarriers.
@@ -34,6 +35,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     flash_backward_sm90_kernel(const __grid_constant__ BackwardParams p, const __grid_constant__ CUtensorMap map_q,
                                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                const __grid_constant__ CUtensorMap map_do) {
+  static_assert(!kBulkDq || T::kBulkDqFits, "no shared memory for the bulk dQ staging tile at this head dim");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));

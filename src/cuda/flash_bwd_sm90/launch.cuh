@@ -20,15 +20,23 @@
 
 namespace fastattn::cuda {
 
-// The kernel instance of (soft-cap, bulk dQ, deterministic).
+// The kernel instance of (soft-cap, bulk dQ, deterministic). Head dims without room for the
+// bulk staging tile (T::kBulkDqFits false: d = 256) have no bulk instances; their plan never
+// asks for one (plan.hpp: plan_backward_sm90).
 template <class T>
 auto sm90_backward_kernel(bool softcap, bool bulk, bool deterministic) {
   auto pick = [&](auto softcap_tag) {
     constexpr bool kSoftcap = decltype(softcap_tag)::value;
-    return bulk ? (deterministic ? flash_backward_sm90_kernel<T, kSoftcap, true, true>
-                                 : flash_backward_sm90_kernel<T, kSoftcap, true, false>)
-                : (deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
-                                 : flash_backward_sm90_kernel<T, kSoftcap, false, false>);
+    if constexpr (T::kBulkDqFits) {
+      if (bulk) {
+        return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, true, true>
+                             : flash_backward_sm90_kernel<T, kSoftcap, true, false>;
+      }
+    } else {
+      if (bulk) throw Error(ErrorCode::internal, "cuda backward (sm90): bulk dQ planned where its staging tile does not fit");
+    }
+    return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
+                         : flash_backward_sm90_kernel<T, kSoftcap, false, false>;
   };
   return softcap ? pick(std::true_type{}) : pick(std::false_type{});
 }

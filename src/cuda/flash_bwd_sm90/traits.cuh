@@ -8,7 +8,8 @@
 //   sQ[kStages], sdO[kStages]: (kBlockM, kHeadDim) each, kPanels panels of kBlockM rows (TMA)
 //   sdS[2]: dS^T (kBlockN keys, kBlockM queries), kBlockM / 64 panels of kBlockN rows, written
 //           by the MMA warpgroups, read by the dQ wgmma as an MN-major A operand
-//   sdQ: (kBlockM, kHeadDim) fp32, rows kDqRowBytes apart (the bulk reduce-add's source)
+//   sdQ: (kBlockM, kHeadDim) fp32, rows kDqRowBytes apart (the bulk reduce-add's source; none
+//        at d = 256, which adds dQ atomically)
 //   sLse[kStages], sD[kStages]: kBlockM floats each (lse * log2 e with -inf -> +inf, and D =
 //           rowsum(dO * O); rows past the sequence +inf and 0, so they give P = 0, dS = 0)
 //   barriers: kv_full, q_full[kStages], q_empty[kStages] (8 bytes each)
@@ -31,11 +32,18 @@ struct Sm90BackwardTraits {
   static constexpr int kBlockM = kBlocks.block_m;  // queries per step
   static constexpr int kBlockN = kBlocks.block_n;  // keys per CTA
   static constexpr int kStages = kBlocks.stages;
-  static constexpr int kMmaWarpgroups = 2;  // 64 keys each
+  static constexpr int kMmaWarpgroups = 2;  // 64 keys each, or (d = 256) half of dK/dV's columns each
   static constexpr int kMmaThreads = kMmaWarpgroups * 128;
   static constexpr int kThreads = 128 + kMmaThreads;
   static_assert(kThreads == kBlocks.threads, "plan.hpp's thread count");
-  static_assert(kBlockN == 64 * kMmaWarpgroups, "one m64 key slice per MMA warpgroup");
+  // How the MMA warpgroups share the key block (plan.hpp: Sm90BwdWarpgroupSplit). Warpgroup wg's
+  // keys start at row kWgKeyRows * wg of sK / sV, its dK/dV columns at kWgDkvCols * wg.
+  static constexpr bool kSplitColumns = kBlocks.split == Sm90BwdWarpgroupSplit::columns;
+  static constexpr int kWgKeyRows = kSplitColumns ? 0 : 64;
+  static constexpr int kDkvN = kSplitColumns ? kHeadDim / kMmaWarpgroups : kHeadDim;  // dK/dV columns per warpgroup
+  static constexpr int kWgDkvCols = kSplitColumns ? kDkvN : 0;
+  static_assert(kBlockN == (kSplitColumns ? 64 : 64 * kMmaWarpgroups), "one m64 key slice per MMA warpgroup");
+  static_assert(kDkvN == 64 || kDkvN == 128, "wgmma.cuh's mma_rs_tb shapes");
   static_assert(kBlockM % 64 == 0 && kBlockM <= 256 && kHeadDim % 64 == 0, "whole swizzle panels, wgmma n <= 256");
 
   // setmaxnreg: the producer warpgroup keeps 24, the MMA warpgroups take 240 (128 * 24 +
@@ -45,19 +53,23 @@ struct Sm90BackwardTraits {
   static_assert(128 * kProducerRegisters + kMmaThreads * kMmaRegisters <= 65536, "register file");
 
   // Per MMA thread (layout.hpp's accumulator): S^T and dP^T (64 keys x kBlockM queries),
-  // dK and dV (64 keys x kHeadDim), dQ (one m64n64 tile, below).
+  // dK and dV (64 keys x kDkvN), dQ (one m64 x kDqN tile, below).
   static constexpr int kNTilesS = kBlockM / 8;
   static constexpr int kKStepsS = kBlockM / 16;  // k16 steps of dV += P^T dO, dK += dS^T Q
-  static constexpr int kNTilesD = kHeadDim / 8;
+  static constexpr int kNTilesD = kDkvN / 8;
 
   // dQ = dS K (kBlockM = 64 queries x kHeadDim) is one m64 x (kHeadDim / 2) wgmma tile per MMA
   // warpgroup, the columns split: warpgroup wg's tile starts at column kDqN * wg (d = 128: n64,
-  // a whole 64-column panel of K; d = 64: n32, half a panel, 64 bytes into its 128-byte rows).
+  // a whole 64-column panel of K; d = 64: n32, half a panel, 64 bytes into its 128-byte rows;
+  // d = 256: n128, two panels).
   static_assert(kBlockM == 64, "dQ: one m64 row tile");
   static constexpr int kDqN = kHeadDim / kMmaWarpgroups;
-  static_assert(kDqN == 32 || kDqN == 64, "wgmma.cuh's mma_ss_tt shapes");
+  static_assert(kDqN == 32 || kDqN == 64 || kDqN == 128, "wgmma.cuh's mma_ss_tt shapes");
   static constexpr int kKStepsDq = kBlockN / 16;
   static constexpr int kDqRowBytes = sm90_backward_dq_row_bytes(kHeadDim);
+  // The bulk reduce-add's staging tile fits only up to d = 128 (plan.hpp); d = 256 adds atomically.
+  static constexpr bool kBulkDqFits = sm90_backward_bulk_dq_fits(kHeadDim);
+  static constexpr int kDqStageRows = sm90_backward_dq_stage_rows(kBlocks, kHeadDim);
 
   static constexpr int kPanels = kHeadDim / 64;
   static constexpr uint32_t kSmemKV = kBlockN * kHeadDim * 2;  // one of K, V
@@ -71,7 +83,7 @@ struct Sm90BackwardTraits {
   static constexpr uint32_t kOffsetDO = kOffsetQ + kStages * kSmemQ;
   static constexpr uint32_t kOffsetDS = kOffsetDO + kStages * kSmemQ;
   static constexpr uint32_t kOffsetDQ = kOffsetDS + 2 * kSmemDS;
-  static constexpr uint32_t kOffsetLse = kOffsetDQ + kBlockM * kDqRowBytes;
+  static constexpr uint32_t kOffsetLse = kOffsetDQ + kDqStageRows * kDqRowBytes;
   static constexpr uint32_t kOffsetD = kOffsetLse + kStages * kBlockM * 4;
   static constexpr uint32_t kOffsetBarriers = kOffsetD + kStages * kBlockM * 4;
   static constexpr int kSmemBytes = sm90_backward_smem_bytes(kBlocks, kHeadDim);
