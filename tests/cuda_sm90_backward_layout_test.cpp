@@ -315,6 +315,7 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   EXPECT_TRUE(cuda::choose_sm90_backward(hopper(128)).sm90);
   EXPECT_TRUE(cuda::choose_sm90_backward(hopper(64)).sm90);
   EXPECT_EQ(cuda::choose_sm90_backward(hopper(256)).sm90, cuda::sm90_backward_has_head_dim(256));
+  EXPECT_EQ(cuda::choose_sm90_backward(hopper(96)).sm90, cuda::sm90_backward_has_head_dim(96));
   struct Declined {
     cuda::Sm90BackwardShape shape;
     std::string why;
@@ -327,7 +328,7 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=0 forces the sm80 backward"});
   cases.back().shape.opted_in = false;
   cases.back().shape.switch_by_env = true;
-  cases.push_back({hopper(96), "no sm90 backward for head_dim 96"});
+  cases.push_back({hopper(80), "no sm90 backward for head_dim 80"});
   cases.push_back({hopper(32), "no sm90 backward for head_dim 32"});
   cases.push_back({hopper(128), "varlen"});
   cases.back().shape.varlen = true;
@@ -386,7 +387,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     expect_error([] { (void)cuda::sm90_dq_reduction(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
   }
   const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 96, 128, 256}) {
     const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
     EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);
     EXPECT_EQ(plain.sm90_dq, 0);
@@ -427,6 +428,25 @@ TEST(CudaSm90BackwardPlan, HeadDim256Tile) {
   EXPECT_NE(why.find("half of the columns"), std::string::npos) << why;
   EXPECT_NE(why.find("no shared memory for the bulk"), std::string::npos) << why;
   EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false).sm90_dq, 1);
+}
+
+// d = 96 (plan.hpp): d = 128's tile on columns padded to whole 64-column panels, bulk dQ kept,
+// shared memory (and the bulk staging rows) as at d = 128.
+TEST(CudaSm90BackwardPlan, HeadDim96PaddedTile) {
+  EXPECT_EQ(cuda::sm90_backward_smem_columns(96), 128);
+  EXPECT_EQ(cuda::sm90_backward_smem_columns(64), 64);
+  EXPECT_EQ(cuda::sm90_backward_smem_columns(128), 128);
+  const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(96);
+  EXPECT_EQ(b.block_n, 128);
+  EXPECT_EQ(b.split, cuda::Sm90BwdWarpgroupSplit::keys);
+  EXPECT_TRUE(cuda::sm90_backward_bulk_dq_fits(96));
+  EXPECT_EQ(cuda::sm90_backward_smem_bytes(b, 96), cuda::sm90_backward_smem_bytes(cuda::sm90_backward_blocks(128), 128));
+  EXPECT_EQ(cuda::sm90_backward_dq_row_bytes(96), cuda::sm90_backward_dq_row_bytes(128));
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(96, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  EXPECT_EQ(plan.sm90_dq, 1);
+  EXPECT_EQ(plan.sm90_warpgroup_split, 0);
+  EXPECT_GE(plan.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * 96 * 4));
 }
 
 }  // namespace

@@ -15,10 +15,11 @@
 //     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
 //   * calls it does not serve (not opted in, varlen, head dims without a unit) run the sm80
 //     backward and the reason says why;
-//   * d = 256 (its own tile: 64 keys, the MMA warpgroups split dK/dV's columns; atomic dQ only):
-//     odd shapes, causal with seqlen_q != seqlen_k, GQA, soft-cap, windows, deterministic
-//     bitwise over 10 runs, bulk requested (runs atomic). Skipped when the build has no d = 256
-//     or kSm90BackwardHeadDims (flash_bwd_sm90/plan.hpp) leaves it out.
+//   * d = 96 (d = 128's tile on zero-padded columns) and d = 256 (its own tile: 64 keys, the MMA
+//     warpgroups split dK/dV's columns; atomic dQ only): odd shapes, causal with seqlen_q !=
+//     seqlen_k, GQA, soft-cap, windows, deterministic bitwise over 10 runs, d = 96 with bulk dQ,
+//     d = 256 with bulk requested (runs atomic). Skipped when the build lacks the head dim or
+//     kSm90BackwardHeadDims (flash_bwd_sm90/plan.hpp) leaves it out.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -268,22 +269,37 @@ TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
   }
 }
 
-// d = 256: a smaller set than the other dims (the float64 reference and the naive bound cost
-// 4x d = 64's per element), covering the column split's own paths: both warpgroups' halves of
-// dK/dV/dQ, the shared dS^T store, masks on partial 64-key blocks, GQA sums, the semaphores.
-class CudaSm90BackwardHeadDim256 : public CudaSm90Backward {
+// d = 96 and d = 256 (written without a GPU; kSm90BackwardHeadDims can drop either): a smaller
+// set than d = 64 / 128 (the float64 reference and the naive bound cost more per element),
+// covering what is their own. d = 96: tiles padded to 128 columns (TMA zero-fills 96..127, the
+// dK/dV/dQ writes skip them; warpgroup 1's dQ adds 32 columns, by atomics and by the bulk
+// reduce-add). d = 256: 64-key CTAs whose warpgroups split dK/dV's columns, both computing
+// S^T/dP^T and each storing half of dS^T; atomic dQ only.
+class CudaSm90BackwardOneDim : public CudaSm90Backward {
+ protected:
+  void skip_unless_served(int d) {
+    const std::vector<int> built = build_info().cuda_head_dims;
+    if (std::find(built.begin(), built.end(), d) == built.end()) GTEST_SKIP() << "no d = " << d << " in this build";
+    if (!cuda::sm90_backward_has_head_dim(d)) GTEST_SKIP() << "kSm90BackwardHeadDims leaves d = " << d << " out";
+  }
+};
+class CudaSm90BackwardHeadDim96 : public CudaSm90BackwardOneDim {
  protected:
   void SetUp() override {
     CudaSm90Backward::SetUp();
-    if (IsSkipped()) return;
-    const std::vector<int> built = build_info().cuda_head_dims;
-    if (std::find(built.begin(), built.end(), 256) == built.end()) GTEST_SKIP() << "no d = 256 in this build";
-    if (!cuda::sm90_backward_has_head_dim(256)) GTEST_SKIP() << "kSm90BackwardHeadDims leaves d = 256 out";
+    if (!IsSkipped()) skip_unless_served(96);
+  }
+};
+class CudaSm90BackwardHeadDim256 : public CudaSm90BackwardOneDim {
+ protected:
+  void SetUp() override {
+    CudaSm90Backward::SetUp();
+    if (!IsSkipped()) skip_unless_served(256);
   }
 };
 
-std::vector<std::string> head_dim_256_shapes(const char* dtype) {
-  const std::string t = std::string(" d=256 dtype=") + dtype;
+std::vector<std::string> one_dim_shapes(int d, const char* dtype) {
+  const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
   return {
       "b=1 sq=1 sk=1 h=2 hkv=2" + t + " mask=none",
       "b=2 sq=1 sk=777 h=2 hkv=1" + t + " mask=none",
@@ -303,9 +319,47 @@ std::vector<std::string> head_dim_256_shapes(const char* dtype) {
   };
 }
 
+// Deterministic mode: right, and the same bits in 10 runs (the current dQ reduction).
+void expect_deterministic_one_dim(int d) {
+  const std::string hd = " d=" + std::to_string(d);
+  for (const std::string& text : {"b=2 sq=700 sk=900 h=4 hkv=2" + hd + " dtype=bf16 mask=causal det=1",
+                                  "b=1 sq=600 sk=800 h=2 hkv=2" + hd + " dtype=f16 mask=window wl=130 wr=20 det=1",
+                                  "b=1 sq=512 sk=1024 h=4 hkv=1" + hd + " dtype=bf16 mask=none det=1"}) {
+    expect_sm90_backward(text);
+    harness::CaseData data(harness::parse_case(text));
+    const reference::ForwardResult ref = reference::forward_f64(data.problem());
+    data.set_forward_outputs(ref.out, ref.lse);
+    data.run_backward(Backend::cuda);
+    const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+    for (int run = 1; run < 10; ++run) {
+      data.run_backward(Backend::cuda);
+      EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+          << text << ": run " << run << " differs from run 0";
+    }
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim96, OddShapesMatchFloat64) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    for (const std::string& text : one_dim_shapes(96, dtype)) expect_sm90_backward(text);
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim96, BulkReduceDqMatchesFloat64) {
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  for (const std::string& text : one_dim_shapes(96, "bf16")) expect_sm90_backward(text);
+}
+
+TEST_F(CudaSm90BackwardHeadDim96, DeterministicIsBitwiseRepeatable) {
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    expect_deterministic_one_dim(96);
+  }
+}
+
 TEST_F(CudaSm90BackwardHeadDim256, OddShapesMatchFloat64) {
   for (const char* dtype : {"bf16", "f16"}) {
-    for (const std::string& text : head_dim_256_shapes(dtype)) expect_sm90_backward(text);
+    for (const std::string& text : one_dim_shapes(256, dtype)) expect_sm90_backward(text);
   }
 }
 
@@ -322,23 +376,7 @@ TEST_F(CudaSm90BackwardHeadDim256, BulkRequestedRunsAtomic) {
   }
 }
 
-TEST_F(CudaSm90BackwardHeadDim256, DeterministicIsBitwiseRepeatable) {
-  for (const std::string& text : {std::string("b=2 sq=700 sk=900 h=4 hkv=2 d=256 dtype=bf16 mask=causal det=1"),
-                                  std::string("b=1 sq=600 sk=800 h=2 hkv=2 d=256 dtype=f16 mask=window wl=130 wr=20 det=1"),
-                                  std::string("b=1 sq=512 sk=1024 h=4 hkv=1 d=256 dtype=bf16 mask=none det=1")}) {
-    expect_sm90_backward(text);
-    harness::CaseData data(harness::parse_case(text));
-    const reference::ForwardResult ref = reference::forward_f64(data.problem());
-    data.set_forward_outputs(ref.out, ref.lse);
-    data.run_backward(Backend::cuda);
-    const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
-    for (int run = 1; run < 10; ++run) {
-      data.run_backward(Backend::cuda);
-      EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
-          << text << ": run " << run << " differs from run 0";
-    }
-  }
-}
+TEST_F(CudaSm90BackwardHeadDim256, DeterministicIsBitwiseRepeatable) { expect_deterministic_one_dim(256); }
 
 TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
   const std::string hd = " d=" + std::to_string(dims_.front());

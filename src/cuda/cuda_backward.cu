@@ -118,7 +118,7 @@ void backward_sm75(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
   throw Error(ErrorCode::internal, "cuda backward: no sm75 launcher for head_dim " + std::to_string(head_dim));
 }
 
-// The Hopper backward's units (FASTATTN_CUDA_ARCHS has 90): head_dim 64, 128 and 256, both
+// The Hopper backward's units (FASTATTN_CUDA_ARCHS has 90): head_dim 64, 96, 128 and 256, both
 // dtypes (flash_bwd_sm90/plan.hpp: kSm90BackwardHeadDims; the plan checked it).
 template <typename Element>
 void backward_sm90(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
@@ -127,6 +127,9 @@ void backward_sm90(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
   switch (head_dim) {
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
     case 64: return run_backward_sm90<Element, 64>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_backward_sm90<Element, 96>(b, stream);
 #endif
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
     case 128: return run_backward_sm90<Element, 128>(b, stream);

@@ -7,7 +7,8 @@
 #                                                   #   command "bash tools/dev/run_device.sh build/carry"
 #
 # Environment: BUILD_DIR (default build/carry-build), CARRY_DIR (default build/carry), JOBS,
-# HEAD_DIMS (default "64;128"; "64;128;256" adds the sm90 backward's d = 256 and its tests).
+# HEAD_DIMS (default "64;128"; "64;96;128;256" adds the sm90 backward's d = 96 and 256 and
+# their tests).
 # The build runs under `nice -n 19` (other work on this machine measures the CPU). Afterwards
 # each binary's shared libraries are checked: cudart and libstdc++ are linked statically where
 # the targets ask for it, so only glibc, libm, libgomp and GCC's runtime may remain, and no

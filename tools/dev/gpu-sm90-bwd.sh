@@ -16,13 +16,13 @@
 #   carry ["build/carry-bwd90", "build/debs"]; command
 #   cd build/carry-bwd90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90-bwd.sh
 #
-# STAGES (default "build sass tests"; run in the order build sass tests d256 newtests bench det
-# mem suite sanitize; HEAD_DIMS, default "64;128", the stage build's FASTATTN_CUDA_HEAD_DIMS):
+# STAGES (default "build sass tests"; run in the order build sass tests newdims newtests bench
+# det mem suite sanitize; HEAD_DIMS, default "64;128", the stage build's FASTATTN_CUDA_HEAD_DIMS):
 #   tests     CudaSm90Backward.* (gradients vs float64 on the odd shapes, both dQ reductions,
 #             deterministic 10-run bitwise repeatability, routing) and the CPU plan/layout tests
-#   d256      CudaSm90BackwardHeadDim256.* (d = 256: odd shapes, causal sq != sk, GQA,
-#             soft-cap, windows, deterministic 10-run bitwise, bulk requested) and the routing
-#             test; needs d = 256 in the build (HEAD_DIMS="64;128;256")
+#   newdims   CudaSm90BackwardHeadDim96.* and ...256.* (odd shapes, causal sq != sk, GQA,
+#             soft-cap, windows, deterministic 10-run bitwise, bulk dQ) and the routing test;
+#             needs the dims in the build (HEAD_DIMS="64;96;128;256")
 #   newtests  only the tests added after the first GPU run (6/6 on 2026-12-01): Uncovered*,
 #             FullyMasked*, Seqlen4097* (~60 s)
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
@@ -134,13 +134,13 @@ if has tests; then
       --gtest_filter='CudaSm90Backward*:CudaForwardPath.*:CudaBackwardPlan.*:Environment.*' >> '$out/tests.log' 2>&1"
   tail -3 "$out/tests.log"
 fi
-if has d256; then
-  # d = 256 (needs a build with 256 in FASTATTN_CUDA_HEAD_DIMS: HEAD_DIMS="64;128;256" here or
-  # in build-carry.sh); the tests skip themselves otherwise (~60 s expected, not measured).
-  run d256 120 bash -c "'$gpu_tests' --gtest_filter='CudaSm90BackwardHeadDim256.*:CudaSm90Backward.UnservedCalls*' \
-      > '$out/d256.log' 2>&1"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|SKIPPED \]" "$out/d256.log" | head -20
-  grep -B2 -A12 "Failure" "$out/d256.log" | head -60
+if has newdims; then
+  # d = 96 and 256 (need a build with them in FASTATTN_CUDA_HEAD_DIMS: HEAD_DIMS="64;96;128;256"
+  # here or in build-carry.sh); the tests skip themselves otherwise (expected ~90 s, not measured).
+  run newdims 150 bash -c "'$gpu_tests' --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.UnservedCalls*' \
+      > '$out/newdims.log' 2>&1"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|SKIPPED \]" "$out/newdims.log" | head -20
+  grep -B2 -A12 "Failure" "$out/newdims.log" | head -60
 fi
 if has newtests; then
   run newtests 75 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*' \

@@ -34,6 +34,7 @@ __device__ __forceinline__ void store_key_gradients(const Sm90BwdMmaState<T>& st
     E* dv_row = dv + static_cast<int64_t>(j) * p.dv_token_stride;
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesD; ++nt) {
+      if (T::kPaddedColumns && 8 * nt >= T::kHeadDim) continue;  // d = 96: padding columns
       const int col = T::kWgDkvCols * wg + sm90_layout::acc_col(t, nt, 0);
       *reinterpret_cast<uint32_t*>(dk_row + col) =
           sm80::pack2<E>(st.acc_dk[nt][2 * half] * p.scale, st.acc_dk[nt][2 * half + 1] * p.scale);

@@ -46,9 +46,17 @@ struct Sm90BackwardBlocks {
   Sm90BwdWarpgroupSplit split = Sm90BwdWarpgroupSplit::keys;
 };
 // The head dims the sm90 backward serves: the one list that routes a head dim to it (a call of
-// another head dim runs the sm80 backward, and the reason says so). 256 is not verified on a GPU
-// yet: dropping it from this list sends d = 256 back to the sm80 backward (its units stay built).
-inline constexpr std::int64_t kSm90BackwardHeadDims[] = {64, 128, 256};
+// another head dim runs the sm80 backward, and the reason says so). 96 and 256 are not verified
+// on a GPU yet: dropping one from this list sends it back to the sm80 backward (its units stay
+// built).
+//
+// d = 96 runs d = 128's tile on columns padded to 128 in shared memory: the second 64-column
+// TMA box of each row reads columns 64..95 and fills 96..127 with zeros (the tensor map's
+// innermost extent is 96), S^T and dP^T run 6 k16 steps, dV/dK/dQ run at n = 128 / 64 whose
+// extra columns are exact zeros and are not written (dK, dV, the dQ adds skip columns >= 96).
+// A quarter of the dV/dK/dQ work is on padding: the price of no n96 / n48 wgmma shapes (an n48
+// dQ half would start mid-panel at column 48, which the MN-major 128-byte swizzle cannot).
+inline constexpr std::int64_t kSm90BackwardHeadDims[] = {64, 96, 128, 256};
 constexpr bool sm90_backward_has_head_dim(std::int64_t head_dim) {
   for (const std::int64_t d : kSm90BackwardHeadDims) {
     if (d == head_dim) return true;
@@ -60,6 +68,8 @@ inline std::string sm90_backward_head_dims_text() {
   for (const std::int64_t d : kSm90BackwardHeadDims) text += (text.empty() ? "" : ", ") + std::to_string(d);
   return text;
 }
+// Columns of a (rows, head_dim) tile in shared memory: whole 64-column swizzle panels.
+constexpr std::int64_t sm90_backward_smem_columns(std::int64_t head_dim) { return (head_dim + 63) / 64 * 64; }
 constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
   return head_dim <= 64    ? Sm90BackwardBlocks{64, 128, 2, 384}
          : head_dim <= 128 ? Sm90BackwardBlocks{64, 128, 2, 384}
@@ -74,12 +84,17 @@ constexpr bool sm90_backward_bulk_dq_fits(std::int64_t head_dim) { return head_d
 // dO); two dS^T buffers (keys x queries, 16-bit); the fp32 dQ staging tile of the bulk
 // reduce-add (rows padded by 32 bytes: conflict-free float2 stores); stages x (lse, D); 1 KiB
 // of barriers; 1 KiB of slack to align the base to the 1024-byte swizzle atom.
-constexpr int sm90_backward_dq_row_bytes(std::int64_t head_dim) { return static_cast<int>(head_dim * 4 + 32); }
+// (d = 96: rows of 128 columns, so warpgroup 1 stages its whole n64 tile, zero columns
+// included, without a branch; a branch per slice there cost ptxas a 4-byte spill.)
+constexpr int sm90_backward_dq_row_bytes(std::int64_t head_dim) {
+  return static_cast<int>(sm90_backward_smem_columns(head_dim) * 4 + 32);
+}
 constexpr int sm90_backward_dq_stage_rows(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
   return sm90_backward_bulk_dq_fits(head_dim) ? b.block_m : 0;
 }
 constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
-  return static_cast<int>(2 * b.block_n * head_dim * 2 + 2 * b.stages * b.block_m * head_dim * 2 +
+  const std::int64_t cols = sm90_backward_smem_columns(head_dim);
+  return static_cast<int>(2 * b.block_n * cols * 2 + 2 * b.stages * b.block_m * cols * 2 +
                           2 * b.block_n * b.block_m * 2 +
                           sm90_backward_dq_stage_rows(b, head_dim) * sm90_backward_dq_row_bytes(head_dim) +
                           2 * b.stages * b.block_m * 4) +

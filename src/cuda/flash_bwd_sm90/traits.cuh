@@ -4,8 +4,9 @@
 //
 // Shared memory (offsets from a 1024-byte aligned base; 16-bit tiles 128-byte swizzled in
 // panels of 64 columns, flash_bwd_sm90/layout.hpp):
-//   sK, sV: (kBlockN, kHeadDim) each, kPanels panels of kBlockN rows (TMA)
-//   sQ[kStages], sdO[kStages]: (kBlockM, kHeadDim) each, kPanels panels of kBlockM rows (TMA)
+//   sK, sV: (kBlockN, kSmemCols) each, kPanels panels of kBlockN rows (TMA; d = 96: columns
+//           96..127 zero-filled)
+//   sQ[kStages], sdO[kStages]: (kBlockM, kSmemCols) each, kPanels panels of kBlockM rows (TMA)
 //   sdS[2]: dS^T (kBlockN keys, kBlockM queries), kBlockM / 64 panels of kBlockN rows, written
 //           by the MMA warpgroups, read by the dQ wgmma as an MN-major A operand
 //   sdQ: (kBlockM, kHeadDim) fp32, rows kDqRowBytes apart (the bulk reduce-add's source; none
@@ -29,6 +30,11 @@ struct Sm90BackwardTraits {
   using Element = Element_;
   static constexpr Sm90BackwardBlocks kBlocks = sm90_backward_blocks(kHeadDim_);
   static constexpr int kHeadDim = kHeadDim_;
+  // Columns of the 16-bit tiles in shared memory: whole 64-column panels (d = 96: 128, the
+  // last 32 zero-filled by TMA; plan.hpp). The dV/dK/dQ GEMMs run on them; only S^T and dP^T
+  // (k = head_dim) stop at kHeadDim.
+  static constexpr int kSmemCols = static_cast<int>(sm90_backward_smem_columns(kHeadDim_));
+  static constexpr bool kPaddedColumns = kSmemCols != kHeadDim;
   static constexpr int kBlockM = kBlocks.block_m;  // queries per step
   static constexpr int kBlockN = kBlocks.block_n;  // keys per CTA
   static constexpr int kStages = kBlocks.stages;
@@ -40,11 +46,12 @@ struct Sm90BackwardTraits {
   // keys start at row kWgKeyRows * wg of sK / sV, its dK/dV columns at kWgDkvCols * wg.
   static constexpr bool kSplitColumns = kBlocks.split == Sm90BwdWarpgroupSplit::columns;
   static constexpr int kWgKeyRows = kSplitColumns ? 0 : 64;
-  static constexpr int kDkvN = kSplitColumns ? kHeadDim / kMmaWarpgroups : kHeadDim;  // dK/dV columns per warpgroup
+  static constexpr int kDkvN = kSplitColumns ? kHeadDim / kMmaWarpgroups : kSmemCols;  // dK/dV columns per warpgroup
   static constexpr int kWgDkvCols = kSplitColumns ? kDkvN : 0;
   static_assert(kBlockN == (kSplitColumns ? 64 : 64 * kMmaWarpgroups), "one m64 key slice per MMA warpgroup");
   static_assert(kDkvN == 64 || kDkvN == 128, "wgmma.cuh's mma_rs_tb shapes");
-  static_assert(kBlockM % 64 == 0 && kBlockM <= 256 && kHeadDim % 64 == 0, "whole swizzle panels, wgmma n <= 256");
+  static_assert(kBlockM % 64 == 0 && kBlockM <= 256 && kHeadDim % 32 == 0, "whole swizzle panels, wgmma n <= 256");
+  static_assert(!kPaddedColumns || !kSplitColumns, "padded columns with the key split only");
 
   // setmaxnreg: the producer warpgroup keeps 24, the MMA warpgroups take 240 (128 * 24 +
   // 256 * 240 = 64512 of 65536), as in the forward's 2-consumer tile.
@@ -63,7 +70,7 @@ struct Sm90BackwardTraits {
   // a whole 64-column panel of K; d = 64: n32, half a panel, 64 bytes into its 128-byte rows;
   // d = 256: n128, two panels).
   static_assert(kBlockM == 64, "dQ: one m64 row tile");
-  static constexpr int kDqN = kHeadDim / kMmaWarpgroups;
+  static constexpr int kDqN = kSmemCols / kMmaWarpgroups;
   static_assert(kDqN == 32 || kDqN == 64 || kDqN == 128, "wgmma.cuh's mma_ss_tt shapes");
   static constexpr int kKStepsDq = kBlockN / 16;
   static constexpr int kDqRowBytes = sm90_backward_dq_row_bytes(kHeadDim);
@@ -71,9 +78,9 @@ struct Sm90BackwardTraits {
   static constexpr bool kBulkDqFits = sm90_backward_bulk_dq_fits(kHeadDim);
   static constexpr int kDqStageRows = sm90_backward_dq_stage_rows(kBlocks, kHeadDim);
 
-  static constexpr int kPanels = kHeadDim / 64;
-  static constexpr uint32_t kSmemKV = kBlockN * kHeadDim * 2;  // one of K, V
-  static constexpr uint32_t kSmemQ = kBlockM * kHeadDim * 2;   // one of Q, dO, one stage
+  static constexpr int kPanels = kSmemCols / 64;
+  static constexpr uint32_t kSmemKV = kBlockN * kSmemCols * 2;  // one of K, V
+  static constexpr uint32_t kSmemQ = kBlockM * kSmemCols * 2;   // one of Q, dO, one stage
   static constexpr uint32_t kSmemDS = kBlockN * kBlockM * 2;   // one dS^T buffer
   static constexpr uint32_t kPanelBytesKV = kBlockN * 128;
   static constexpr uint32_t kPanelBytesQ = kBlockM * 128;
