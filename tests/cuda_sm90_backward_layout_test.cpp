@@ -330,8 +330,14 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   cases.back().shape.switch_by_env = true;
   cases.push_back({hopper(80), "no sm90 backward for head_dim 80"});
   cases.push_back({hopper(32), "no sm90 backward for head_dim 32"});
-  cases.push_back({hopper(128), "varlen"});
-  cases.back().shape.varlen = true;
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) {
+    cases.push_back({hopper(128), "varlen"});
+    cases.back().shape.varlen = true;
+  } else {
+    cuda::Sm90BackwardShape varlen = hopper(128);
+    varlen.varlen = true;
+    EXPECT_TRUE(cuda::choose_sm90_backward(varlen).sm90);
+  }
   cases.push_back({hopper(128), "TMA cannot load"});
   cases.back().shape.tma_describes = false;
   cases.push_back({hopper(128, 0), "empty sequence"});

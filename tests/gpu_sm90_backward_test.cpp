@@ -13,8 +13,11 @@
 //   * paths those leave out (seqlen 4097, causal with seqlen_q and seqlen_k far apart, GQA
 //     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
 //     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
-//   * calls it does not serve (not opted in, varlen, head dims without a unit) run the sm80
-//     backward and the reason says why;
+//   * varlen batches (kSm90BackwardVarlen; written without a GPU): lengths 0, 1, 63, 65, 1000,
+//     seqlen_q != seqlen_k per sequence, causal both alignments, windows, GQA, soft-cap, every
+//     built head dim, both dQ reductions, deterministic bitwise over 10 runs;
+//   * calls it does not serve (not opted in, head dims without a unit; varlen when
+//     kSm90BackwardVarlen is sm80) run the sm80 backward and the reason says why;
 //   * d = 96 (d = 128's tile on zero-padded columns) and d = 256 (its own tile: 64 keys, the MMA
 //     warpgroups split dK/dV's columns; atomic dQ only): odd shapes, causal with seqlen_q !=
 //     seqlen_k, GQA, soft-cap, windows, deterministic bitwise over 10 runs, d = 96 with bulk dQ,
@@ -378,6 +381,58 @@ TEST_F(CudaSm90BackwardHeadDim256, BulkRequestedRunsAtomic) {
 
 TEST_F(CudaSm90BackwardHeadDim256, DeterministicIsBitwiseRepeatable) { expect_deterministic_one_dim(256); }
 
+// Varlen batches on the sm90 backward: a CTA's sequence offsets and lengths from cu_seqlens,
+// TMA rows of the [total tokens, heads, d] tensors (rows past a sequence are the next one's:
+// masked keys, +inf lse queries), per-sequence masks and bottom-right offsets, zero-length
+// sequences (dK = dV = 0 written, no dQ adds).
+std::vector<std::string> varlen_shapes(int d, const char* dtype) {
+  const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
+  return {
+      "b=3 sq=7 sk=7 h=2 hkv=2" + t + " mask=none lens_q=0,70,1 lens_k=5,0,90",
+      "b=4 sq=8 sk=8 h=2 hkv=1" + t + " mask=causal lens_q=63,65,1,1000 lens_k=65,63,1000,1",
+      "b=3 sq=8 sk=8 h=4 hkv=2" + t + " mask=causal align=bottom_right lens_q=300,17,129 lens_k=65,1000,129",
+      "b=3 sq=8 sk=8 h=2 hkv=2" + t + " mask=causal align=top_left lens_q=65,1000,7 lens_k=700,300,0",
+      "b=2 sq=8 sk=8 h=7 hkv=1" + t + " mask=window wl=40 wr=7 softcap=30 lens_q=257,129 lens_k=513,200",
+      "b=3 sq=8 sk=8 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right lens_q=500,1,64 lens_k=200,128,64",
+  };
+}
+
+TEST_F(CudaSm90Backward, VarlenMatchesFloat64) {
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
+  std::vector<int> dims = dims_;
+  for (int d : build_info().cuda_head_dims) {
+    if ((d == 96 || d == 256) && cuda::sm90_backward_has_head_dim(d)) dims.push_back(d);
+  }
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims) {
+      for (const std::string& text : varlen_shapes(d, d == 128 ? "bf16" : "f16")) expect_sm90_backward(text);
+    }
+  }
+}
+
+TEST_F(CudaSm90Backward, VarlenDeterministicIsBitwiseRepeatable) {
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims_) {
+      const std::string text = "b=3 sq=8 sk=8 h=4 hkv=2 d=" + std::to_string(d) +
+                               " dtype=bf16 mask=causal det=1 lens_q=700,1,300 lens_k=900,65,0";
+      expect_sm90_backward(text);
+      harness::CaseData data(harness::parse_case(text));
+      const reference::ForwardResult ref = reference::forward_f64(data.problem());
+      data.set_forward_outputs(ref.out, ref.lse);
+      data.run_backward(Backend::cuda);
+      const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+      for (int run = 1; run < 10; ++run) {
+        data.run_backward(Backend::cuda);
+        EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+            << dq << " " << text << ": run " << run << " differs from run 0";
+      }
+    }
+  }
+}
+
 TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
   const std::string hd = " d=" + std::to_string(dims_.front());
   auto expect_sm80 = [](const std::string& text, const std::string& why) {
@@ -387,7 +442,9 @@ TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
     EXPECT_NE(r.backward_choice.reason.find("on an sm90 device"), std::string::npos) << r.backward_choice.describe();
     EXPECT_NE(r.backward_choice.reason.find(why), std::string::npos) << r.backward_choice.describe();
   };
-  expect_sm80("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90", "varlen");
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) {
+    expect_sm80("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90", "varlen");
+  }
   for (int d : build_info().cuda_head_dims) {
     if (cuda::sm90_backward_has_head_dim(d)) continue;
     expect_sm80("b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal",

@@ -21,8 +21,9 @@
 #   tests     CudaSm90Backward.* (gradients vs float64 on the odd shapes, both dQ reductions,
 #             deterministic 10-run bitwise repeatability, routing) and the CPU plan/layout tests
 #   newdims   CudaSm90BackwardHeadDim96.* and ...256.* (odd shapes, causal sq != sk, GQA,
-#             soft-cap, windows, deterministic 10-run bitwise, bulk dQ) and the routing test;
-#             needs the dims in the build (HEAD_DIMS="64;96;128;256")
+#             soft-cap, windows, deterministic 10-run bitwise, bulk dQ), CudaSm90Backward.Varlen*
+#             (every built dim) and the routing test; d 96/256 need the dims in the build
+#             (HEAD_DIMS="64;96;128;256"), varlen runs with any
 #   newtests  only the tests added after the first GPU run (6/6 on 2026-12-01): Uncovered*,
 #             FullyMasked*, Seqlen4097* (~60 s)
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
@@ -136,8 +137,9 @@ if has tests; then
 fi
 if has newdims; then
   # d = 96 and 256 (need a build with them in FASTATTN_CUDA_HEAD_DIMS: HEAD_DIMS="64;96;128;256"
-  # here or in build-carry.sh); the tests skip themselves otherwise (expected ~90 s, not measured).
-  run newdims 150 bash -c "'$gpu_tests' --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.UnservedCalls*' \
+  # here or in build-carry.sh; the tests skip themselves otherwise) and varlen (expected ~2 min
+  # with all four dims, not measured).
+  run newdims 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*' \
       > '$out/newdims.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|SKIPPED \]" "$out/newdims.log" | head -20
   grep -B2 -A12 "Failure" "$out/newdims.log" | head -60

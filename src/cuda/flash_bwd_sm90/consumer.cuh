@@ -57,6 +57,7 @@ struct Sm90BwdStep {
   uint32_t parity;
   int ds_buffer;
   int head, m_block, q0;
+  int len_q, len_k;  // varlen kernels only (T::kVarlen): the sequence's lengths, for the mask
 };
 
 __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
@@ -134,6 +135,16 @@ __device__ __forceinline__ SequenceMask call_mask(const BackwardParams& p) {
   mask.seqlen_k = p.seqlen_k;
   return mask;
 }
+// The mask of a step's sequence: the call's, or (varlen) with the sequence's lengths.
+template <class T>
+__device__ __forceinline__ SequenceMask step_mask(const BackwardParams& p, const Sm90BwdStep& s) {
+  SequenceMask mask = call_mask(p);
+  if constexpr (T::kVarlen) {
+    mask.offset = p.bottom_right ? static_cast<int64_t>(s.len_k) - s.len_q : 0;
+    mask.seqlen_k = s.len_k;
+  }
+  return mask;
+}
 
 // -inf at the masked elements of a partial tile (SequenceMask::classify; full tiles skip it):
 // element (nt, e) is key k0 + kWgKeyRows wg + acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2. Per
@@ -141,9 +152,9 @@ __device__ __forceinline__ SequenceMask call_mask(const BackwardParams& p) {
 // 8 nt + e % 2 (4 registers, recomputed per step and live only in this loop: kept across the
 // step loop, ptxas spilled them).
 template <class T>
-__device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p, int k0,
-                                                       int q0, int wg, int t) {
-  const SequenceMask mask = call_mask(p);
+__device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p,
+                                                       const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
+  const SequenceMask mask = step_mask<T>(p, s);
   if (mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) == TileClass::full) return;
   int lo[2], hi[2];
 #pragma unroll
@@ -170,7 +181,7 @@ template <class T, bool kSoftcap>
 __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][4], float (&acc_dp)[T::kNTilesS][4],
                                                     uint32_t (&a_p)[T::kKStepsS][4], uint32_t (&a_ds)[T::kKStepsS][4],
                                                     const BackwardParams& p, uint32_t s_lse, uint32_t s_dsum,
-                                                    int k0, int q0, int wg, int t) {
+                                                    const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
   using E = typename T::Element;
   if constexpr (!kSoftcap) {
     sm90::warpgroup_wait<1>();  // S^T landed; dP^T may still run
@@ -181,7 +192,7 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_s[nt][e] = fmaf(acc_s[nt][e], p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
     }
-    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+    mask_transposed_scores<T>(acc_s, p, s, k0, q0, wg, t);
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
@@ -209,7 +220,7 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
         acc_dp[nt][e] = (acc_dp[nt][e] - (e % 2 == 0 ? d.x : d.y)) * (1.0f - th * th);
       }
     }
-    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+    mask_transposed_scores<T>(acc_s, p, s, k0, q0, wg, t);
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
@@ -261,7 +272,7 @@ __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)
   issue_transposed_scores<T>(acc_dp, smem.v(), smem.dout(s.stage), wg);
 
   uint32_t a_p[T::kKStepsS][4], a_ds[T::kKStepsS][4];
-  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), k0, s.q0, wg,
+  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), s, k0, s.q0, wg,
                                    t);
   store_ds<T>(smem.ds(s.ds_buffer), a_ds, wg, t);
 

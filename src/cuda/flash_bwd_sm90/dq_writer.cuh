@@ -53,7 +53,8 @@ template <class T>
 __device__ __forceinline__ float* dq_accum_row(const BackwardParams& p, const Sm90BackwardWork& w, int head, int row,
                                               int col) {
   const int64_t row_elems = static_cast<int64_t>(p.num_heads) * T::kHeadDim;
-  return p.dq_accum + (static_cast<int64_t>(w.batch) * p.seqlen_q + row) * row_elems +
+  const int64_t first_row = T::kVarlen ? static_cast<int64_t>(w.q_start) : static_cast<int64_t>(w.batch) * p.seqlen_q;
+  return p.dq_accum + (first_row + row) * row_elems +
          static_cast<int64_t>(head) * T::kHeadDim + col;
 }
 

@@ -22,9 +22,14 @@ template <class T>
 __device__ __forceinline__ void store_key_gradients(const Sm90BwdMmaState<T>& st, const BackwardParams& p,
                                                     const Sm90BackwardWork& w, int wg, int t) {
   using E = typename T::Element;
-  E* dk = static_cast<E*>(p.dk) + static_cast<int64_t>(w.batch) * p.dk_batch_stride +
+  // Varlen: rows from the sequence's first key token (batch strides unused).
+  E* dk = static_cast<E*>(p.dk) +
+          (T::kVarlen ? static_cast<int64_t>(w.k_start) * p.dk_token_stride
+                      : static_cast<int64_t>(w.batch) * p.dk_batch_stride) +
           static_cast<int64_t>(w.kv_head) * p.dk_head_stride;
-  E* dv = static_cast<E*>(p.dv) + static_cast<int64_t>(w.batch) * p.dv_batch_stride +
+  E* dv = static_cast<E*>(p.dv) +
+          (T::kVarlen ? static_cast<int64_t>(w.k_start) * p.dv_token_stride
+                      : static_cast<int64_t>(w.batch) * p.dv_batch_stride) +
           static_cast<int64_t>(w.kv_head) * p.dv_head_stride;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {

@@ -44,13 +44,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // the split and live into the 24-register producer branch would be spilled.
   // The tile index goes through an empty asm in each branch, so the compiler cannot hoist one
   // shared computation above the branches either.
+  // Varlen: the grid covers the longest sequence's key blocks (p.seqlen_k); the CTA reads its
+  // sequence's offsets and lengths (cu_seqlens, 4 cached loads per call), and a key block past
+  // its sequence has no steps and writes nothing.
   auto work = [&p] {
     const int n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
     unsigned tile = blockIdx.x;
     asm volatile("" : "+r"(tile));
-    return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
-                              p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
-                              T::kBlockN);
+    if constexpr (T::kVarlen) {
+      const int batch = sm90_backward_tile(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order).batch;
+      const int q_start = p.cu_seqlens_q[batch], k_start = p.cu_seqlens_k[batch];
+      Sm90BackwardWork w = sm90_backward_work(
+          tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size, p.cu_seqlens_q[batch + 1] - q_start,
+          p.cu_seqlens_k[batch + 1] - k_start, p.window_left, p.window_right, p.bottom_right, T::kBlockM, T::kBlockN);
+      w.q_start = q_start;
+      w.k_start = k_start;
+      return w;
+    } else {
+      return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
+                                p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
+                                T::kBlockN);
+    }
   };
 
   if (threadIdx.x == 0) smem.init_barriers();
@@ -85,6 +99,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         s.head = w.head(i);
         s.m_block = w.m_block(i);
         s.q0 = s.m_block * T::kBlockM;
+        if constexpr (T::kVarlen) {
+          s.len_q = w.len_q;
+          s.len_k = w.len_k;
+        }
         k0 = w.k0;
       }
       // The shared-memory base and the thread index, opaque to the compiler once per step: the

@@ -117,6 +117,12 @@ inline Sm90DqReduction sm90_dq_reduction() {
              : Sm90DqReduction::atomic;
 }
 
+// Varlen batches (cu_seqlens): the sm90 backward serves them (Sm90VarlenTraits kernels, one per
+// padded kernel; not verified on a GPU yet), or `sm80` sends them back to the sm80 backward
+// with a reason: the one value to change if the device tests fail.
+enum class Sm90BackwardVarlen { sm80, sm90 };
+constexpr Sm90BackwardVarlen kSm90BackwardVarlen = Sm90BackwardVarlen::sm90;
+
 // The backward an sm90 device runs when FASTATTN_CUDA_BWD_SM90 is unset: the one value that
 // changes once tools/dev/gpu-sm90-bwd.sh has measured the sm90 backward against the sm80 one
 // and cuDNN on the H200 in one job (its summary: sm90_bwd_summary.json). The reasons below
@@ -213,7 +219,9 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
     return sm80("no sm90 backward for head_dim " + std::to_string(s.head_dim) + " (sm90 has " +
                 sm90_backward_head_dims_text() + ")");
   }
-  if (s.varlen) return sm80("varlen batches have no sm90 backward scheduler yet");
+  if (s.varlen && kSm90BackwardVarlen == Sm90BackwardVarlen::sm80) {
+    return sm80("varlen batches run the sm80 backward (kSm90BackwardVarlen: not verified on a GPU yet)");
+  }
   if (!s.tma_describes) {
     return sm80("a q/k/v/dout layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)");
   }
@@ -224,16 +232,24 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
   return {true, {}};
 }
 
-// q, k, v and dout of a padded-batch problem (the operands the sm90 backward loads by TMA).
+// q, k, v and dout (the operands the sm90 backward loads by TMA). Varlen: [total tokens,
+// heads, d] tensors, described as one batch of total tokens.
 inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
+  if (p.is_varlen()) {
+    return sm90_tma_describes(p.q, 1, p.total_q, p.num_heads) && sm90_tma_describes(p.k, 1, p.total_k, p.num_kv_heads) &&
+           sm90_tma_describes(p.v, 1, p.total_k, p.num_kv_heads) &&
+           sm90_tma_describes(p.dout, 1, p.total_q, p.num_heads);
+  }
   return sm90_tma_describes(p) && sm90_tma_describes(p.dout, p.batch, p.seqlen_q, p.num_heads);
 }
 
 // The plan of an sm90 backward call: one dQ accumulator (deterministic mode orders the adds
 // with semaphores instead of splitting into buffers), then in deterministic mode one int
-// semaphore per (batch, head, query block), zeroed with the accumulator.
+// semaphore per (batch, head, query block), zeroed with the accumulator. total_q_tokens: varlen
+// batches' query tokens (their mask shape holds the longest sequence); < 0: batch * seqlen_q.
 inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
-                                       const Sm90MaskShape& mask, bool deterministic) {
+                                       const Sm90MaskShape& mask, bool deterministic,
+                                       std::int64_t total_q_tokens = -1) {
   const std::int64_t seqlen_q = mask.seqlen_q;
   const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
   BackwardPlan plan;
@@ -244,7 +260,7 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
   plan.sm90_tile_order = static_cast<int>(sm90_longest_first() ? sm90_tile_order(mask, b.block_n, deterministic)
                                                                 : Sm90TileOrder::head_major);
-  const std::int64_t total_q = batch * seqlen_q;
+  const std::int64_t total_q = total_q_tokens >= 0 ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
   plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
   if (deterministic) {

@@ -99,6 +99,18 @@ struct Sm90BackwardTraits {
   static_assert(kOffsetBarriers % 8 == 0, "mbarrier alignment");
   static_assert(kOffsetBarriers + 8 * (1 + 2 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 opt-in shared memory per block");
+
+  // Padded batches; Sm90VarlenTraits below marks the varlen kernels (their code is under
+  // `if constexpr (T::kVarlen)`, so the padded kernels do not change).
+  static constexpr bool kVarlen = false;
+};
+
+// The same tiles for varlen batches (cu_seqlens): a CTA reads its sequence's offsets and
+// lengths, TMA loads rows of the [total tokens, heads, d] tensors, scratch rows are global
+// token indices.
+template <class Base>
+struct Sm90VarlenTraits : Base {
+  static constexpr bool kVarlen = true;
 };
 
 }  // namespace fastattn::cuda
