@@ -241,9 +241,10 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
 
 // dS^T (this warpgroup's 64 key rows) into the swizzled dS^T buffer: rows kWgKeyRows wg.. of a
 // (kBlockN keys, kBlockM queries) tile (d = 256: both warpgroups hold the same 64 rows, and
-// warpgroup wg stores the query columns of A fragments kp in [wg, wg + 1) * kKStepsS / 2), one stmatrix.x4 per A fragment (its four registers are
-// four 8x8 matrices; each lane gives one 16-byte row address, layout.hpp: stmatrix_row/col; the
-// 8 rows of a matrix sit at 8 different chunk positions of the swizzle, so no bank conflict).
+// warpgroup wg stores the query columns of A fragments kp in [wg, wg + 1) * kKStepsS / 2), one
+// stmatrix.x4 per A fragment (its four registers are four 8x8 matrices; each lane gives one
+// 16-byte row address, layout.hpp: stmatrix_row/col; the 8 rows of a matrix sit at 8 different
+// chunk positions of the swizzle, so no bank conflict).
 // Then the proxy fence that orders the stores before the dQ wgmma's reads of them.
 template <class T>
 __device__ __forceinline__ void store_ds(uint32_t s_ds, const uint32_t (&a_ds)[T::kKStepsS][4], int wg, int t) {

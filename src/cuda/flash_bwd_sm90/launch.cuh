@@ -34,7 +34,9 @@ auto sm90_backward_kernel(bool softcap, bool bulk, bool deterministic) {
                              : flash_backward_sm90_kernel<T, kSoftcap, true, false>;
       }
     } else {
-      if (bulk) throw Error(ErrorCode::internal, "cuda backward (sm90): bulk dQ planned where its staging tile does not fit");
+      if (bulk) {
+        throw Error(ErrorCode::internal, "cuda backward (sm90): bulk dQ planned where its staging tile does not fit");
+      }
     }
     return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
                          : flash_backward_sm90_kernel<T, kSoftcap, false, false>;
@@ -47,7 +49,9 @@ void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
   using T = Sm90BackwardTraits<kHeadDim, Element>;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  if (p.num_splits != 1) throw Error(ErrorCode::internal, "cuda backward (sm90): planned for dQ splits, which it does not serve");
+  if (p.num_splits != 1) {
+    throw Error(ErrorCode::internal, "cuda backward (sm90): planned for dQ splits, which it does not serve");
+  }
   const std::string config = "sm90 d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
                              std::to_string(T::kBlockN) + (p.sm90_dq == 1 ? ", bulk dQ" : ", atomic dQ") +
                              (p.deterministic ? ", deterministic" : "") + (varlen ? ", varlen" : "");
@@ -84,8 +88,9 @@ void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
     const CUtensorMap map_v = sm90::make_token_tensor_map(
         {p.v, batch, rows_k, p.num_kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
         T::kBlockN, "v");
-    const auto kernel = varlen ? sm90_backward_kernel<Sm90VarlenTraits<T>>(p.softcap > 0.0f, p.sm90_dq == 1, p.deterministic)
-                               : sm90_backward_kernel<T>(p.softcap > 0.0f, p.sm90_dq == 1, p.deterministic);
+    const bool softcap = p.softcap > 0.0f, bulk = p.sm90_dq == 1;
+    const auto kernel = varlen ? sm90_backward_kernel<Sm90VarlenTraits<T>>(softcap, bulk, p.deterministic)
+                               : sm90_backward_kernel<T>(softcap, bulk, p.deterministic);
     const std::string name = "flash_backward_sm90_kernel<" + config + ">";
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
           "cudaFuncSetAttribute", name);

@@ -236,9 +236,9 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
 // heads, d] tensors, described as one batch of total tokens.
 inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
   if (p.is_varlen()) {
-    return sm90_tma_describes(p.q, 1, p.total_q, p.num_heads) && sm90_tma_describes(p.k, 1, p.total_k, p.num_kv_heads) &&
-           sm90_tma_describes(p.v, 1, p.total_k, p.num_kv_heads) &&
-           sm90_tma_describes(p.dout, 1, p.total_q, p.num_heads);
+    return sm90_tma_describes(p.q, 1, p.total_q, p.num_heads) &&
+           sm90_tma_describes(p.k, 1, p.total_k, p.num_kv_heads) &&
+           sm90_tma_describes(p.v, 1, p.total_k, p.num_kv_heads) && sm90_tma_describes(p.dout, 1, p.total_q, p.num_heads);
   }
   return sm90_tma_describes(p) && sm90_tma_describes(p.dout, p.batch, p.seqlen_q, p.num_heads);
 }
