@@ -314,6 +314,8 @@ cuda::Sm90BackwardShape hopper(std::int64_t head_dim, std::int64_t seqlen = 4096
 TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   EXPECT_TRUE(cuda::choose_sm90_backward(hopper(128)).sm90);
   EXPECT_TRUE(cuda::choose_sm90_backward(hopper(64)).sm90);
+  EXPECT_EQ(cuda::choose_sm90_backward(hopper(256)).sm90, cuda::sm90_backward_has_head_dim(256));
+  EXPECT_EQ(cuda::choose_sm90_backward(hopper(96)).sm90, cuda::sm90_backward_has_head_dim(96));
   struct Declined {
     cuda::Sm90BackwardShape shape;
     std::string why;
@@ -326,10 +328,16 @@ TEST(CudaSm90BackwardPlan, ChoiceAndItsReasons) {
   cases.push_back({hopper(128), "FASTATTN_CUDA_BWD_SM90=0 forces the sm80 backward"});
   cases.back().shape.opted_in = false;
   cases.back().shape.switch_by_env = true;
-  cases.push_back({hopper(96), "no sm90 backward for head_dim 96"});
-  cases.push_back({hopper(256), "no sm90 backward for head_dim 256"});
-  cases.push_back({hopper(128), "varlen"});
-  cases.back().shape.varlen = true;
+  cases.push_back({hopper(80), "no sm90 backward for head_dim 80"});
+  cases.push_back({hopper(32), "no sm90 backward for head_dim 32"});
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) {
+    cases.push_back({hopper(128), "varlen"});
+    cases.back().shape.varlen = true;
+  } else {
+    cuda::Sm90BackwardShape varlen = hopper(128);
+    varlen.varlen = true;
+    EXPECT_TRUE(cuda::choose_sm90_backward(varlen).sm90);
+  }
   cases.push_back({hopper(128), "TMA cannot load"});
   cases.back().shape.tma_describes = false;
   cases.push_back({hopper(128, 0), "empty sequence"});
@@ -385,7 +393,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     expect_error([] { (void)cuda::sm90_dq_reduction(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
   }
   const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
-  for (int d : {64, 128}) {
+  for (int d : {64, 96, 128, 256}) {
     const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
     EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);
     EXPECT_EQ(plain.sm90_dq, 0);
@@ -400,6 +408,51 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_LE(cuda::sm90_backward_smem_bytes(b, d), 227 * 1024) << "d " << d;
     EXPECT_NE(cuda::describe_backward_sm90(det, true).find("semaphores"), std::string::npos);
   }
+}
+
+// d = 256's tile (plan.hpp): 64 keys, the MMA warpgroups split dK/dV's columns, no bulk dQ
+// staging tile (so bulk requests plan atomic dQ, and the reason says why), shared memory under
+// the opt-in limit; d = 64 / 128 keep the key split and bulk dQ.
+TEST(CudaSm90BackwardPlan, HeadDim256Tile) {
+  const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(256);
+  EXPECT_EQ(b.block_n, 64);
+  EXPECT_EQ(b.block_m, 64);
+  EXPECT_EQ(b.split, cuda::Sm90BwdWarpgroupSplit::columns);
+  EXPECT_FALSE(cuda::sm90_backward_bulk_dq_fits(256));
+  EXPECT_LE(cuda::sm90_backward_smem_bytes(b, 256), 227 * 1024);
+  for (int d : {64, 128}) {
+    EXPECT_EQ(cuda::sm90_backward_blocks(d).split, cuda::Sm90BwdWarpgroupSplit::keys);
+    EXPECT_EQ(cuda::sm90_backward_blocks(d).block_n, 128);
+    EXPECT_TRUE(cuda::sm90_backward_bulk_dq_fits(d));
+  }
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(256, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  EXPECT_EQ(plan.sm90_dq, 0);
+  EXPECT_EQ(plan.sm90_warpgroup_split, 1);
+  EXPECT_EQ(plan.blocks.block_n, 64);
+  const std::string why = cuda::describe_backward_sm90(plan, false, true);
+  EXPECT_NE(why.find("half of the columns"), std::string::npos) << why;
+  EXPECT_NE(why.find("no shared memory for the bulk"), std::string::npos) << why;
+  EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false).sm90_dq, 1);
+}
+
+// d = 96 (plan.hpp): d = 128's tile on columns padded to whole 64-column panels, bulk dQ kept,
+// shared memory (and the bulk staging rows) as at d = 128.
+TEST(CudaSm90BackwardPlan, HeadDim96PaddedTile) {
+  EXPECT_EQ(cuda::sm90_backward_smem_columns(96), 128);
+  EXPECT_EQ(cuda::sm90_backward_smem_columns(64), 64);
+  EXPECT_EQ(cuda::sm90_backward_smem_columns(128), 128);
+  const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(96);
+  EXPECT_EQ(b.block_n, 128);
+  EXPECT_EQ(b.split, cuda::Sm90BwdWarpgroupSplit::keys);
+  EXPECT_TRUE(cuda::sm90_backward_bulk_dq_fits(96));
+  EXPECT_EQ(cuda::sm90_backward_smem_bytes(b, 96), cuda::sm90_backward_smem_bytes(cuda::sm90_backward_blocks(128), 128));
+  EXPECT_EQ(cuda::sm90_backward_dq_row_bytes(96), cuda::sm90_backward_dq_row_bytes(128));
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(96, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  EXPECT_EQ(plan.sm90_dq, 1);
+  EXPECT_EQ(plan.sm90_warpgroup_split, 0);
+  EXPECT_GE(plan.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * 96 * 4));
 }
 
 }  // namespace

@@ -13,11 +13,20 @@
 //   * paths those leave out (seqlen 4097, causal with seqlen_q and seqlen_k far apart, GQA
 //     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
 //     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
-//   * calls it does not serve (not opted in, varlen, head dims without a unit) run the sm80
-//     backward and the reason says why.
+//   * varlen batches (kSm90BackwardVarlen; written without a GPU): lengths 0, 1, 63, 65, 1000,
+//     seqlen_q != seqlen_k per sequence, causal both alignments, windows, GQA, soft-cap, every
+//     built head dim, both dQ reductions, deterministic bitwise over 10 runs;
+//   * calls it does not serve (not opted in, head dims without a unit; varlen when
+//     kSm90BackwardVarlen is sm80) run the sm80 backward and the reason says why;
+//   * d = 96 (d = 128's tile on zero-padded columns) and d = 256 (its own tile: 64 keys, the MMA
+//     warpgroups split dK/dV's columns; atomic dQ only): odd shapes, causal with seqlen_q !=
+//     seqlen_k, GQA, soft-cap, windows, deterministic bitwise over 10 runs, d = 96 with bulk dQ,
+//     d = 256 with bulk requested (runs atomic). Skipped when the build lacks the head dim or
+//     kSm90BackwardHeadDims (flash_bwd_sm90/plan.hpp) leaves it out.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -25,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "harness/harness.hpp"
 #include "harness/tensors.hpp"
 #include "reference/reference.hpp"
@@ -284,6 +294,167 @@ TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
   }
 }
 
+// d = 96 and d = 256 (written without a GPU; kSm90BackwardHeadDims can drop either): a smaller
+// set than d = 64 / 128 (the float64 reference and the naive bound cost more per element),
+// covering what is their own. d = 96: tiles padded to 128 columns (TMA zero-fills 96..127, the
+// dK/dV/dQ writes skip them; warpgroup 1's dQ adds 32 columns, by atomics and by the bulk
+// reduce-add). d = 256: 64-key CTAs whose warpgroups split dK/dV's columns, both computing
+// S^T/dP^T and each storing half of dS^T; atomic dQ only.
+class CudaSm90BackwardOneDim : public CudaSm90Backward {
+ protected:
+  void skip_unless_served(int d) {
+    const std::vector<int> built = build_info().cuda_head_dims;
+    if (std::find(built.begin(), built.end(), d) == built.end()) GTEST_SKIP() << "no d = " << d << " in this build";
+    if (!cuda::sm90_backward_has_head_dim(d)) GTEST_SKIP() << "kSm90BackwardHeadDims leaves d = " << d << " out";
+  }
+};
+class CudaSm90BackwardHeadDim96 : public CudaSm90BackwardOneDim {
+ protected:
+  void SetUp() override {
+    CudaSm90Backward::SetUp();
+    if (!IsSkipped()) skip_unless_served(96);
+  }
+};
+class CudaSm90BackwardHeadDim256 : public CudaSm90BackwardOneDim {
+ protected:
+  void SetUp() override {
+    CudaSm90Backward::SetUp();
+    if (!IsSkipped()) skip_unless_served(256);
+  }
+};
+
+std::vector<std::string> one_dim_shapes(int d, const char* dtype) {
+  const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
+  return {
+      "b=1 sq=1 sk=1 h=2 hkv=2" + t + " mask=none",
+      "b=2 sq=1 sk=777 h=2 hkv=1" + t + " mask=none",
+      "b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=none",
+      "b=1 sq=65 sk=63 h=2 hkv=2" + t + " mask=none",
+      "b=1 sq=17 sk=300 h=2 hkv=1" + t + " mask=causal align=bottom_right",
+      "b=1 sq=1023 sk=1023 h=1 hkv=1" + t + " mask=causal",
+      "b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right",  // rows that see no key
+      "b=1 sq=65 sk=1000 h=2 hkv=2" + t + " mask=causal align=top_left",     // keys no query sees
+      "b=1 sq=700 sk=300 h=4 hkv=2" + t + " mask=causal align=top_left",
+      "b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=none",    // GQA 7:1
+      "b=1 sq=300 sk=300 h=8 hkv=2" + t + " mask=causal",  // GQA 4:1, 2 KV heads
+      "b=1 sq=257 sk=513 h=3 hkv=1" + t + " mask=window wl=40 wr=7 softcap=30",
+      "b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right",
+      "b=1 sq=200 sk=333 h=2 hkv=1" + t + " mask=causal scale=-0.09",
+      "b=1 sq=256 sk=256 h=2 hkv=2" + t + " mask=none qk_std=4",
+  };
+}
+
+// Deterministic mode: right, and the same bits in 10 runs (the current dQ reduction).
+void expect_deterministic_one_dim(int d) {
+  const std::string hd = " d=" + std::to_string(d);
+  for (const std::string& text : {"b=2 sq=700 sk=900 h=4 hkv=2" + hd + " dtype=bf16 mask=causal det=1",
+                                  "b=1 sq=600 sk=800 h=2 hkv=2" + hd + " dtype=f16 mask=window wl=130 wr=20 det=1",
+                                  "b=1 sq=512 sk=1024 h=4 hkv=1" + hd + " dtype=bf16 mask=none det=1"}) {
+    expect_sm90_backward(text);
+    harness::CaseData data(harness::parse_case(text));
+    const reference::ForwardResult ref = reference::forward_f64(data.problem());
+    data.set_forward_outputs(ref.out, ref.lse);
+    data.run_backward(Backend::cuda);
+    const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+    for (int run = 1; run < 10; ++run) {
+      data.run_backward(Backend::cuda);
+      EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+          << text << ": run " << run << " differs from run 0";
+    }
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim96, OddShapesMatchFloat64) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    for (const std::string& text : one_dim_shapes(96, dtype)) expect_sm90_backward(text);
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim96, BulkReduceDqMatchesFloat64) {
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  for (const std::string& text : one_dim_shapes(96, "bf16")) expect_sm90_backward(text);
+}
+
+TEST_F(CudaSm90BackwardHeadDim96, DeterministicIsBitwiseRepeatable) {
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    expect_deterministic_one_dim(96);
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim256, OddShapesMatchFloat64) {
+  for (const char* dtype : {"bf16", "f16"}) {
+    for (const std::string& text : one_dim_shapes(256, dtype)) expect_sm90_backward(text);
+  }
+}
+
+// FASTATTN_CUDA_SM90_BWD_DQ=bulk: d = 256 has no room for the staging tile, runs atomic dQ and
+// says so.
+TEST_F(CudaSm90BackwardHeadDim256, BulkRequestedRunsAtomic) {
+  const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  for (const std::string& text : {std::string("b=1 sq=300 sk=65 h=2 hkv=1 d=256 dtype=bf16 mask=causal align=bottom_right"),
+                                  std::string("b=1 sq=129 sk=200 h=2 hkv=2 d=256 dtype=bf16 mask=none det=1")}) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda);
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.backward_choice.isa, "sm90") << r.backward_choice.describe();
+    EXPECT_NE(r.backward_choice.reason.find("red.global.add.v2"), std::string::npos) << r.backward_choice.describe();
+  }
+}
+
+TEST_F(CudaSm90BackwardHeadDim256, DeterministicIsBitwiseRepeatable) { expect_deterministic_one_dim(256); }
+
+// Varlen batches on the sm90 backward: a CTA's sequence offsets and lengths from cu_seqlens,
+// TMA rows of the [total tokens, heads, d] tensors (rows past a sequence are the next one's:
+// masked keys, +inf lse queries), per-sequence masks and bottom-right offsets, zero-length
+// sequences (dK = dV = 0 written, no dQ adds).
+std::vector<std::string> varlen_shapes(int d, const char* dtype) {
+  const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
+  return {
+      "b=3 sq=7 sk=7 h=2 hkv=2" + t + " mask=none lens_q=0,70,1 lens_k=5,0,90",
+      "b=4 sq=8 sk=8 h=2 hkv=1" + t + " mask=causal lens_q=63,65,1,1000 lens_k=65,63,1000,1",
+      "b=3 sq=8 sk=8 h=4 hkv=2" + t + " mask=causal align=bottom_right lens_q=300,17,129 lens_k=65,1000,129",
+      "b=3 sq=8 sk=8 h=2 hkv=2" + t + " mask=causal align=top_left lens_q=65,1000,7 lens_k=700,300,0",
+      "b=2 sq=8 sk=8 h=7 hkv=1" + t + " mask=window wl=40 wr=7 softcap=30 lens_q=257,129 lens_k=513,200",
+      "b=3 sq=8 sk=8 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right lens_q=500,1,64 lens_k=200,128,64",
+  };
+}
+
+TEST_F(CudaSm90Backward, VarlenMatchesFloat64) {
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
+  std::vector<int> dims = dims_;
+  for (int d : build_info().cuda_head_dims) {
+    if ((d == 96 || d == 256) && cuda::sm90_backward_has_head_dim(d)) dims.push_back(d);
+  }
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims) {
+      for (const std::string& text : varlen_shapes(d, d == 128 ? "bf16" : "f16")) expect_sm90_backward(text);
+    }
+  }
+}
+
+TEST_F(CudaSm90Backward, VarlenDeterministicIsBitwiseRepeatable) {
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : dims_) {
+      const std::string text = "b=3 sq=8 sk=8 h=4 hkv=2 d=" + std::to_string(d) +
+                               " dtype=bf16 mask=causal det=1 lens_q=700,1,300 lens_k=900,65,0";
+      expect_sm90_backward(text);
+      harness::CaseData data(harness::parse_case(text));
+      const reference::ForwardResult ref = reference::forward_f64(data.problem());
+      data.set_forward_outputs(ref.out, ref.lse);
+      data.run_backward(Backend::cuda);
+      const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+      for (int run = 1; run < 10; ++run) {
+        data.run_backward(Backend::cuda);
+        EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+            << dq << " " << text << ": run " << run << " differs from run 0";
+      }
+    }
+  }
+}
+
 TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
   const std::string hd = " d=" + std::to_string(dims_.front());
   auto expect_sm80 = [](const std::string& text, const std::string& why) {
@@ -293,9 +464,11 @@ TEST_F(CudaSm90Backward, UnservedCallsRunSm80WithAReason) {
     EXPECT_NE(r.backward_choice.reason.find("on an sm90 device"), std::string::npos) << r.backward_choice.describe();
     EXPECT_NE(r.backward_choice.reason.find(why), std::string::npos) << r.backward_choice.describe();
   };
-  expect_sm80("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90", "varlen");
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) {
+    expect_sm80("b=3 sq=7 sk=7 h=2 hkv=2" + hd + " dtype=bf16 mask=none lens_q=0,70,1 lens_k=5,0,90", "varlen");
+  }
   for (int d : build_info().cuda_head_dims) {
-    if (d == 64 || d == 128) continue;
+    if (cuda::sm90_backward_has_head_dim(d)) continue;
     expect_sm80("b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal",
                 "no sm90 backward for head_dim");
   }

@@ -55,6 +55,7 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
   b.seqlen_q = static_cast<int>(p.seqlen_q);
   b.seqlen_k = static_cast<int>(p.seqlen_k);
   b.total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
+  b.total_k = p.is_varlen() ? p.total_k : p.batch * p.seqlen_k;
   constexpr float kLog2e = 1.4426950408889634f;
   b.scale = p.softmax_scale;
   b.softcap = p.softcap;
@@ -118,8 +119,8 @@ void backward_sm75(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
   throw Error(ErrorCode::internal, "cuda backward: no sm75 launcher for head_dim " + std::to_string(head_dim));
 }
 
-// The Hopper backward's units (FASTATTN_CUDA_ARCHS has 90): head_dim 64 and 128, both dtypes
-// (flash_bwd_sm90/plan.hpp: sm90_backward_has_head_dim; the plan checked it).
+// The Hopper backward's units (FASTATTN_CUDA_ARCHS has 90): head_dim 64, 96, 128 and 256, both
+// dtypes (flash_bwd_sm90/plan.hpp: kSm90BackwardHeadDims; the plan checked it).
 template <typename Element>
 void backward_sm90(const BackwardParams& b, std::int64_t head_dim, cudaStream_t stream) {
   (void)b;
@@ -128,8 +129,14 @@ void backward_sm90(const BackwardParams& b, std::int64_t head_dim, cudaStream_t 
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_64
     case 64: return run_backward_sm90<Element, 64>(b, stream);
 #endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_96
+    case 96: return run_backward_sm90<Element, 96>(b, stream);
+#endif
 #if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_128
     case 128: return run_backward_sm90<Element, 128>(b, stream);
+#endif
+#if FASTATTN_CUDA_PATH_SM90 && FASTATTN_CUDA_HDIM_256
+    case 256: return run_backward_sm90<Element, 256>(b, stream);
 #endif
     default: break;
   }
@@ -173,7 +180,7 @@ Sm90BackwardChoice sm90_backward_choice(const AttentionProblem& p) {
   s.seqlen_q = p.seqlen_q;
   s.seqlen_k = p.seqlen_k;
   s.varlen = p.is_varlen();
-  s.tma_describes = !s.varlen && sm90_backward_tma_describes(p);
+  s.tma_describes = sm90_backward_tma_describes(p);
   return choose_sm90_backward(s);
 }
 
@@ -182,7 +189,8 @@ BackwardPlan backward_plan(const AttentionProblem& p) {
   if (sm90.sm90) {
     const Sm90MaskShape mask{p.window_left, p.window_right, p.alignment == MaskAlignment::bottom_right, p.seqlen_q,
                              p.seqlen_k};
-    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, mask, p.deterministic);
+    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, mask, p.deterministic,
+                              p.is_varlen() ? p.total_q : -1);
   }
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;
   const int sms = multiprocessor_count(p.device.index);

@@ -6,7 +6,9 @@
 #   bash tools/dev/build-carry.sh [JOBS]        # then: run carry=["build/carry"],
 #                                                   #   command "bash tools/dev/run_device.sh build/carry"
 #
-# Environment: BUILD_DIR (default build/carry-build), CARRY_DIR (default build/carry), JOBS.
+# Environment: BUILD_DIR (default build/carry-build), CARRY_DIR (default build/carry), JOBS,
+# HEAD_DIMS (default "64;128"; "64;96;128;256" adds the sm90 backward's d = 96 and 256 and
+# their tests).
 # The build runs under `nice -n 19` (other work on this machine measures the CPU). Afterwards
 # each binary's shared libraries are checked: cudart and libstdc++ are linked statically where
 # the targets ask for it, so only glibc, libm, libgomp and GCC's runtime may remain, and no
@@ -22,7 +24,7 @@ GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 
 nice -n 19 cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 "-DFASTATTN_CUDA_HEAD_DIMS=64;128" \
+  -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 "-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128}" \
   -DFASTATTN_BUILD_CLI=ON -DFASTATTN_BUILD_TESTS=ON -DFASTATTN_BUILD_BENCH=ON
 nice -n 19 cmake --build "$BUILD" -j "$JOBS" \
   --target fastattn_cli fastattn_cuda_bench fastattn_gpu_tests fastattn_tests fastattn_kv_cache_bench

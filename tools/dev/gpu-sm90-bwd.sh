@@ -16,10 +16,14 @@
 #   carry ["build/carry-bwd90", "build/debs"]; command
 #   cd build/carry-bwd90 && mkdir -p build && ln -sfn ../../debs build/debs && STAGES="..." bash tools/dev/gpu-sm90-bwd.sh
 #
-# STAGES (default "build sass tests"; run in the order build sass tests newtests bench det mem
-# suite sanitize):
+# STAGES (default "build sass tests"; run in the order build sass tests newdims newtests bench
+# det mem suite sanitize; HEAD_DIMS, default "64;128", the stage build's FASTATTN_CUDA_HEAD_DIMS):
 #   tests     CudaSm90Backward.* (gradients vs float64 on the odd shapes, both dQ reductions,
 #             deterministic 10-run bitwise repeatability, routing) and the CPU plan/layout tests
+#   newdims   CudaSm90BackwardHeadDim96.* and ...256.* (odd shapes, causal sq != sk, GQA,
+#             soft-cap, windows, deterministic 10-run bitwise, bulk dQ), CudaSm90Backward.Varlen*
+#             (every built dim) and the routing test; d 96/256 need the dims in the build
+#             (HEAD_DIMS="64;96;128;256"), varlen runs with any
 #   newtests  only the tests added after the first GPU run (6/6 on 2026-12-01): Uncovered*,
 #             FullyMasked*, Seqlen4097* (~60 s)
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
@@ -97,10 +101,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 
 if has build; then
   run build 200 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
-      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=64;128' > '$out/build.log' 2>&1 &&
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128}' > '$out/build.log' 2>&1 &&
     cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli >> '$out/build.log' 2>&1"
   tail -3 "$out/build.log"
-  grep -E "ptxas (warning|error)|C75(08|10|17|19)" "$out/build.log" | head -5
+  grep -E "ptxas (warning|error)|C75(08|10|12|17|19)" "$out/build.log" | head -5
 fi
 if has sass; then
   {
@@ -110,12 +114,13 @@ if has sass; then
         "UBLKRED $(grep -c UBLKRED /tmp/sass_one.txt), REDG $(grep -c REDG /tmp/sass_one.txt)," \
         "SETMAXREG $(grep -c SETMAXREG /tmp/sass_one.txt), LDL/STL $(grep -cE 'LDL|STL' /tmp/sass_one.txt)"
     done
-    # ptxas prints C7510/C7517/C7519 (wgmma serialised) and C7508 (setmaxnreg ignored) as info
-    # lines under -v: each backward unit compiled again with -v, they must be absent.
+    # ptxas prints C7510/C7512/C7517/C7519 (wgmma serialised; C7512: for lack of registers) and
+    # C7508 (setmaxnreg ignored) as info lines under -v, which -Werror lets through: each
+    # backward unit compiled again with -v, they must be absent.
     for u in src/cuda/generated/flash_bwd_sm90_*.cu; do
       echo "== $u"
       nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xptxas=-v -Iinclude -Isrc \
-        -DFASTATTN_HAVE_CUDA=1 -c "$u" -o /tmp/ptxas_check.o 2>&1 | grep -E "C75(08|10|17|19)|spill" | sort | uniq -c
+        -DFASTATTN_HAVE_CUDA=1 -c "$u" -o /tmp/ptxas_check.o 2>&1 | grep -E "C75(08|10|12|17|19)|spill" | sort | uniq -c
     done
   } > "$out/sass.txt" 2>&1
   head -30 "$out/sass.txt"
@@ -129,6 +134,15 @@ if has tests; then
   run cpu_plan 30 bash -c "'$cpu_tests' --gtest_brief=1 \
       --gtest_filter='CudaSm90Backward*:CudaForwardPath.*:CudaBackwardPlan.*:Environment.*' >> '$out/tests.log' 2>&1"
   tail -3 "$out/tests.log"
+fi
+if has newdims; then
+  # d = 96 and 256 (need a build with them in FASTATTN_CUDA_HEAD_DIMS: HEAD_DIMS="64;96;128;256"
+  # here or in build-carry.sh; the tests skip themselves otherwise) and varlen (expected ~2 min
+  # with all four dims, not measured).
+  run newdims 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*' \
+      > '$out/newdims.log' 2>&1"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|SKIPPED \]" "$out/newdims.log" | head -20
+  grep -B2 -A12 "Failure" "$out/newdims.log" | head -60
 fi
 if has newtests; then
   run newtests 75 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*' \

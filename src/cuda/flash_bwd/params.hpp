@@ -71,6 +71,9 @@ struct BackwardParams {
   int sm90_tile_order;
   int sm90_dq;
   int* dq_semaphores;
+  // Key rows: batch * seqlen_k, or total tokens (the sm90 backward's varlen tensor maps). Last,
+  // so the kernels that do not read it keep their parameter offsets.
+  int64_t total_k;
 };
 
 }  // namespace fastattn::cuda

@@ -1,5 +1,6 @@
 // consumer.cuh — one MMA warpgroup of the sm90 backward: 64 keys of the CTA's block (rows
-// 64 wg.. of sK and sV), their dK and dV in registers across every step (query head x query
+// 64 wg.. of sK and sV; d = 256: the block's 64 keys, columns 128 wg.. of their dK and dV,
+// traits.cuh: kSplitColumns), their dK and dV in registers across every step (query head x query
 // block) of the CTA (FlashAttention-2's backward, Dao 2023, Algorithm 2, with FlashAttention-3's
 // transposed score GEMMs; our code).
 //
@@ -11,8 +12,8 @@
 //   dS^T = P^T (dP^T - D)                   (soft-cap: times 1 - tanh^2)
 //   P^T, dS^T -> 16-bit register A fragments (layout.hpp: the accumulator's columns are the
 //   next GEMMs' k); dS^T also to shared memory (sdS, double-buffered) for the dQ GEMM
-//   dV  += P^T dO     (64 x d)   wgmma RS, dO MN-major (its rows are the k)
-//   dK  += dS^T Q     (64 x d)   wgmma RS, Q MN-major
+//   dV  += P^T dO     (64 x kDkvN)   wgmma RS, dO MN-major (its rows are the k)
+//   dK  += dS^T Q     (64 x kDkvN)   wgmma RS, Q MN-major
 //   named barrier: both warpgroups' dS^T halves are in sdS
 //   dQ_wg = dS K      (64 x d/2: the warpgroup's columns, traits.cuh) wgmma SS, dS^T and K MN-major
 //   wait dV/dK -> release stage s; wait dQ -> dq_writer.cuh adds it to the fp32 accumulator
@@ -46,8 +47,8 @@ enum Sm90BwdBarrier : int {
 
 template <class T>
 struct Sm90BwdMmaState {
-  float acc_dk[T::kNTilesD][4];  // dK: (64 keys of this warpgroup, kHeadDim) f32, unscaled
-  float acc_dv[T::kNTilesD][4];  // dV: (64 keys, kHeadDim) f32
+  float acc_dk[T::kNTilesD][4];  // dK: (64 keys of this warpgroup, kDkvN columns) f32, unscaled
+  float acc_dv[T::kNTilesD][4];  // dV: (64 keys, kDkvN columns) f32
 };
 
 // One step's place: its stage, dS buffer, head, query block.
@@ -56,6 +57,7 @@ struct Sm90BwdStep {
   uint32_t parity;
   int ds_buffer;
   int head, m_block, q0;
+  int len_q, len_k;  // varlen kernels only (T::kVarlen): the sequence's lengths, for the mask
 };
 
 __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
@@ -65,31 +67,33 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 }
 
 // Issues acc (64 keys x kBlockM queries) = A_wg B^T, no wait: A the key-side tile (sK or sV,
-// rows 64 wg..), B the query-side stage (sQ or sdO), both K-major; head_dim / 16 wgmma.
+// rows kWgKeyRows wg..), B the query-side stage (sQ or sdO), both K-major; head_dim / 16 wgmma.
 template <class T>
 __device__ __forceinline__ void issue_transposed_scores(float (&acc)[T::kNTilesS][4], uint32_t s_keys,
                                                         uint32_t s_queries, int wg) {
   using E = typename T::Element;
 #pragma unroll
   for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
-    const uint64_t desc_a = sm90::kmajor_descriptor(s_keys + sm90_layout::kmajor_step(T::kBlockN, 64 * wg, kk));
+    const uint64_t desc_a =
+        sm90::kmajor_descriptor(s_keys + sm90_layout::kmajor_step(T::kBlockN, T::kWgKeyRows * wg, kk));
     const uint64_t desc_b = sm90::kmajor_descriptor(s_queries + sm90_layout::kmajor_step(T::kBlockM, 0, kk));
     sm90::mma_ss<T::kBlockM, E>(acc, desc_a, desc_b, kk > 0 ? 1 : 0);
   }
   sm90::warpgroup_commit();
 }
 
-// Issues acc (64 keys x kHeadDim) += A B, no wait: A from registers (kKStepsS k16 fragments),
-// B the (kBlockM, kHeadDim) stage tile read MN-major (its rows are the k).
+// Issues acc (64 keys x kDkvN) += A B, no wait: A from registers (kKStepsS k16 fragments),
+// B columns kWgDkvCols wg.. of the (kBlockM, kHeadDim) stage tile read MN-major (its rows are
+// the k).
 template <class T>
 __device__ __forceinline__ void issue_key_gradient(float (&acc)[T::kNTilesD][4], const uint32_t (&a)[T::kKStepsS][4],
-                                                   uint32_t s_rows) {
+                                                   uint32_t s_rows, int wg) {
   using E = typename T::Element;
 #pragma unroll
   for (int kp = 0; kp < T::kKStepsS; ++kp) {
-    const uint64_t desc_b =
-        sm90::mnmajor_descriptor(s_rows + sm90_layout::mnmajor_step(T::kBlockM, 0, kp), T::kPanelBytesQ);
-    sm90::mma_rs_tb<T::kHeadDim, E>(acc, a[kp], desc_b, 1);
+    const uint64_t desc_b = sm90::mnmajor_descriptor(
+        s_rows + sm90_layout::mnmajor_step(T::kBlockM, T::kWgDkvCols * wg, kp), T::kPanelBytesQ);
+    sm90::mma_rs_tb<T::kDkvN, E>(acc, a[kp], desc_b, 1);
   }
 }
 
@@ -131,21 +135,31 @@ __device__ __forceinline__ SequenceMask call_mask(const BackwardParams& p) {
   mask.seqlen_k = p.seqlen_k;
   return mask;
 }
+// The mask of a step's sequence: the call's, or (varlen) with the sequence's lengths.
+template <class T>
+__device__ __forceinline__ SequenceMask step_mask(const BackwardParams& p, const Sm90BwdStep& s) {
+  SequenceMask mask = call_mask(p);
+  if constexpr (T::kVarlen) {
+    mask.offset = p.bottom_right ? static_cast<int64_t>(s.len_k) - s.len_q : 0;
+    mask.seqlen_k = s.len_k;
+  }
+  return mask;
+}
 
 // -inf at the masked elements of a partial tile (SequenceMask::classify; full tiles skip it):
-// element (nt, e) is key k0 + 64 wg + acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2. Per
+// element (nt, e) is key k0 + kWgKeyRows wg + acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2. Per
 // key row h the visible queries, shifted by the thread's column, bound the immediate
 // 8 nt + e % 2 (4 registers, recomputed per step and live only in this loop: kept across the
 // step loop, ptxas spilled them).
 template <class T>
-__device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p, int k0,
-                                                       int q0, int wg, int t) {
-  const SequenceMask mask = call_mask(p);
+__device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p,
+                                                       const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
+  const SequenceMask mask = step_mask<T>(p, s);
   if (mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) == TileClass::full) return;
   int lo[2], hi[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    visible_queries(mask, k0 + 64 * wg + sm90_layout::acc_row(t, 2 * h), lo[h], hi[h]);
+    visible_queries(mask, k0 + T::kWgKeyRows * wg + sm90_layout::acc_row(t, 2 * h), lo[h], hi[h]);
     lo[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
     hi[h] -= q0 + sm90_layout::acc_col(t, 0, 0);
   }
@@ -167,7 +181,7 @@ template <class T, bool kSoftcap>
 __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][4], float (&acc_dp)[T::kNTilesS][4],
                                                     uint32_t (&a_p)[T::kKStepsS][4], uint32_t (&a_ds)[T::kKStepsS][4],
                                                     const BackwardParams& p, uint32_t s_lse, uint32_t s_dsum,
-                                                    int k0, int q0, int wg, int t) {
+                                                    const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
   using E = typename T::Element;
   if constexpr (!kSoftcap) {
     sm90::warpgroup_wait<1>();  // S^T landed; dP^T may still run
@@ -178,7 +192,7 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_s[nt][e] = fmaf(acc_s[nt][e], p.scale_log2, -(e % 2 == 0 ? l.x : l.y));
     }
-    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+    mask_transposed_scores<T>(acc_s, p, s, k0, q0, wg, t);
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
@@ -206,7 +220,7 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
         acc_dp[nt][e] = (acc_dp[nt][e] - (e % 2 == 0 ? d.x : d.y)) * (1.0f - th * th);
       }
     }
-    mask_transposed_scores<T>(acc_s, p, k0, q0, wg, t);
+    mask_transposed_scores<T>(acc_s, p, s, k0, q0, wg, t);
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
@@ -225,18 +239,21 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
     }
 }
 
-// dS^T (this warpgroup's 64 key rows) into the swizzled dS^T buffer: rows 64 wg.. of a
-// (kBlockN keys, kBlockM queries) tile, one stmatrix.x4 per A fragment (its four registers are
-// four 8x8 matrices; each lane gives one 16-byte row address, layout.hpp: stmatrix_row/col; the
-// 8 rows of a matrix sit at 8 different chunk positions of the swizzle, so no bank conflict).
+// dS^T (this warpgroup's 64 key rows) into the swizzled dS^T buffer: rows kWgKeyRows wg.. of a
+// (kBlockN keys, kBlockM queries) tile (d = 256: both warpgroups hold the same 64 rows, and
+// warpgroup wg stores the query columns of A fragments kp in [wg, wg + 1) * kKStepsS / 2), one
+// stmatrix.x4 per A fragment (its four registers are four 8x8 matrices; each lane gives one
+// 16-byte row address, layout.hpp: stmatrix_row/col; the 8 rows of a matrix sit at 8 different
+// chunk positions of the swizzle, so no bank conflict).
 // Then the proxy fence that orders the stores before the dQ wgmma's reads of them.
 template <class T>
 __device__ __forceinline__ void store_ds(uint32_t s_ds, const uint32_t (&a_ds)[T::kKStepsS][4], int wg, int t) {
   asm volatile("" : "+r"(t), "+r"(s_ds));  // the addresses are computed here, not early in the step
   const int lane = t % 32;
-  const int row = 64 * wg + sm90_layout::stmatrix_row(t, lane);
+  const int row = T::kWgKeyRows * wg + sm90_layout::stmatrix_row(t, lane);
 #pragma unroll
   for (int kp = 0; kp < T::kKStepsS; ++kp) {
+    if (T::kSplitColumns && kp / (T::kKStepsS / T::kMmaWarpgroups) != wg) continue;
     const uint32_t addr = s_ds + sm90_layout::sw128_offset(T::kBlockN, row, sm90_layout::stmatrix_col(kp, lane));
     sm90::stmatrix_x4(addr, a_ds[kp][0], a_ds[kp][1], a_ds[kp][2], a_ds[kp][3]);
   }
@@ -256,7 +273,7 @@ __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)
   issue_transposed_scores<T>(acc_dp, smem.v(), smem.dout(s.stage), wg);
 
   uint32_t a_p[T::kKStepsS][4], a_ds[T::kKStepsS][4];
-  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), k0, s.q0, wg,
+  scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), s, k0, s.q0, wg,
                                    t);
   store_ds<T>(smem.ds(s.ds_buffer), a_ds, wg, t);
 
@@ -266,19 +283,32 @@ __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)
   sm90::fence_registers(a_p);
   sm90::fence_registers(a_ds);
   sm90::warpgroup_fence();
-  issue_key_gradient<T>(st.acc_dv, a_p, smem.dout(s.stage));
-  issue_key_gradient<T>(st.acc_dk, a_ds, smem.q(s.stage));
+  issue_key_gradient<T>(st.acc_dv, a_p, smem.dout(s.stage), wg);
+  issue_key_gradient<T>(st.acc_dk, a_ds, smem.q(s.stage), wg);
   sm90::warpgroup_commit();
 
   sm90::named_barrier_sync(kBarDsReady, T::kMmaThreads);  // the other warpgroup's dS^T rows landed
+  if constexpr (T::kSplitColumns) {
+    // d = 256: dV/dK finish before the dQ GEMM starts, so P^T and dS^T (32 registers) are dead
+    // by the time the 64 of acc_dq (n128) are live; with both in flight ptxas serialised the
+    // wgmma for lack of registers (C7512). The other warpgroup's GEMMs fill the gap.
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(st.acc_dv);
+    sm90::fence_registers(st.acc_dk);
+    sm90::fence_registers(a_p);
+    sm90::fence_registers(a_ds);
+    sm90::mbarrier_arrive(smem.q_empty(s.stage));
+  }
   sm90::warpgroup_fence();  // each batch its own fence (else ptxas serialises, C7519)
   issue_dq<T>(acc_dq, smem.ds(s.ds_buffer), smem.k(), wg);
-  sm90::warpgroup_wait<1>();  // dV, dK done: Q and dO of this stage are free
-  sm90::fence_registers(st.acc_dv);
-  sm90::fence_registers(st.acc_dk);
-  sm90::fence_registers(a_p);
-  sm90::fence_registers(a_ds);
-  sm90::mbarrier_arrive(smem.q_empty(s.stage));
+  if constexpr (!T::kSplitColumns) {
+    sm90::warpgroup_wait<1>();  // dV, dK done: Q and dO of this stage are free
+    sm90::fence_registers(st.acc_dv);
+    sm90::fence_registers(st.acc_dk);
+    sm90::fence_registers(a_p);
+    sm90::fence_registers(a_ds);
+    sm90::mbarrier_arrive(smem.q_empty(s.stage));
+  }
   sm90::warpgroup_wait<0>();
   sm90::fence_registers(acc_dq);
 }

@@ -53,8 +53,22 @@ template <class T>
 __device__ __forceinline__ float* dq_accum_row(const BackwardParams& p, const Sm90BackwardWork& w, int head, int row,
                                               int col) {
   const int64_t row_elems = static_cast<int64_t>(p.num_heads) * T::kHeadDim;
-  return p.dq_accum + (static_cast<int64_t>(w.batch) * p.seqlen_q + row) * row_elems +
+  const int64_t first_row = T::kVarlen ? static_cast<int64_t>(w.q_start) : static_cast<int64_t>(w.batch) * p.seqlen_q;
+  return p.dq_accum + (first_row + row) * row_elems +
          static_cast<int64_t>(head) * T::kHeadDim + col;
+}
+
+// Whether n8 slice nt of warpgroup wg's dQ tile holds columns of the head (d = 96: warpgroup 1's
+// tile is columns 64..127 of the zero-padded K, and only 64..95 exist). Constant true for head
+// dims without padding.
+template <class T>
+__device__ __forceinline__ bool dq_slice_exists(int wg, int nt) {
+  return !T::kPaddedColumns || T::kDqN * wg + 8 * nt < T::kHeadDim;
+}
+// Columns of warpgroup wg's dQ tile that exist.
+template <class T>
+__device__ __forceinline__ int dq_tile_columns(int wg) {
+  return T::kPaddedColumns && T::kHeadDim - T::kDqN * wg < T::kDqN ? T::kHeadDim - T::kDqN * wg : T::kDqN;
 }
 
 // Atomic mode, run by every thread of MMA warpgroup wg (t: its index in the warpgroup).
@@ -75,6 +89,7 @@ __device__ __forceinline__ void add_dq_atomic(const float (&acc_dq)[T::kDqN / 8]
     float* dst = dq_accum_row<T>(p, w, s.head, row, T::kDqN * wg);
 #pragma unroll
     for (int nt = 0; nt < T::kDqN / 8; ++nt) {
+      if (!dq_slice_exists<T>(wg, nt)) continue;
       red_add_pair(dst + sm90_layout::acc_col(t, nt, 0), acc_dq[nt][2 * half], acc_dq[nt][2 * half + 1]);
     }
   }
@@ -102,7 +117,7 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
   for (int half = 0; half < 2; ++half) {
     const int row = sm90_layout::acc_row(t, 2 * half);
 #pragma unroll
-    for (int nt = 0; nt < T::kDqN / 8; ++nt) {
+    for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: the zero columns too (rows are 128 wide)
       const uint32_t addr =
           s_dq + sm90_layout::dq_stage_offset(T::kDqRowBytes, row, T::kDqN * wg + sm90_layout::acc_col(t, nt, 0));
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc_dq[nt][2 * half]),
@@ -125,7 +140,8 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
   for (int r = lane; r < T::kBlockM; r += 32) {
     if (s.q0 + r < w.len_q) {
       sm90::bulk_reduce_add_f32(dq_accum_row<T>(p, w, s.head, s.q0 + r, T::kDqN * wg),
-                                s_dq + sm90_layout::dq_stage_offset(T::kDqRowBytes, r, T::kDqN * wg), T::kDqN * 4);
+                                s_dq + sm90_layout::dq_stage_offset(T::kDqRowBytes, r, T::kDqN * wg),
+                                dq_tile_columns<T>(wg) * 4);
     }
   }
   sm90::bulk_commit_group();

@@ -7,7 +7,8 @@
 // Roles (kThreads = 384):
 //   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warps 1-3
 //                    retire.
-//   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each; per step the GEMMs and gradients
+//   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each (d = 256: the same 64 keys, half
+//                    of dK/dV's columns each, traits.cuh); per step the GEMMs and gradients
 //                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
 //                    (epilogue.cuh).
 // After the role split the roles meet only on mbarriers.
@@ -34,6 +35,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     flash_backward_sm90_kernel(const __grid_constant__ BackwardParams p, const __grid_constant__ CUtensorMap map_q,
                                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                const __grid_constant__ CUtensorMap map_do) {
+  static_assert(!kBulkDq || T::kBulkDqFits, "no shared memory for the bulk dQ staging tile at this head dim");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -42,13 +44,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // the split and live into the 24-register producer branch would be spilled.
   // The tile index goes through an empty asm in each branch, so the compiler cannot hoist one
   // shared computation above the branches either.
+  // Varlen: the grid covers the longest sequence's key blocks (p.seqlen_k); the CTA reads its
+  // sequence's offsets and lengths (cu_seqlens, 4 cached loads per call), and a key block past
+  // its sequence has no steps and writes nothing.
   auto work = [&p] {
     const int n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
     unsigned tile = blockIdx.x;
     asm volatile("" : "+r"(tile));
-    return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
-                              p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
-                              T::kBlockN);
+    if constexpr (T::kVarlen) {
+      const int batch = sm90_backward_tile(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order).batch;
+      const int q_start = p.cu_seqlens_q[batch], k_start = p.cu_seqlens_k[batch];
+      Sm90BackwardWork w = sm90_backward_work(
+          tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size, p.cu_seqlens_q[batch + 1] - q_start,
+          p.cu_seqlens_k[batch + 1] - k_start, p.window_left, p.window_right, p.bottom_right, T::kBlockM, T::kBlockN);
+      w.q_start = q_start;
+      w.k_start = k_start;
+      return w;
+    } else {
+      return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
+                                p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
+                                T::kBlockN);
+    }
   };
 
   if (threadIdx.x == 0) smem.init_barriers();
@@ -83,6 +99,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         s.head = w.head(i);
         s.m_block = w.m_block(i);
         s.q0 = s.m_block * T::kBlockM;
+        if constexpr (T::kVarlen) {
+          s.len_q = w.len_q;
+          s.len_k = w.len_k;
+        }
         k0 = w.k0;
       }
       // The shared-memory base and the thread index, opaque to the compiler once per step: the

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -20,15 +21,25 @@
 
 namespace fastattn::cuda {
 
-// The kernel instance of (soft-cap, bulk dQ, deterministic).
+// The kernel instance of (soft-cap, bulk dQ, deterministic) for traits T (padded batches) or
+// Sm90VarlenTraits<T>. Head dims without room for the bulk staging tile (T::kBulkDqFits false:
+// d = 256) have no bulk instances; their plan never asks for one (plan.hpp: plan_backward_sm90).
 template <class T>
 auto sm90_backward_kernel(bool softcap, bool bulk, bool deterministic) {
   auto pick = [&](auto softcap_tag) {
     constexpr bool kSoftcap = decltype(softcap_tag)::value;
-    return bulk ? (deterministic ? flash_backward_sm90_kernel<T, kSoftcap, true, true>
-                                 : flash_backward_sm90_kernel<T, kSoftcap, true, false>)
-                : (deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
-                                 : flash_backward_sm90_kernel<T, kSoftcap, false, false>);
+    if constexpr (T::kBulkDqFits) {
+      if (bulk) {
+        return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, true, true>
+                             : flash_backward_sm90_kernel<T, kSoftcap, true, false>;
+      }
+    } else {
+      if (bulk) {
+        throw Error(ErrorCode::internal, "cuda backward (sm90): bulk dQ planned where its staging tile does not fit");
+      }
+    }
+    return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
+                         : flash_backward_sm90_kernel<T, kSoftcap, false, false>;
   };
   return softcap ? pick(std::true_type{}) : pick(std::false_type{});
 }
@@ -37,12 +48,13 @@ template <typename Element, int kHeadDim>
 void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
   using T = Sm90BackwardTraits<kHeadDim, Element>;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
-  if (p.cu_seqlens_q != nullptr || p.num_splits != 1) {
-    throw Error(ErrorCode::internal, "cuda backward (sm90): planned for varlen or dQ splits, which it does not serve");
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (p.num_splits != 1) {
+    throw Error(ErrorCode::internal, "cuda backward (sm90): planned for dQ splits, which it does not serve");
   }
   const std::string config = "sm90 d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
                              std::to_string(T::kBlockN) + (p.sm90_dq == 1 ? ", bulk dQ" : ", atomic dQ") +
-                             (p.deterministic ? ", deterministic" : "");
+                             (p.deterministic ? ", deterministic" : "") + (varlen ? ", varlen" : "");
   if (p.total_q > 0) {
     // The dQ accumulator and, in deterministic mode, the semaphores after it.
     check(cudaMemsetAsync(p.dq_accum, 0, p.zero_bytes, stream), "cudaMemsetAsync", "dQ accumulator, " + config);
@@ -57,19 +69,28 @@ void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
   const int64_t n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
   const int64_t tiles = n_blocks * p.num_kv_heads * p.batch;
   if (tiles > 0 && p.seqlen_q > 0) {
+    // Padded: (d, seqlen, heads, batch). Varlen: (d, total tokens, heads, 1); the kernel adds
+    // the sequence's first token to the row (its batch strides are unused). A varlen batch
+    // without query (key) tokens still runs, so dK and dV are written (zeros); its CTAs have no
+    // steps and load nothing, so the one-row map of an empty tensor is never read.
+    const int64_t batch = varlen ? 1 : p.batch;
+    const int64_t rows_q = varlen ? std::max<int64_t>(p.total_q, 1) : p.seqlen_q;
+    const int64_t rows_k = varlen ? std::max<int64_t>(p.total_k, 1) : p.seqlen_k;
     const CUtensorMap map_q = sm90::make_token_tensor_map(
-        {p.q, p.batch, p.seqlen_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
+        {p.q, batch, rows_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
         T::kBlockM, "q");
     const CUtensorMap map_do = sm90::make_token_tensor_map(
-        {p.dout, p.batch, p.seqlen_q, p.num_heads, kHeadDim, p.do_batch_stride, p.do_token_stride, p.do_head_stride},
+        {p.dout, batch, rows_q, p.num_heads, kHeadDim, p.do_batch_stride, p.do_token_stride, p.do_head_stride},
         kBf16, T::kBlockM, "dout");
     const CUtensorMap map_k = sm90::make_token_tensor_map(
-        {p.k, p.batch, p.seqlen_k, p.num_kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride},
-        kBf16, T::kBlockN, "k");
+        {p.k, batch, rows_k, p.num_kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride}, kBf16,
+        T::kBlockN, "k");
     const CUtensorMap map_v = sm90::make_token_tensor_map(
-        {p.v, p.batch, p.seqlen_k, p.num_kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride},
-        kBf16, T::kBlockN, "v");
-    const auto kernel = sm90_backward_kernel<T>(p.softcap > 0.0f, p.sm90_dq == 1, p.deterministic);
+        {p.v, batch, rows_k, p.num_kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
+        T::kBlockN, "v");
+    const bool softcap = p.softcap > 0.0f, bulk = p.sm90_dq == 1;
+    const auto kernel = varlen ? sm90_backward_kernel<Sm90VarlenTraits<T>>(softcap, bulk, p.deterministic)
+                               : sm90_backward_kernel<T>(softcap, bulk, p.deterministic);
     const std::string name = "flash_backward_sm90_kernel<" + config + ">";
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
           "cudaFuncSetAttribute", name);

@@ -30,22 +30,73 @@ namespace fastattn::cuda {
 // needs wgmma n80). d = 64 takes the same 64 x 128: with 128 query rows S^T and dP^T alone are
 // 128 registers a thread and ptxas spilled 260-380 bytes (FA3's d = 64 tile, 128 x 128, computes
 // S rather than S^T and stages P in shared memory). First shapes; to be tuned on the H200.
+//
+// d = 256: dK and dV of 64 keys x 256 columns would be 256 registers a thread, so its CTA owns
+// 64 keys and the two MMA warpgroups split dK's and dV's columns instead of the keys
+// (`columns`): both compute S^T and dP^T of the same 64 keys (7 instead of 5 GEMM units a step:
+// the price of keeping P^T and dS^T in registers; FA3's d = 256 backward, 64 x 64 too, stages
+// P and dS in shared memory instead), each accumulates 64 keys x 128 columns of dK and dV
+// (128 registers, as at d = 128) and dQ's 128 columns of its half. Written without a GPU.
+enum class Sm90BwdWarpgroupSplit {
+  keys,     // each MMA warpgroup owns 64 of the block's keys, every column of their dK and dV
+  columns,  // both see the same 64 keys; each owns half of dK's and dV's columns
+};
 struct Sm90BackwardBlocks {
   int block_m, block_n, stages, threads;
+  Sm90BwdWarpgroupSplit split = Sm90BwdWarpgroupSplit::keys;
 };
-constexpr bool sm90_backward_has_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
-constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
-  return head_dim <= 64 ? Sm90BackwardBlocks{64, 128, 2, 384} : Sm90BackwardBlocks{64, 128, 2, 384};
+// The head dims the sm90 backward serves: the one list that routes a head dim to it (a call of
+// another head dim runs the sm80 backward, and the reason says so). 96 and 256 are not verified
+// on a GPU yet: dropping one from this list sends it back to the sm80 backward (its units stay
+// built).
+//
+// d = 96 runs d = 128's tile on columns padded to 128 in shared memory: the second 64-column
+// TMA box of each row reads columns 64..95 and fills 96..127 with zeros (the tensor map's
+// innermost extent is 96), S^T and dP^T run 6 k16 steps, dV/dK/dQ run at n = 128 / 64 whose
+// extra columns are exact zeros and are not written (dK, dV, the dQ adds skip columns >= 96).
+// A quarter of the dV/dK/dQ work is on padding: the price of no n96 / n48 wgmma shapes (an n48
+// dQ half would start mid-panel at column 48, which the MN-major 128-byte swizzle cannot).
+inline constexpr std::int64_t kSm90BackwardHeadDims[] = {64, 96, 128, 256};
+constexpr bool sm90_backward_has_head_dim(std::int64_t head_dim) {
+  for (const std::int64_t d : kSm90BackwardHeadDims) {
+    if (d == head_dim) return true;
+  }
+  return false;
 }
+inline std::string sm90_backward_head_dims_text() {
+  std::string text;
+  for (const std::int64_t d : kSm90BackwardHeadDims) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return text;
+}
+// Columns of a (rows, head_dim) tile in shared memory: whole 64-column swizzle panels.
+constexpr std::int64_t sm90_backward_smem_columns(std::int64_t head_dim) { return (head_dim + 63) / 64 * 64; }
+constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
+  return head_dim <= 64    ? Sm90BackwardBlocks{64, 128, 2, 384}
+         : head_dim <= 128 ? Sm90BackwardBlocks{64, 128, 2, 384}
+                           : Sm90BackwardBlocks{64, 64, 2, 384, Sm90BwdWarpgroupSplit::columns};
+}
+// Whether the bulk reduce-add's fp32 dQ staging tile fits beside the other tiles: at d = 256
+// K, V, two stages of Q and dO and the dS^T buffers take 208 KiB, and the 64 x 1056-byte staging
+// tile would pass the 227 KiB limit, so d = 256 adds dQ with atomics only.
+constexpr bool sm90_backward_bulk_dq_fits(std::int64_t head_dim) { return head_dim <= 128; }
 
 // Shared memory, bytes (traits.cuh's map, which static_asserts the same): K, V; stages x (Q,
 // dO); two dS^T buffers (keys x queries, 16-bit); the fp32 dQ staging tile of the bulk
 // reduce-add (rows padded by 32 bytes: conflict-free float2 stores); stages x (lse, D); 1 KiB
 // of barriers; 1 KiB of slack to align the base to the 1024-byte swizzle atom.
-constexpr int sm90_backward_dq_row_bytes(std::int64_t head_dim) { return static_cast<int>(head_dim * 4 + 32); }
+// (d = 96: rows of 128 columns, so warpgroup 1 stages its whole n64 tile, zero columns
+// included, without a branch; a branch per slice there cost ptxas a 4-byte spill.)
+constexpr int sm90_backward_dq_row_bytes(std::int64_t head_dim) {
+  return static_cast<int>(sm90_backward_smem_columns(head_dim) * 4 + 32);
+}
+constexpr int sm90_backward_dq_stage_rows(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
+  return sm90_backward_bulk_dq_fits(head_dim) ? b.block_m : 0;
+}
 constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
-  return static_cast<int>(2 * b.block_n * head_dim * 2 + 2 * b.stages * b.block_m * head_dim * 2 +
-                          2 * b.block_n * b.block_m * 2 + b.block_m * sm90_backward_dq_row_bytes(head_dim) +
+  const std::int64_t cols = sm90_backward_smem_columns(head_dim);
+  return static_cast<int>(2 * b.block_n * cols * 2 + 2 * b.stages * b.block_m * cols * 2 +
+                          2 * b.block_n * b.block_m * 2 +
+                          sm90_backward_dq_stage_rows(b, head_dim) * sm90_backward_dq_row_bytes(head_dim) +
                           2 * b.stages * b.block_m * 4) +
          2048;
 }
@@ -65,6 +116,12 @@ inline Sm90DqReduction sm90_dq_reduction() {
              ? Sm90DqReduction::bulk
              : Sm90DqReduction::atomic;
 }
+
+// Varlen batches (cu_seqlens): the sm90 backward serves them (Sm90VarlenTraits kernels, one per
+// padded kernel; not verified on a GPU yet), or `sm80` sends them back to the sm80 backward
+// with a reason: the one value to change if the device tests fail.
+enum class Sm90BackwardVarlen { sm80, sm90 };
+constexpr Sm90BackwardVarlen kSm90BackwardVarlen = Sm90BackwardVarlen::sm90;
 
 // The backward an sm90 device runs when FASTATTN_CUDA_BWD_SM90 is unset: the one value that
 // changes once tools/dev/gpu-sm90-bwd.sh has measured the sm90 backward against the sm80 one
@@ -159,9 +216,12 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
                 "=1)");
   }
   if (!sm90_backward_has_head_dim(s.head_dim)) {
-    return sm80("no sm90 backward for head_dim " + std::to_string(s.head_dim) + " (sm90 has 64 and 128)");
+    return sm80("no sm90 backward for head_dim " + std::to_string(s.head_dim) + " (sm90 has " +
+                sm90_backward_head_dims_text() + ")");
   }
-  if (s.varlen) return sm80("varlen batches have no sm90 backward scheduler yet");
+  if (s.varlen && kSm90BackwardVarlen == Sm90BackwardVarlen::sm80) {
+    return sm80("varlen batches run the sm80 backward (kSm90BackwardVarlen: not verified on a GPU yet)");
+  }
   if (!s.tma_describes) {
     return sm80("a q/k/v/dout layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)");
   }
@@ -172,26 +232,35 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
   return {true, {}};
 }
 
-// q, k, v and dout of a padded-batch problem (the operands the sm90 backward loads by TMA).
+// q, k, v and dout (the operands the sm90 backward loads by TMA). Varlen: [total tokens,
+// heads, d] tensors, described as one batch of total tokens.
 inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
+  if (p.is_varlen()) {
+    return sm90_tma_describes(p.q, 1, p.total_q, p.num_heads) &&
+           sm90_tma_describes(p.k, 1, p.total_k, p.num_kv_heads) &&
+           sm90_tma_describes(p.v, 1, p.total_k, p.num_kv_heads) && sm90_tma_describes(p.dout, 1, p.total_q, p.num_heads);
+  }
   return sm90_tma_describes(p) && sm90_tma_describes(p.dout, p.batch, p.seqlen_q, p.num_heads);
 }
 
 // The plan of an sm90 backward call: one dQ accumulator (deterministic mode orders the adds
 // with semaphores instead of splitting into buffers), then in deterministic mode one int
-// semaphore per (batch, head, query block), zeroed with the accumulator.
+// semaphore per (batch, head, query block), zeroed with the accumulator. total_q_tokens: varlen
+// batches' query tokens (their mask shape holds the longest sequence); < 0: batch * seqlen_q.
 inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
-                                       const Sm90MaskShape& mask, bool deterministic) {
+                                       const Sm90MaskShape& mask, bool deterministic,
+                                       std::int64_t total_q_tokens = -1) {
   const std::int64_t seqlen_q = mask.seqlen_q;
   const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
   BackwardPlan plan;
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
-  plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk ? 1 : 0;
+  plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk && sm90_backward_bulk_dq_fits(head_dim) ? 1 : 0;
+  plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
   plan.sm90_tile_order = static_cast<int>(sm90_longest_first() ? sm90_tile_order(mask, b.block_n, deterministic)
                                                                 : Sm90TileOrder::head_major);
-  const std::int64_t total_q = batch * seqlen_q;
+  const std::int64_t total_q = total_q_tokens >= 0 ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
   plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
   if (deterministic) {
@@ -215,11 +284,13 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
                                  ? std::string("the default on sm90 devices; ") + kSm90BwdEnv + "=0 runs the sm80 one"
                                  : std::string("opt-in");
   return std::string("sm90 path (Hopper, ") + chosen + "; GPU tests pass on the H200): K/V-stationary CTAs of " +
-         std::to_string(plan.blocks.block_n) +
-         " keys, dK/dV in registers of 2 MMA warpgroups (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
+         std::to_string(plan.blocks.block_n) + " keys, dK/dV in registers of 2 MMA warpgroups" +
+         (plan.sm90_warpgroup_split == 1 ? " (each half of the columns, both computing S^T and dP^T)" : "") +
+         " (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
          std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
          std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
          (plan.sm90_dq == 1 ? "TMA bulk reduce-add from a producer warp" : "red.global.add.v2 from registers") +
+         (plan.sm90_warpgroup_split == 1 ? " (no shared memory for the bulk reduce-add's staging tile)" : "") +
          (deterministic ? " in key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
          order;
 }

@@ -80,8 +80,10 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     sm90::prefetch_tensor_map(map_k);
     sm90::prefetch_tensor_map(map_v);
     sm90::mbarrier_arrive_expect_tx(smem.kv_full(), 2 * T::kSmemKV);
-    tma_load_rows<T>(smem.k(), T::kPanelBytesKV, map_k, smem.kv_full(), w.k0, w.kv_head, w.batch);
-    tma_load_rows<T>(smem.v(), T::kPanelBytesKV, map_v, smem.kv_full(), w.k0, w.kv_head, w.batch);
+    // Varlen: the maps are (d, total tokens, heads, 1), rows from the sequence's first token.
+    const int k_row = T::kVarlen ? w.k_start + w.k0 : w.k0, tma_batch = T::kVarlen ? 0 : w.batch;
+    tma_load_rows<T>(smem.k(), T::kPanelBytesKV, map_k, smem.kv_full(), k_row, w.kv_head, tma_batch);
+    tma_load_rows<T>(smem.v(), T::kPanelBytesKV, map_v, smem.kv_full(), k_row, w.kv_head, tma_batch);
   }
   constexpr float kLog2e = 1.4426950408889634f;
   // Step i is (head, m): heads ascending, query blocks descending (tile_scheduler.hpp), kept as
@@ -91,9 +93,12 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     const int stage = i % T::kStages, use = i / T::kStages;
     const int q0 = m * T::kBlockM;
     if (use > 0) sm90::mbarrier_wait(smem.q_empty(stage), (use - 1) & 1);
-    const float* lse = p.lse + static_cast<int64_t>(w.batch) * p.lse_batch_stride +
+    const float* lse = p.lse +
+                       (T::kVarlen ? static_cast<int64_t>(w.q_start) * p.lse_token_stride
+                                   : static_cast<int64_t>(w.batch) * p.lse_batch_stride) +
                        static_cast<int64_t>(head) * p.lse_head_stride;
-    const float* dsum = p.d_sum + static_cast<int64_t>(head) * p.total_q + static_cast<int64_t>(w.batch) * p.seqlen_q;
+    const float* dsum = p.d_sum + static_cast<int64_t>(head) * p.total_q +
+                        (T::kVarlen ? static_cast<int64_t>(w.q_start) : static_cast<int64_t>(w.batch) * p.seqlen_q);
 #pragma unroll
     for (int r = lane; r < T::kBlockM; r += 32) {
       const int row = q0 + r;
@@ -110,8 +115,11 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     }
     if (lane == 0) {
       sm90::mbarrier_arrive_expect_tx(smem.q_full(stage), 2 * T::kSmemQ);
-      tma_load_rows<T>(smem.q(stage), T::kPanelBytesQ, map_q, smem.q_full(stage), q0, head, w.batch);
-      tma_load_rows<T>(smem.dout(stage), T::kPanelBytesQ, map_do, smem.q_full(stage), q0, head, w.batch);
+      // Varlen: rows past the sequence are the next sequence's (or TMA's zeros past the last):
+      // their lse is +inf above, so P = 0 and dS = 0 for them, and no dQ row past len_q is added.
+      const int q_row = T::kVarlen ? w.q_start + q0 : q0, tma_batch = T::kVarlen ? 0 : w.batch;
+      tma_load_rows<T>(smem.q(stage), T::kPanelBytesQ, map_q, smem.q_full(stage), q_row, head, tma_batch);
+      tma_load_rows<T>(smem.dout(stage), T::kPanelBytesQ, map_do, smem.q_full(stage), q_row, head, tma_batch);
     } else {
       sm90::mbarrier_arrive(smem.q_full(stage));
     }

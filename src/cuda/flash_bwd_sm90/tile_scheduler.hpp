@@ -89,6 +89,7 @@ struct Sm90BackwardWork {
   int group_size;      // query heads per KV head
   int steps;           // (m_end - m_begin) * group_size; 0: dK = dV = 0, nothing loaded
   int len_q, len_k;
+  int q_start, k_start;  // varlen: the sequence's first token (cu_seqlens); padded: 0, unused
   SequenceMask mask;
 
   FASTATTN_HD int head(int step) const { return kv_head * group_size + step / (m_end - m_begin); }
@@ -108,6 +109,8 @@ FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, in
   w.group_size = group_size;
   w.len_q = len_q;
   w.len_k = len_k;
+  w.q_start = 0;
+  w.k_start = 0;
   w.mask.left = window_left;
   w.mask.right = window_right;
   w.mask.offset = bottom_right ? static_cast<std::int64_t>(len_k) - len_q : 0;
