@@ -10,6 +10,10 @@
 #       sweep  gpu-sm90.sh STAGES=sweep, the default scheduler rule only (SWEEP_FORCED="")
 #       kv     gpu-kvcache.sh over build/sm90 (its STAGES minus build: KV_STAGES)
 #       coop   gpu-coop.sh with build/sm90's CLI (COOP_STAGES)
+#       hf     gpu-transformers.sh with a carried wheel (WHEEL; HF_STAGES, default "install tests
+#              overhead"): the transformers integration and the per-call overhead bars
+# CTEST_JOBS (default 8) runs the suite's test processes side by side (their float64 references
+# are CPU-bound; the GPU is shared).
 # $OUT gets summary.txt and one <job>.tar.gz per job (a call brings back at most 8 files).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,7 +23,8 @@ mkdir -p "$out"
 exec > >(tee -a "$out/summary.txt") 2>&1
 t0=$SECONDS
 note() { echo "[$((SECONDS - t0))s] $*"; }
-export HEAD_DIMS=${HEAD_DIMS:-"64;128;256"}
+export HEAD_DIMS=${HEAD_DIMS:-"64;96;128;256"}
+export CTEST_JOBS=${CTEST_JOBS:-8}
 export TARGETS="fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_kv_cache_bench fastattn_cli"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
@@ -32,6 +37,8 @@ for job in ${JOBS:-"build:130 suite:150"}; do
     sweep) OUT=$out/sweep STAGES=sweep SWEEP_FORCED="" BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
     kv) ln -sfn sm90 build/gpu-kv
         OUT=$out/kv STAGES=${KV_STAGES:-"test bench"} BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-kvcache.sh > /dev/null 2>&1 ;;
+    hf) OUT=$out/hf STAGES=${HF_STAGES:-"install tests overhead"} BUDGET_S=$limit \
+          timeout -k 5 $((limit + 15)) bash tools/dev/gpu-transformers.sh > /dev/null 2>&1 ;;
     coop) OUT=$out/coop FASTATTN_BIN=$root/build/sm90/tools/cli/fastattn ${COOP_STAGES:+STAGES="$COOP_STAGES"} \
             timeout -k 5 "$limit" bash tools/dev/gpu-coop.sh > /dev/null 2>&1 ;;
     *) note "unknown job $name"; continue ;;

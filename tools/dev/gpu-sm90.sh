@@ -125,7 +125,7 @@ for k, v in table.items():
 PY
 fi
 if has suite; then
-  run suite 150 bash -c "cd '$build' && ctest -L gpu -j 1 --output-on-failure > '$out/ctest-gpu.log' 2>&1"
+  run suite 150 bash -c "cd '$build' && ctest -L gpu -j ${CTEST_JOBS:-1} --output-on-failure > '$out/ctest-gpu.log' 2>&1"
   tail -6 "$out/ctest-gpu.log"
 fi
 if has suite80; then  # the CUDA forward suites and the sm90 ones (which then skip) with sm80 forced
