@@ -33,7 +33,7 @@ for job in ${JOBS:-"build:130 suite:150"}; do
   mkdir -p "$out/$name"
   note "== $name (limit ${limit}s)"
   case $name in
-    build|suite) OUT=$out/$name STAGES=$name BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
+    build|suite) OUT=$out/$name STAGES=$([ "$name" = suite ] && echo "suite suite80" || echo build) BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
     sweep) OUT=$out/sweep STAGES=sweep SWEEP_FORCED="" BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
     kv) ln -sfn sm90 build/gpu-kv
         OUT=$out/kv STAGES=${KV_STAGES:-"test bench"} BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-kvcache.sh > /dev/null 2>&1 ;;
