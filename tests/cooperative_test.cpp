@@ -81,6 +81,30 @@ TEST(CooperativeCostModel, PrefillGoesToTheGpu) {
   EXPECT_NE(split.choice.reason.find("compute-bound"), std::string::npos) << split.choice.reason;
 }
 
+// The kernel of the GPU parts follows seqlen_q alone; with the forward kernel the CPU's share is
+// rounded down (the CPU part never sets a prefill step's time) and the reason names the chunks.
+TEST(CooperativeCostModel, PrefillChoices) {
+  const auto r = rates(50e9, 80e9, 60e9);
+  EXPECT_EQ(llama_split(0, 100, r, 16).gpu_kernel, CooperativeKernel::kv_cache);
+  EXPECT_EQ(cooperative_gpu_kernel(kCooperativeDecodeMaxQueries), CooperativeKernel::kv_cache);
+  EXPECT_EQ(cooperative_gpu_kernel(kCooperativeDecodeMaxQueries + 1), CooperativeKernel::forward);
+  for (const std::int64_t sq : {17, 512, 8192}) {
+    for (const std::int64_t host : {1, 7, 224, 1000, 3584}) {
+      const auto split = llama_split(32, host, r, sq);
+      EXPECT_EQ(split.gpu_kernel, CooperativeKernel::forward);
+      EXPECT_EQ(split.streamed_pages + split.cpu_pages, host);
+      EXPECT_LE(split.cpu_s, split.streamed_s * (1 + 1e-12)) << "sq " << sq << " host " << host << ": " << split.choice.reason;
+    }
+  }
+  // 8192 queries over 224 host pages (gpu-coop.sh's prefill): every page streamed, in 32-page chunks.
+  const auto split = llama_split(32, 224, r, 8192);
+  EXPECT_EQ(split.cpu_pages, 0);
+  EXPECT_NE(split.choice.reason.find("prefill (seqlen_q 8192 > 16)"), std::string::npos) << split.choice.reason;
+  EXPECT_NE(split.choice.reason.find("streamed chunk of up to 8192 tokens"), std::string::npos) << split.choice.reason;
+  // Short queries keep the rounded balance of decode.
+  EXPECT_EQ(llama_split(512, 3584, r, 1).streamed_pages, std::llround(3584 * 50.0 / 110.0));
+}
+
 TEST(CooperativeCostModel, ForcedPolicies) {
   const auto r = rates(50e9, 80e9, 60e9);
   EXPECT_EQ(llama_split(0, 100, r, 1, SplitPolicy::stream_all).streamed_pages, 100);
@@ -338,7 +362,72 @@ INSTANTIATE_TEST_SUITE_P(Cases, CooperativeSplitExact,
                                            SplitCase{65, 1, 1, 1, 1.0, 0},      // all host pages streamed
                                            SplitCase{63, 7, 0, 2, 0.0, 7},      // no device page, CPU alone
                                            SplitCase{7, 1, 4, 1, 0.5, 0},       // fits on the device
-                                           SplitCase{4096, 16, 64, 8, 0.6, 0}));
+                                           SplitCase{4096, 16, 64, 8, 0.6, 0},
+                                           // prefill (seqlen_q > 16): forward() over the device run and the chunks
+                                           SplitCase{1000, 65, 20, 3, 0.5, 65},  // chunked prefill: own chunk causal
+                                           SplitCase{999, 100, 13, 5, 0.4, 0}));
+
+// Prefill with the forward kernel over fragmented device pages (a caller's page table, pages
+// out of order: several device runs) split three ways: vs float64 and vs one forward() call.
+// Parts 1 and 2 write q's dtype (forward's out), one rounding per run or chunk before the f32
+// merge, so the bound is the harness's 2x of a same-precision call (plus a floor), not 1x.
+TEST(CooperativePrefill, ForwardKernelOverDeviceRunsAndChunks) {
+  const std::int64_t kvh = 2, h = 8, d = 64, ps = 16, L = 1000, sq = 33, pages = (L + ps - 1) / ps;  // 63 pages
+  std::mt19937 gen(17);
+  Data x{random_bf16(static_cast<std::size_t>(L * kvh * d), gen), random_bf16(static_cast<std::size_t>(L * kvh * d), gen),
+         random_bf16(static_cast<std::size_t>(sq * h * d), gen)};
+  CooperativeCacheConfig c;
+  c.dtype = DType::bf16;
+  c.num_kv_heads = kvh;
+  c.head_dim = d;
+  c.page_size = ps;
+  c.staging_pages = 8;
+  c.host_pages = pages;
+  c.device_budget_bytes = static_cast<std::size_t>((20 + 2 * 8) * 2 * ps * kvh * d * 2);  // 20 device pages
+  CooperativeKVCache cache(c);
+  // Token-order page table: device pages 3,4,5, 0,1, 9..19 (3 runs) interleaved with host pages.
+  std::vector<std::int32_t> table;
+  for (std::int32_t p : {3, 4, 5, 0, 1}) table.push_back(p);
+  for (std::int32_t p = 20; p < 50; ++p) table.push_back(p);
+  for (std::int32_t p = 9; p < 20; ++p) table.push_back(p);
+  for (std::int32_t p = 50; static_cast<std::int64_t>(table.size()) < pages; ++p) table.push_back(p);
+  cache.set_pages(0, table, L);
+  for (std::int64_t j = 0; j < pages; ++j) {  // the keys in token order, through the page table
+    const std::int64_t n = std::min(ps, L - j * ps);
+    const TensorView kp = cache.tier(table[static_cast<std::size_t>(j)]) == PageTier::device ? cache.pool_k(PageTier::device) : cache.pool_k(PageTier::host);
+    const TensorView vp = cache.tier(table[static_cast<std::size_t>(j)]) == PageTier::device ? cache.pool_v(PageTier::device) : cache.pool_v(PageTier::host);
+    const std::int64_t local = table[static_cast<std::size_t>(j)] - (cache.tier(table[static_cast<std::size_t>(j)]) == PageTier::device ? 0 : cache.device_pages());
+    const std::size_t bytes = static_cast<std::size_t>(n * kvh * d * 2), at = static_cast<std::size_t>(local * ps * kvh * d * 2);
+    std::memcpy(static_cast<char*>(kp.data) + at, x.k.data() + j * ps * kvh * d, bytes);
+    std::memcpy(static_cast<char*>(vp.data) + at, x.v.data() + j * ps * kvh * d, bytes);
+  }
+  CooperativeOptions o;
+  o.policy = SplitPolicy::stream_fraction;
+  o.stream_fraction = 0.6;
+  o.rates = rates(50e9, 80e9, 60e9);
+  const TensorView Q = make_tensor(x.q.data(), DType::bf16, {1, sq, h, d});
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(sq * h * d), 0x7fc0);  // poisoned: NaN
+  std::vector<float> lse(static_cast<std::size_t>(h * sq), NAN);
+  const KernelChoice choice = cooperative_attention(Q, cache, 0, make_tensor(out.data(), DType::bf16, {1, sq, h, d}),
+                                                    make_tensor(lse.data(), DType::f32, {1, h, sq}), std::nullopt, o);
+  const CooperativeSplit split = plan_cooperative_attention(Q, cache, 0, o);
+  EXPECT_EQ(split.gpu_kernel, CooperativeKernel::forward);
+  EXPECT_EQ(split.device_pages, 16);
+  EXPECT_EQ(split.streamed_pages, 28);  // 0.6 x 47 host pages: chunks of 8, 8, 8, 4
+  EXPECT_EQ(split.cpu_pages, 19);
+  EXPECT_NE(choice.reason.find("forward kernel over each run of consecutive device pages"), std::string::npos) << choice.reason;
+  std::vector<double> ref_out, ref_lse;
+  reference(x, {}, {}, L, 0, sq, h, kvh, d, false, ref_out, ref_lse);
+  std::vector<std::uint16_t> one(out.size(), 0x7fc0);
+  forward(Q, make_tensor(x.k.data(), DType::bf16, {1, L, kvh, d}), make_tensor(x.v.data(), DType::bf16, {1, L, kvh, d}),
+          make_tensor(one.data(), DType::bf16, {1, sq, h, d}));
+  const double err = max_error(out, ref_out), err_one = max_error(one, ref_out);
+  double lse_err = 0;
+  for (std::size_t i = 0; i < lse.size(); ++i) lse_err = std::max(lse_err, std::abs(static_cast<double>(lse[i]) - ref_lse[i]));
+  EXPECT_LE(err, 2 * err_one + 1e-3) << "err " << err << " one call " << err_one << "; " << choice.reason;
+  EXPECT_LE(lse_err, 1e-4);
+  std::printf("prefill split / one call max error: %.4f (%.3e / %.3e)\n", err / err_one, err, err_one);
+}
 
 // Issue 18's exactness bar: the three-way split's max error vs float64 no larger than that of one
 // single-device call (forward() over the same keys), bf16 and f16, several seeds and sizes.

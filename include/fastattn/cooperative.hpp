@@ -112,12 +112,26 @@ struct CooperativeRates {
 CooperativeRates measure_cooperative_rates(Device device, int cpu_threads = 0);
 CooperativeRates parse_cooperative_rates(const std::string& text);
 
+// How the step's GPU parts attend their pages, chosen from seqlen_q alone (cooperative_gpu_kernel):
+//   kv_cache  decode and short queries (seqlen_q <= kCooperativeDecodeMaxQueries): the KV-cache
+//             kernel over the device pages' block table and over each staged chunk, f32 partials;
+//   forward   prefill (longer queries): the forward kernel (fastattn::forward; on Hopper its sm90
+//             path) over each run of consecutive device pages, read in place as contiguous K/V,
+//             and over each staged chunk; partials in q's dtype with f32 lse, merged in f32.
+// The threshold is the decode kernels' (CUDA kDecodeMaxSeqlenQ, CPU kDecodeMaxQueries): beyond
+// it the KV-cache call itself switches to a prefill route, and the forward kernel's tiles fill.
+enum class CooperativeKernel { kv_cache, forward };
+const char* to_string(CooperativeKernel kernel) noexcept;
+inline constexpr std::int64_t kCooperativeDecodeMaxQueries = 16;
+CooperativeKernel cooperative_gpu_kernel(std::int64_t seqlen_q) noexcept;
+
 // What the three parts get, in pages of the sequence, and why.
 struct CooperativeSplit {
   std::int64_t device_pages = 0;    // part 1: GPU over device-resident pages
   std::int64_t streamed_pages = 0;  // part 2: host pages copied to the staging buffers
   std::int64_t cpu_pages = 0;       // part 3: host pages attended by the CPU
   std::int64_t chunk_pages = 0;     // pages per staging chunk
+  CooperativeKernel gpu_kernel = CooperativeKernel::kv_cache;  // what parts 1 and 2 run
   // Model times, seconds: each part alone, and the step (the slowest part + the merge).
   double device_s = 0, streamed_s = 0, cpu_s = 0, step_s = 0;
   KernelChoice choice;  // kernel "cooperative.<backend>", reason: the split and why
@@ -148,7 +162,9 @@ struct CooperativeOptions {
 //               cpu      = max(cpu bytes / min(cpu_attention, host_read_during_dma),
 //                              cpu FLOPs / cpu_attention_flops)
 //   the host pages are split so that streamed and cpu finish together (the best a linear model
-//   can do), rounded to whole pages; a part below one page's worth of work is dropped.
+//   can do), rounded to whole pages; a part below one page's worth of work is dropped. With
+//   the forward kernel (prefill) the CPU's share is rounded down, so the CPU part is never the
+//   slowest: a CPU page then costs hundreds of GPU pages.
 CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_t host_pages,
                                           std::int64_t page_size, std::int64_t num_kv_heads,
                                           std::int64_t head_dim, DType dtype, std::int64_t seqlen_q,

@@ -45,9 +45,18 @@ struct StreamChunk {
   std::vector<std::int64_t> tokens; // tokens of each page
   std::int64_t total = 0;
 };
+// With the forward kernel (prefill): a run of consecutive device pages, read in place as
+// contiguous K/V [tokens, kv_heads, d] from page `first` of the device pool (a page's tokens
+// follow the previous page's in the pool; only a sequence's last page is partial, so it can only
+// end a run).
+struct DeviceRun {
+  std::int32_t first = 0;
+  std::int64_t tokens = 0;
+};
 struct StepPlan {
   CooperativeSplit split;
   PartPages device;                  // part 1
+  std::vector<DeviceRun> device_runs;  // part 1 with the forward kernel
   std::vector<StreamChunk> chunks;   // part 2, chunk i through staging buffer i % 2
   PartPages cpu;                     // part 3
   std::int64_t seqlen_q = 0, num_heads = 0, head_dim = 0, num_kv_heads = 0;
@@ -70,6 +79,15 @@ void finish_partials_cpu(const float* acc, const float* acc_lse, const TensorVie
                          std::int64_t head_dim);
 
 // ---- the parts' KV-cache calls (parts.cpp) -------------------------------------------------------
+// With the forward kernel: K or V of `tokens` tokens from page `first` of a tier's pool, or of a
+// staging buffer, as a contiguous [1, tokens, kv_heads, d] view (no copy).
+TensorView pool_run_view(const CooperativeKVCache& cache, PageTier tier, bool value, std::int32_t first,
+                         std::int64_t tokens);
+TensorView staged_run_view(const CooperativeKVCache& cache, int buffer, bool value, std::int64_t tokens);
+// forward() over one contiguous run of cached keys (all visible: options from part_options), out
+// in q's dtype [1, seqlen_q, heads, d] at `out`, lse f32 [1, heads, seqlen_q] at `lse`.
+void forward_part(const TensorView& q, const TensorView& k, const TensorView& v, void* out, float* lse,
+                  const AttentionOptions& options);
 // A part's options: options.attention without causal (cached tokens are all visible), on `backend`.
 AttentionOptions part_options(const CooperativeOptions& options, Backend backend);
 // A tier's pool as a one-sequence paged cache: block table [1, pool pages] at `table` (the

@@ -52,6 +52,14 @@ std::string time_text(double s) {
 
 const char* to_string(PageTier tier) noexcept { return tier == PageTier::device ? "device" : "host"; }
 
+const char* to_string(CooperativeKernel kernel) noexcept {
+  return kernel == CooperativeKernel::forward ? "forward" : "kv_cache";
+}
+
+CooperativeKernel cooperative_gpu_kernel(std::int64_t seqlen_q) noexcept {
+  return seqlen_q > kCooperativeDecodeMaxQueries ? CooperativeKernel::forward : CooperativeKernel::kv_cache;
+}
+
 CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_t host_pages,
                                           std::int64_t page_size, std::int64_t num_kv_heads,
                                           std::int64_t head_dim, DType dtype, std::int64_t seqlen_q,
@@ -61,6 +69,8 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
   CooperativeSplit split;
   split.device_pages = device_pages;
   split.chunk_pages = std::max<std::int64_t>(1, staging_pages);
+  split.gpu_kernel = cooperative_gpu_kernel(seqlen_q);
+  const bool prefill = split.gpu_kernel == CooperativeKernel::forward;
   const double page_bytes = 2.0 * static_cast<double>(page_size * num_kv_heads * head_dim) *
                             static_cast<double>(dtype_size(dtype));
   // QK^T and PV: 2 x 2 x rows x keys x head_dim per page.
@@ -107,8 +117,9 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
         why = "no CPU attention rate: every host page streamed";
       } else {
         // Finish together: x s = (H - x) c.
+        // Prefill: the CPU's share rounded down (x up), so the CPU part never sets the step time.
         const double exact = static_cast<double>(H) * c / (s + c);
-        x = std::clamp<std::int64_t>(std::llround(exact), 0, H);
+        x = std::clamp<std::int64_t>(prefill ? static_cast<std::int64_t>(std::ceil(exact)) : std::llround(exact), 0, H);
         const bool stream_copy_bound = per_page(page_bytes, rates.pcie_h2d) >= s;
         const bool cpu_read_bound = per_page(page_bytes, cpu_read) >= c;
         why = strf("a host page takes %s streamed (%s: PCIe %s, GPU %.0f TFLOP/s) and %s on the CPU (%s: read %s "
@@ -139,6 +150,11 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
            static_cast<long long>(device_pages), static_cast<long long>(x),
            static_cast<long long>(split.chunk_pages), static_cast<long long>(split.cpu_pages),
            static_cast<long long>(page_size)) +
+      (prefill ? strf("prefill (seqlen_q %lld > %lld): the GPU parts run the forward kernel over each run of "
+                      "consecutive device pages and each streamed chunk of up to %lld tokens, one f32 merge each; ",
+                      static_cast<long long>(seqlen_q), static_cast<long long>(kCooperativeDecodeMaxQueries),
+                      static_cast<long long>(split.chunk_pages * page_size))
+               : std::string()) +
       why + "; model: device " + time_text(split.device_s) + ", streamed " + time_text(split.streamed_s) +
       ", CPU " + time_text(split.cpu_s) + ", step " + time_text(split.step_s) + " (" + slowest + "); rates " +
       (rates.source.empty() ? std::string("given") : rates.source);

@@ -107,6 +107,17 @@ StepPlan make_step_plan(const TensorView& q, const CooperativeKVCache& cache, st
                                         c.dtype, plan.seqlen_q, plan.num_heads, staging_pages, rates, options);
   plan.split.choice.backend = c.device.type == DeviceType::cuda ? Backend::cuda : Backend::cpu;
   plan.split.choice.kernel = c.device.type == DeviceType::cuda ? "cooperative.cuda+cpu" : "cooperative.cpu_emulated";
+  if (plan.split.gpu_kernel == CooperativeKernel::forward) {
+    for (std::size_t j = 0; j < plan.device.local.size(); ++j) {
+      const std::int32_t page = plan.device.local[j];
+      const std::int64_t tokens = std::min<std::int64_t>(ps, plan.device.tokens - static_cast<std::int64_t>(j) * ps);
+      if (plan.device_runs.empty() || page != plan.device_runs.back().first + plan.device_runs.back().tokens / ps ||
+          plan.device_runs.back().tokens % ps != 0) {
+        plan.device_runs.push_back({page, 0});
+      }
+      plan.device_runs.back().tokens += tokens;
+    }
+  }
   const std::int64_t x = plan.split.streamed_pages;
   for (std::int64_t i = 0; i < x; ++i) {
     if (i % plan.split.chunk_pages == 0) plan.chunks.emplace_back();

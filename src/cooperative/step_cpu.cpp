@@ -1,6 +1,8 @@
 // step_cpu.cpp — the cooperative step in the CPU emulation (a cache whose device is the CPU):
 // the same parts, chunks, staging buffers, partial runners and merge order as the CUDA step
-// (step_cuda.cu), with the "GPU" parts run by the CPU kernels one after another. It is what the
+// (step_cuda.cu), with the "GPU" parts run by the CPU kernels one after another; for prefill
+// (CooperativeKernel::forward) parts 1 and 2 call forward() over each run of consecutive device
+// pages and each staged chunk, as the CUDA step does. It is what the
 // CPU tests check the split's exactness, the merge path and the step object's reuse with; the
 // CPU part (part 3) is the very runner the CUDA step runs on its host thread.
 #include <algorithm>
@@ -28,11 +30,12 @@ class CpuStep final : public StepBackend {
     device_table_.assign(static_cast<std::size_t>(cache.device_pages()), 0);
     host_table_.assign(static_cast<std::size_t>(cache.host_pages()), 0);
     const AttentionOptions a = part_options(options, Backend::cpu);
-    if (cache.device_pages() > 0) {
+    forward_ = cooperative_gpu_kernel(q.shape[1]) == CooperativeKernel::forward;
+    if (cache.device_pages() > 0 && !forward_) {
       device_ = plan_part(qc, paged_part_view(cache, PageTier::device, device_table_.data(), &seqlen_, Device::cpu()), a);
     }
     if (cache.host_pages() > 0) {
-      staged_ = plan_part(qc, staged_part_view(cache, 0, &seqlen_), a);
+      if (!forward_) staged_ = plan_part(qc, staged_part_view(cache, 0, &seqlen_), a);
       cpu_ = plan_part(qc, paged_part_view(cache, PageTier::host, host_table_.data(), &seqlen_, Device::cpu()), a);
     }
   }
@@ -49,8 +52,22 @@ class CpuStep final : public StepBackend {
       accumulate_partial_cpu(acc_.data(), acc_lse_.data(), part_.data(), runner.out_dtype(), part_lse_.data(),
                              plan.seqlen_q, plan.num_heads, plan.head_dim);
     };
+    // Prefill's "GPU" parts: forward() over contiguous keys, out in q's dtype.
+    const AttentionOptions fa = part_options(options, Backend::cpu);
+    auto forward_part_cpu = [&](const TensorView& k, const TensorView& v) {
+      TensorView kc = k, vc = v;
+      kc.device = vc.device = Device::cpu();
+      forward_part(qc, kc, vc, part_.data(), part_lse_.data(), fa);
+      accumulate_partial_cpu(acc_.data(), acc_lse_.data(), part_.data(), q.dtype, part_lse_.data(), plan.seqlen_q,
+                             plan.num_heads, plan.head_dim);
+    };
     // Part 1: the device pages (here: the CPU pool standing in for device memory).
-    if (plan.run_device && !plan.device.local.empty()) {
+    if (plan.run_device && forward_) {
+      for (const DeviceRun& run : plan.device_runs) {
+        forward_part_cpu(pool_run_view(cache_, PageTier::device, false, run.first, run.tokens),
+                         pool_run_view(cache_, PageTier::device, true, run.first, run.tokens));
+      }
+    } else if (plan.run_device && !plan.device.local.empty()) {
       std::copy(plan.device.local.begin(), plan.device.local.end(), device_table_.begin());
       seqlen_ = static_cast<std::int32_t>(plan.device.tokens);
       run_part(device_, paged_part_view(cache_, PageTier::device, device_table_.data(), &seqlen_, Device::cpu()));
@@ -74,7 +91,12 @@ class CpuStep final : public StepBackend {
           at += bytes;
         }
         seqlen_ = static_cast<std::int32_t>(chunk.total);
-        run_part(staged_, kv);
+        if (forward_) {
+          const int b = static_cast<int>(i % 2);
+          forward_part_cpu(staged_run_view(cache_, b, false, chunk.total), staged_run_view(cache_, b, true, chunk.total));
+        } else {
+          run_part(staged_, kv);
+        }
       }
     }
     // Part 3: the CPU over its host pages.
@@ -101,6 +123,7 @@ class CpuStep final : public StepBackend {
   std::vector<float> acc_, acc_lse_, part_, part_lse_;
   std::vector<std::int32_t> device_table_, host_table_;  // the parts' block tables [1, pool pages]
   std::int32_t seqlen_ = 0;                              // the running part's length
+  bool forward_ = false;  // prefill: parts 1 and 2 call forward() (CooperativeKernel::forward)
   PartialRunner device_, staged_, cpu_;
 };
 

@@ -7,6 +7,11 @@
 //   part 3  the CPU kernels over the CPU's host pages, on a host thread.
 // Each partial (out, lse; f32 from the parts' PartialRunners) is accumulated on S into an f32
 // accumulator (merge_states' formula; kernels below), rounded once into out at the end.
+// Prefill (CooperativeKernel::forward, seqlen_q > 16): parts 1 and 2 run forward() instead of the
+// KV-cache kernel, over each run of consecutive device pages (read in place) and over each staged
+// chunk (contiguous); their partials are in q's dtype (forward's out) with f32 lse, one f32
+// merge pass per run or chunk. The copy stream forks from S before part 1, so the first chunk's
+// copy runs under part 1 and chunk i + 1's under chunk i.
 // CudaStep holds everything a run uses (planned and allocated once: CooperativeStep); a run
 // synchronises S twice (q copied to the host for the CPU part; the end of the step).
 #include <cuda_bf16.h>
@@ -173,25 +178,29 @@ class CudaStep final : public StepBackend {
     heads_ = q.shape[2];
     d_ = c.head_dim;
     const std::int64_t rows = sq_ * heads_;
+    kernel_ = cooperative_gpu_kernel(sq_);
     const std::int64_t staging_pages = static_cast<std::int64_t>(cache.staging_bytes() / 2 / cache.page_bytes());
     max_chunks_ = static_cast<std::size_t>(staging_pages > 0 ? (cache.host_pages() + staging_pages - 1) / staging_pages : 0);
     dev_pages_ = static_cast<std::size_t>(cache.device_pages());
-    // Device block: acc f32 [rows, d], acc_lse [rows], 3 x (partial f32 [rows, d], lse [rows]),
+    // Device block: acc f32 [rows, d], acc_lse [rows], partials (f32 [rows, d], lse [rows]; 3 for
+    // the KV-cache kernel, one shared by the parts for prefill: every partial is accumulated on
+    // S before the next is written there, and q-sized buffers matter at thousands of queries),
     // the device part's block table [device pages], lengths [1 + chunks].
+    const int n_partials = kernel_ == CooperativeKernel::forward ? 1 : 3;
     const std::size_t acc_bytes = static_cast<std::size_t>(rows * d_) * sizeof(float);
     const std::size_t lse_bytes = static_cast<std::size_t>(rows) * sizeof(float);
     const auto round = [](std::size_t b) { return (b + 255) / 256 * 256; };
     index_count_ = dev_pages_ + 1 + max_chunks_;
-    const std::size_t bytes = round(acc_bytes) + round(lse_bytes) + 3 * (round(acc_bytes) + round(lse_bytes)) +
-                              round(index_count_ * 4);
+    const std::size_t bytes = round(acc_bytes) + round(lse_bytes) +
+                              static_cast<std::size_t>(n_partials) * (round(acc_bytes) + round(lse_bytes)) + round(index_count_ * 4);
     r_.block = static_cast<char*>(cuda_allocate(device_, bytes, "the cooperative step's device scratch"));
     char* at = r_.block;
     auto carve = [&](std::size_t b) { char* p = at; at += round(b); return p; };
     acc_ = reinterpret_cast<float*>(carve(acc_bytes));
     acc_lse_ = reinterpret_cast<float*>(carve(lse_bytes));
     for (int i = 0; i < 3; ++i) {
-      part_out_[i] = carve(acc_bytes);
-      part_lse_[i] = reinterpret_cast<float*>(carve(lse_bytes));
+      part_out_[i] = i < n_partials ? carve(acc_bytes) : part_out_[0];
+      part_lse_[i] = i < n_partials ? reinterpret_cast<float*>(carve(lse_bytes)) : part_lse_[0];
     }
     index_ = reinterpret_cast<std::int32_t*>(carve(index_count_ * 4));  // table, then lengths
     host_index_ = r_.host_index =
@@ -205,10 +214,12 @@ class CudaStep final : public StepBackend {
     for (auto& e : r_.events) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     std::copy(std::begin(r_.events), std::end(r_.events), events_);
     // The parts' plans, sized for the pools (they hold however the sequence grows).
+    // Prefill's GPU parts call forward() (planned per call: host arithmetic only).
+    const bool kv = kernel_ == CooperativeKernel::kv_cache;
     const AttentionOptions a = part_options(options, Backend::cuda);
-    if (dev_pages_ > 0) dev_ = plan_part(q, paged_part_view(cache, PageTier::device, index_, lengths(), c.device), a);
+    if (kv && dev_pages_ > 0) dev_ = plan_part(q, paged_part_view(cache, PageTier::device, index_, lengths(), c.device), a);
     if (max_chunks_ > 0) {
-      stage_ = plan_part(q, staged_part_view(cache, 0, lengths() + 1), a);
+      if (kv) stage_ = plan_part(q, staged_part_view(cache, 0, lengths() + 1), a);
       cpu_table_.assign(static_cast<std::size_t>(cache.host_pages()), 0);
       TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
       cpu_ = plan_part(qh, paged_part_view(cache, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()),
@@ -230,6 +241,7 @@ class CudaStep final : public StepBackend {
   int device_;
   StepResources r_;  // owns what the pointers below point into
   std::int64_t sq_ = 0, heads_ = 0, d_ = 0;
+  CooperativeKernel kernel_ = CooperativeKernel::kv_cache;  // parts 1 and 2: KV-cache kernel or forward()
   std::size_t max_chunks_ = 0, dev_pages_ = 0, index_count_ = 0;
   float* acc_ = nullptr;
   float* acc_lse_ = nullptr;
@@ -260,7 +272,8 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
   const bool do_dev = plan.run_device && n_dev > 0;
   const bool do_stream = plan.run_streamed && n_chunks > 0;
   const bool do_cpu = plan.run_cpu && !plan.cpu.local.empty();
-  if (n_chunks > max_chunks_ || n_dev > dev_pages_) {
+  const bool prefill = kernel_ == CooperativeKernel::forward;
+  if (plan.split.gpu_kernel != kernel_ || n_chunks > max_chunks_ || n_dev > dev_pages_) {
     throw Error(ErrorCode::internal, "cooperative step: the plan has more chunks or device pages than the step holds");
   }
 
@@ -304,19 +317,29 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
   check(cudaMemsetAsync(acc_, 0, static_cast<std::size_t>(rows * d) * sizeof(float), S), "accumulator reset");
   fill_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, S>>>(acc_lse_, static_cast<int>(rows), -INFINITY);
   check(cudaGetLastError(), "fill kernel launch");
+  // The copy stream forks from S here, before part 1 (an event: the copies run after S's earlier
+  // work, and under part 1).
+  if (do_stream) {
+    check(cudaEventRecord(events_[4], S), "event record");
+    check(cudaStreamWaitEvent(copy_, events_[4], 0), "copy stream fork");
+  }
+  const AttentionOptions fa = part_options(options, Backend::cuda);  // prefill's forward() calls, on S
   // Part 1.
-  if (do_dev) {
+  if (do_dev && prefill) {
+    for (const DeviceRun& run : plan.device_runs) {
+      forward_part(q, pool_run_view(cache_, PageTier::device, false, run.first, run.tokens),
+                   pool_run_view(cache_, PageTier::device, true, run.first, run.tokens), part_out_[0], part_lse_[0], fa);
+      launch_accumulate(c.dtype, acc_, acc_lse_, part_out_[0], part_lse_[0], sq, heads, d, S);
+    }
+  } else if (do_dev) {
     dev_.run(q, paged_part_view(cache_, PageTier::device, index_, lengths(), c.device), part_out_[0], part_lse_[0], S);
     launch_accumulate(dev_.out_dtype(), acc_, acc_lse_, part_out_[0], part_lse_[0], sq, heads, d, S);
   }
-  // Part 2: the copy stream forks from S (an event: it runs after S's earlier work), copies
-  // chunk i into buffer i % 2 once the attention of chunk i - 2 has read it, and joins S at the end.
+  // Part 2: the copy stream copies chunk i into buffer i % 2 once the attention of chunk i - 2
+  // has read it, and joins S at the end.
   if (do_stream) {
     cudaEvent_t* copied = events_;
     cudaEvent_t* computed = events_ + 2;
-    cudaEvent_t fork = events_[4];
-    check(cudaEventRecord(fork, S), "event record");
-    check(cudaStreamWaitEvent(copy_, fork, 0), "copy stream fork");
     const std::size_t half_page = cache_.page_bytes() / 2;
     const std::size_t token_bytes = half_page / static_cast<std::size_t>(c.page_size);
     const char* host_k = static_cast<const char*>(cache_.pool_k(PageTier::host).data);
@@ -345,8 +368,14 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
       }
       check(cudaEventRecord(copied[b], copy_), "event record");
       check(cudaStreamWaitEvent(S, copied[b], 0), "attention waits for the copy");
-      stage_.run(q, staged_part_view(cache_, b, lengths() + 1 + i), part_out_[1], part_lse_[1], S);
-      launch_accumulate(stage_.out_dtype(), acc_, acc_lse_, part_out_[1], part_lse_[1], sq, heads, d, S);
+      if (prefill) {
+        forward_part(q, staged_run_view(cache_, b, false, chunk.total), staged_run_view(cache_, b, true, chunk.total),
+                     part_out_[1], part_lse_[1], fa);
+        launch_accumulate(c.dtype, acc_, acc_lse_, part_out_[1], part_lse_[1], sq, heads, d, S);
+      } else {
+        stage_.run(q, staged_part_view(cache_, b, lengths() + 1 + i), part_out_[1], part_lse_[1], S);
+        launch_accumulate(stage_.out_dtype(), acc_, acc_lse_, part_out_[1], part_lse_[1], sq, heads, d, S);
+      }
       check(cudaEventRecord(computed[b], S), "event record");
     }
     // Join: the last copy was waited for by the last attention, so S is after every copy.

@@ -252,7 +252,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
   cmd->add_option("--layers", a.coop_layers, "--cooperative: layers sharing the budget (one is timed)")->capture_default_str();
   cmd->add_option("--coop-page-size", a.coop_page_size, "--cooperative: tokens per page")->capture_default_str();
   cmd->add_option("--strategies", a.coop_strategies,
-                  "--cooperative: auto, device, streamed, cpu (each part alone, auto's split), stream_all, cpu_all")
+                  "--cooperative: auto, device, streamed, cpu (each part alone, auto's split), stream_all, cpu_all, forward (one forward() over all keys on the device: the prefill anchor)")
       ->delimiter(',');
   cmd->add_flag("--check", a.coop_check, "--cooperative: error vs float64, beside one single-device call");
   cmd->add_flag("--no-peaks", a.no_peaks, "Do not measure peaks (no % of peak column)");

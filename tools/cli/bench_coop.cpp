@@ -161,9 +161,18 @@ int run_cooperative_bench(const BenchArgs& a) {
   config.page_size = ps;
   config.device = device;
   config.device_budget_bytes = budget;
-  // Staging: 32 MiB of K+V per buffer by default; at most a quarter of a small budget.
-  const std::size_t default_staging = std::max<std::size_t>(1, (std::size_t{32} << 20) / page_bytes);
-  config.staging_pages = static_cast<std::int64_t>(std::max<std::size_t>(1, std::min(default_staging, budget / 8 / page_bytes)));
+  // Staging, counted in the layer's budget (device pages = budget - both buffers). Decode: 32 MiB
+  // of K+V per buffer, at most 1/8 of a small budget (a decode chunk is copy-bound; its size only
+  // needs to amortise a launch). Prefill (seqlen_q > 16, the forward kernel): 8192 tokens per
+  // buffer, at most half the budget each: every chunk is one forward call plus one f32 merge pass
+  // over the (seqlen_q x heads x d) partial, so the chunk must be long for the merge and the
+  // call's fixed costs to stay a few percent of its compute (Llama-3-8B, 8192 queries: a chunk of
+  // 8192 keys is ~1.1 TFLOP, ~2 ms on an H200; its merge moves ~0.3 GB, ~0.1 ms).
+  const bool prefill = cooperative_gpu_kernel(sq) == CooperativeKernel::forward;
+  const std::size_t default_staging =
+      prefill ? static_cast<std::size_t>((8192 + ps - 1) / ps) : std::max<std::size_t>(1, (std::size_t{32} << 20) / page_bytes);
+  const std::size_t staging_cap = prefill ? budget / 2 / page_bytes : budget / 8 / page_bytes;
+  config.staging_pages = static_cast<std::int64_t>(std::max<std::size_t>(1, std::min(default_staging, staging_cap)));
   config.host_pages = pages;  // room for every page on the host; the device takes what the budget allows first
   const auto t_setup = std::chrono::steady_clock::now();
   CooperativeKVCache cache(config);
@@ -196,6 +205,8 @@ int run_cooperative_bench(const BenchArgs& a) {
   report["device_pages"] = cache.device_pages();
   report["host_pages_used"] = std::max<std::int64_t>(0, pages - cache.device_pages());
   report["cache_device_bytes"] = cache.device_bytes();
+  report["staging_pages"] = config.staging_pages;
+  report["gpu_kernel"] = to_string(cooperative_gpu_kernel(sq));
   report["kv_bytes"] = static_cast<std::size_t>(L) * page_bytes / static_cast<std::size_t>(ps);
   report["setup_s"] = setup_s;
   CooperativeOptions base;
@@ -207,7 +218,44 @@ int run_cooperative_bench(const BenchArgs& a) {
                      {"gpu_attention_flops", rates.gpu_attention_flops}, {"cpu_attention_flops", rates.cpu_attention_flops},
                      {"source", rates.source}};
   std::size_t high_water = 0;
+  // The cache's tokens in order: the random block repeated, as appended (for --check and the
+  // "forward" anchor).
+  auto all_tokens = [&](const std::vector<std::uint16_t>& b) {
+    std::vector<std::uint16_t> all;
+    for (std::int64_t t = 0; t < L; t += block) {
+      all.insert(all.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(std::min(block, L - t) * kvh * d));
+    }
+    return all;
+  };
   for (const std::string& name : strategies) {
+    if (name == "forward") {
+      // Anchor: one forward() call over all L keys, contiguous on the device (what the cooperative
+      // step's parts 1 and 2 run per device run / chunk for prefill), same q, same process.
+      const auto k_all = all_tokens(kb), v_all = all_tokens(vb);
+      Buffer kd(device, k_all.size() * 2), vd(device, v_all.size() * 2);
+      kd.upload(k_all.data(), k_all.size() * 2);
+      vd.upload(v_all.data(), v_all.size() * 2);
+      const TensorView K = make_tensor(kd.p, DType::bf16, {1, L, kvh, d}, device);
+      const TensorView V = make_tensor(vd.p, DType::bf16, {1, L, kvh, d}, device);
+      std::vector<double> times;
+      const int warm = std::max(1, a.warmup), reps = std::max(3, a.repeats);
+      for (int i = 0; i < warm + reps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        forward(Q, K, V, O, Lse);
+#if FASTATTN_CLI_HAVE_CUDA
+        if (device.type == DeviceType::cuda && cudaDeviceSynchronize() != cudaSuccess) {
+          fmt::print(stderr, "fastattn bench --cooperative: forward: a CUDA error\n");
+          return kExitFailed;
+        }
+#endif
+        if (i >= warm) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(times.begin(), times.end());
+      fmt::print("{:>10}  {:9.3f} ms  (one forward() over {} contiguous keys)\n", name, times[times.size() / 2] * 1e3, L);
+      report["rows"].push_back({{"strategy", name}, {"median_ms", times[times.size() / 2] * 1e3}, {"min_ms", times.front() * 1e3},
+                                {"repeats", reps}, {"reason", plan_forward(Q, K, V, O, Lse).reason}});
+      continue;
+    }
     CooperativeOptions o = base;
     if (name == "device") o.parts = 1;
     else if (name == "streamed") o.parts = 2;
@@ -215,7 +263,7 @@ int run_cooperative_bench(const BenchArgs& a) {
     else if (name == "stream_all") o.policy = SplitPolicy::stream_all;
     else if (name == "cpu_all") o.policy = SplitPolicy::cpu_all;
     else if (name != "auto") {
-      fmt::print(stderr, "fastattn bench: --strategies: expected auto, device, streamed, cpu, stream_all or cpu_all, got {}\n", name);
+      fmt::print(stderr, "fastattn bench: --strategies: expected auto, device, streamed, cpu, stream_all, cpu_all or forward, got {}\n", name);
       return kExitUsage;
     }
     const CooperativeSplit split = plan_cooperative_attention(Q, cache, 0, o);
@@ -269,12 +317,7 @@ int run_cooperative_bench(const BenchArgs& a) {
     cooperative_attention(Q, cache, 0, O, Lse, std::nullopt, base);
     out.download(got.data(), got.size() * 2);
     // The cache's tokens: the random block repeated (as it was appended).
-    std::vector<std::uint16_t> k_all, v_all;
-    for (std::int64_t t = 0; t < L; t += block) {
-      const std::size_t n = static_cast<std::size_t>(std::min(block, L - t) * kvh * d);
-      k_all.insert(k_all.end(), kb.begin(), kb.begin() + static_cast<std::ptrdiff_t>(n));
-      v_all.insert(v_all.end(), vb.begin(), vb.begin() + static_cast<std::ptrdiff_t>(n));
-    }
+    const auto k_all = all_tokens(kb), v_all = all_tokens(vb);
     Buffer kd(device, k_all.size() * 2), vd(device, v_all.size() * 2);
     kd.upload(k_all.data(), k_all.size() * 2);
     vd.upload(v_all.data(), v_all.size() * 2);

@@ -13,8 +13,18 @@
 #             auto >= 1.5 x faster than min(stream_all, cpu_all); high-water <= 16 GiB.
 #   check64k  64k tokens split three ways (budget 16 GiB / 256 layers = 64 MiB per layer) vs
 #             float64, beside one single-device attention_with_kv_cache call on the same data.
-#   prefill   8192 queries over 64k cached tokens, KV mostly host-resident (64 MiB budget) vs
-#             all on the device (1 GiB budget). Bar: host >= 90% of the device speed.
+#   prefill   8192 queries over 64k cached tokens (Llama-3-8B layer: 1 MiB of K+V per 256-token
+#             page, 256 MiB in all), the prefill path (seqlen_q > 16: forward() per device run and
+#             per streamed chunk, f32 merge per call; docs/long-context.md). Staging for prefill:
+#             2 x 8192 tokens (2 x 32 MiB), counted in the budget.
+#               prefill_host:   --device-budget 96M = 64 MiB staging + 32 device pages (8k tokens,
+#                               12.5%); 224 host pages (56k tokens, 87.5%) streamed in 7 chunks of
+#                               8192 tokens, each copy (32 MiB, ~0.6 ms at 55 GB/s) under the
+#                               previous call (~2 ms of compute); the CPU gets no page (rounded down).
+#               prefill_device: --device-budget 1G: all 256 pages on the device, one run: one
+#                               forward() over 64k keys + one merge; plus the anchor "forward" (one
+#                               forward() over the 64k keys, contiguous, no step).
+#             Bar: prefill_host auto >= 90% of prefill_device auto's speed.
 #   mha256k   Llama-7B layer (32 heads MHA, d128), 256K tokens, 32 GiB / 32 layers (Volta-sized),
 #             step time, split, exactness.
 # Output under $OUT: coop_<stage>.json (one per stage), coop.log, coop_summary.json (the bars).
@@ -48,8 +58,8 @@ llama3=(--heads 32 --kv-heads 8 --head-dim 128)
 has decode1m && step decode1m 150 "${llama3[@]}" --context 1048576 --device-budget 16G --layers 32
 has check64k && step check64k 60 "${llama3[@]}" --context 65536 --device-budget 16G --layers 256 --strategies auto,device,streamed,cpu --check
 if has prefill; then
-  step prefill_host 60 "${llama3[@]}" --seqlen-q 8192 --context 65536 --device-budget 64M --strategies auto
-  step prefill_device 60 "${llama3[@]}" --seqlen-q 8192 --context 65536 --device-budget 1G --strategies auto
+  step prefill_host 60 "${llama3[@]}" --seqlen-q 8192 --context 65536 --device-budget 96M --strategies auto,device,streamed
+  step prefill_device 60 "${llama3[@]}" --seqlen-q 8192 --context 65536 --device-budget 1G --strategies auto,forward
 fi
 has mha256k && step mha256k 120 --heads 32 --kv-heads 32 --head-dim 128 --context 262144 --device-budget 32G --layers 32 \
   --strategies auto,device,streamed,cpu,stream_all,cpu_all --check
@@ -78,7 +88,16 @@ if c and "check" in c:
         bars["check64k_mean_err_ratio_vs_single_call"] = {"value": c["check"]["mean_ratio"], "bar": "<= 1 (no larger)"}
 h, v = rows(load("prefill_host")), rows(load("prefill_device"))
 if "auto" in h and "auto" in v:
-    bars["prefill_host_speed_fraction"] = {"value": v["auto"]["median_ms"] / h["auto"]["median_ms"], "bar": ">= 0.90"}
+    bars["prefill_host_speed_fraction"] = {"value": v["auto"]["median_ms"] / h["auto"]["median_ms"], "bar": ">= 0.90",
+                                           "host_ms": h["auto"]["median_ms"], "device_ms": v["auto"]["median_ms"],
+                                           "host_split": [h["auto"][k] for k in ("device_pages", "streamed_pages", "cpu_pages")],
+                                           "host_chunk_pages": h["auto"]["chunk_pages"]}
+    if "forward" in v:  # the step over device pages vs one plain forward() call on the same keys
+        bars["prefill_device_step_over_forward"] = {"value": v["auto"]["median_ms"] / v["forward"]["median_ms"],
+                                                    "forward_ms": v["forward"]["median_ms"]}
+    for part in ("device", "streamed"):
+        if part in h:
+            bars[f"prefill_host_{part}_part_alone_ms"] = h[part]["median_ms"]
 m = load("mha256k"); mr = rows(m)
 if "auto" in mr:
     bars["mha256k"] = {"step_ms": mr["auto"]["median_ms"], "split": [mr["auto"][k] for k in ("device_pages", "streamed_pages", "cpu_pages")],
