@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fastattn/error.hpp"
+#include "fastattn/kv_cache.hpp"
 #include "fastattn/options.hpp"
 #include "fastattn/tensor.hpp"
 
@@ -229,6 +230,18 @@ class CooperativeStep {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// The KV-cache attention call (kv_cache.hpp) over a cooperative cache, for sequence `seq`:
+// attention_with_kv_cache's semantics with batch 1. q, out: [1, seqlen_q, num_heads, head_dim];
+// `append` (optional, [1, seqlen_new, num_kv_heads, head_dim]) holds new tokens: they are
+// attended as the sequence's newest keys (causal among themselves when options.attention.causal,
+// aligned to the end of the cache) and then appended to the sequence. The cache must have room
+// for them (checked first: an Error naming `append`, nothing written); nothing is appended when
+// the attention fails. Errors otherwise as cooperative_attention.
+KernelChoice attention_with_kv_cache(const TensorView& q, CooperativeKVCache& cache, std::int64_t seq,
+                                     const TensorView& out, const std::optional<TensorView>& lse = std::nullopt,
+                                     const std::optional<KVAppend>& append = std::nullopt,
+                                     const CooperativeOptions& options = {});
 
 // The split cooperative_attention would use, without running it.
 CooperativeSplit plan_cooperative_attention(const TensorView& q, const CooperativeKVCache& cache,
