@@ -439,7 +439,8 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
   EXPECT_FALSE(cuda::sm90_overlap_fits(256));  // it spilled (plan.hpp)
   // The scheduler: persistent for short tiles (<= 12 key tiles per query tile on average), grid
-  // for long ones, unless FASTATTN_CUDA_SM90_SCHEDULER says; a bad value names the variable.
+  // for long ones, unless FASTATTN_CUDA_SM90_SCHEDULER says (grid, persistent or dynamic); a bad
+  // value names the variable.
   EXPECT_EQ(plan.sm90_key_tiles, 64);
   EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::grid);
   EXPECT_NE(cuda::describe_plan(plan).find("one CTA per tile"), std::string::npos) << cuda::describe_plan(plan);
@@ -455,11 +456,29 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
     EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
     ScopedEnv grid(cuda::kSm90SchedulerEnv, "grid");
     EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::grid);
+    EXPECT_EQ(cuda::plan_forward(causal2k).workspace_bytes, 0u);
   }
+  {
+    // dynamic: forced only (never the default rule); its tile counter is the call's workspace.
+    ScopedEnv dynamic(cuda::kSm90SchedulerEnv, "dynamic");
+    for (const cuda::ForwardShape& s : {causal2k, plain2k, hopper(1, 8, 16384, 16384, 256)}) {
+      const cuda::ForwardPlan p = cuda::plan_forward(s);
+      EXPECT_EQ(p.path, ForwardPath::sm90) << p.sm90_declined;
+      EXPECT_EQ(p.sm90_scheduler, cuda::Sm90Scheduler::dynamic);
+      EXPECT_EQ(p.workspace_bytes, cuda::kSm90TileCounterBytes);
+      EXPECT_NE(cuda::describe_plan(p).find("taking tiles from an atomic counter"), std::string::npos)
+          << cuda::describe_plan(p);
+    }
+    EXPECT_STREQ(cuda::to_string(cuda::Sm90Scheduler::dynamic), "dynamic");
+  }
+  EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);  // unset again
+  EXPECT_EQ(cuda::plan_forward(causal2k).workspace_bytes, 0u);
   {
     ScopedEnv bad(cuda::kSm90SchedulerEnv, "lpt");
     expect_error([&] { cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)); }, ErrorCode::invalid_argument,
                  "FASTATTN_CUDA_SM90_SCHEDULER");
+    expect_error([&] { cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)); }, ErrorCode::invalid_argument,
+                 "expected grid, persistent or dynamic");
   }
 
   struct Decline {

@@ -8,12 +8,13 @@
 //     both dtypes, every sm90 head dim; the kernel must be the sm90 one;
 //   * varlen batches (cu_seqlens; flash_fwd_sm90/plan.hpp: kSm90Varlen) against float64: empty
 //     sequences, lengths 1/17/1023/4097 mixed, seqlen_q != seqlen_k per sequence, causal rows
-//     that see no key, GQA 7:1, windows, soft-cap, both schedulers, the plain loop;
+//     that see no key, GQA 7:1, windows, soft-cap, every scheduler, the plain loop;
 //   * calls the sm90 kernel does not serve (seqlen_q <= 16, head dims without a unit) run the
 //     sm80 kernels and the reason says why;
 //   * strided views (head-major storage, padded rows, 16-byte aligned as TMA needs) give the
 //     same bits as the contiguous call;
-//   * the grid and persistent tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER) give the same bits.
+//   * the grid, persistent and dynamic tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER) give the
+//     same bits, padded and varlen.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -200,11 +201,11 @@ TEST_F(CudaSm90, VarlenMatchesFloat64) {
                   " dtype=bf16 mask=window wl=10 wr=0 align=bottom_right");
     expect_varlen("lens_q=257,40,300 lens_k=513,41,290 h=3 hkv=1" + hd + " dtype=f16 mask=window wl=40 wr=7 softcap=30");
   }
-  // Both schedulers (persistent: the empty tiles past a short sequence in the CTA's stride),
-  // and the consumer loop without the overlap.
+  // Every scheduler (persistent, dynamic: the empty tiles past a short sequence among a CTA's
+  // tiles), and the consumer loop without the overlap.
   const int d = dims_.front() == 96 && dims_.size() > 1 ? dims_[1] : dims_.front();
   const std::string hd = " d=" + std::to_string(d);
-  for (const char* scheduler : {"grid", "persistent"}) {
+  for (const char* scheduler : {"grid", "persistent", "dynamic"}) {
     const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
     expect_varlen("lens_q=1,700,0,130,64 lens_k=900,700,3,1,640 h=4 hkv=2" + hd + " dtype=bf16 mask=causal");
   }
@@ -279,12 +280,18 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
-// One causal bf16 call (b 2, s 1000, 8 query heads on 2 KV heads) run under each scheduler:
-// the output bits of both.
-struct TwoLayoutsBits {
-  std::vector<std::uint16_t> grid, persistent;
-  explicit TwoLayoutsBits(int d) {
-    const std::int64_t b = 2, s = 1000, h = 8, hkv = 2;
+// One causal bf16 call run under each scheduler (plan.hpp: Sm90Scheduler): the output bits of
+// each, in the order of kSchedulers. Padded (b 2, s 1000, 8 query heads on 2 KV heads), or with
+// `varlen` packed sequences of lengths 1000, 0, 1 and 777 (cu_seqlens; tiles past a sequence's
+// end, an empty sequence).
+constexpr const char* kSchedulers[] = {"grid", "persistent", "dynamic"};
+struct SchedulerBits {
+  std::vector<std::vector<std::uint16_t>> out;  // per scheduler
+  SchedulerBits(int d, bool varlen) {
+    const std::vector<std::int32_t> lens = {1000, 0, 1, 777};
+    std::vector<std::int32_t> cu = {0};
+    for (std::int32_t n : lens) cu.push_back(cu.back() + n);
+    const std::int64_t b = varlen ? 1 : 2, s = varlen ? cu.back() : 1000, h = 8, hkv = 2;
     const auto q = random_bf16(static_cast<std::size_t>(b * s * h * d), 11);
     const auto kv = random_bf16(static_cast<std::size_t>(b * s * hkv * d), 12);
     std::vector<void*> buffers;
@@ -295,22 +302,37 @@ struct TwoLayoutsBits {
       buffers.push_back(p);
       return p;
     };
-    const TensorView qt = make_tensor(upload(q), DType::bf16, {b, s, h, d}, Device::cuda(0));
-    const TensorView kt = make_tensor(upload(kv), DType::bf16, {b, s, hkv, d}, Device::cuda(0));
-    const TensorView vt = make_tensor(upload(kv), DType::bf16, {b, s, hkv, d}, Device::cuda(0));
     AttentionOptions o;
     o.backend = Backend::cuda;
     o.causal = true;
-    for (const char* scheduler : {"grid", "persistent"}) {
+    // Varlen: [total, h, d] views (batch 1 of the packed tokens) and cu_seqlens on the device.
+    auto view = [&](void* data, std::int64_t heads) {
+      return varlen ? make_tensor(data, DType::bf16, {s, heads, d}, Device::cuda(0))
+                    : make_tensor(data, DType::bf16, {b, s, heads, d}, Device::cuda(0));
+    };
+    const TensorView qt = view(upload(q), h), kt = view(upload(kv), hkv), vt = view(upload(kv), hkv);
+    if (varlen) {
+      void* cu_dev = nullptr;
+      EXPECT_EQ(cudaMalloc(&cu_dev, cu.size() * 4), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(cu_dev, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      buffers.push_back(cu_dev);
+      o.cu_seqlens_q = make_tensor(cu_dev, DType::i32, {static_cast<std::int64_t>(cu.size())}, Device::cuda(0));
+      o.cu_seqlens_k = o.cu_seqlens_q;
+      o.max_seqlen_q = 1000;
+      o.max_seqlen_k = 1000;
+    }
+    for (const char* scheduler : kSchedulers) {
       const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
       std::vector<std::uint16_t> poison(q.size(), 0x7fc0);
-      const TensorView ot = make_tensor(upload(poison), DType::bf16, {b, s, h, d}, Device::cuda(0));
+      const TensorView ot = view(upload(poison), h);
       const KernelChoice c = forward(qt, kt, vt, ot, std::nullopt, o);
-      EXPECT_EQ(c.isa, "sm90") << c.describe();
+      EXPECT_EQ(c.isa, "sm90") << scheduler << ": " << c.describe();
+      EXPECT_NE(c.reason.find(std::string(scheduler) == "grid" ? "one CTA per tile" : "persistent CTAs"),
+                std::string::npos) << c.describe();
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<std::uint16_t>& out = std::string(scheduler) == "grid" ? grid : persistent;
-      out.resize(q.size());
-      EXPECT_EQ(cudaMemcpy(out.data(), ot.data, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<std::uint16_t> bits(q.size());
+      EXPECT_EQ(cudaMemcpy(bits.data(), ot.data, bits.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      out.push_back(std::move(bits));
     }
     for (void* p : buffers) cudaFree(p);
   }
@@ -339,21 +361,28 @@ TEST_F(CudaSm90, StridedViewsGiveTheContiguousBits) {
   }
 }
 
-// The two tile schedulers (plan.hpp: Sm90Scheduler) run the same per-tile arithmetic: the same
-// bits, and both right against float64 (causal with rows that see no key, a window, GQA 7:1, a
-// tile count that is not a multiple of the SM count).
+// The three tile schedulers (plan.hpp: Sm90Scheduler) run the same per-tile arithmetic: the
+// same bits, padded and varlen, and each right against float64 (causal with rows that see no
+// key, a window, GQA 7:1, a tile count that is not a multiple of the SM count, varlen with
+// empty sequences). dynamic runs several calls in a row, whose scratch the pool hands back
+// with the last count in it: the tile counter must be zeroed per call.
 TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   for (int d : dims_) {
     const std::string hd = " d=" + std::to_string(d);
-    for (const char* scheduler : {"grid", "persistent"}) {
+    for (const char* scheduler : kSchedulers) {
       const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
       expect_sm90("b=3 sq=1000 sk=1000 h=7 hkv=1" + hd + " dtype=bf16 mask=causal");
       expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2" + hd + " dtype=f16 mask=causal align=bottom_right");
       expect_sm90("b=1 sq=700 sk=900 h=3 hkv=3" + hd + " dtype=bf16 mask=window wl=100 wr=30");
+      expect_varlen("lens_q=1,700,0,130,64 lens_k=900,700,3,1,640 h=4 hkv=2" + hd + " dtype=f16 mask=causal");
     }
-    TwoLayoutsBits bits(d);
-    EXPECT_EQ(bits.grid, bits.persistent) << "d=" << d;
+    for (const bool varlen : {false, true}) {
+      const SchedulerBits bits(d, varlen);
+      ASSERT_EQ(bits.out.size(), 3u);
+      EXPECT_EQ(bits.out[0], bits.out[1]) << "grid vs persistent, d=" << d << (varlen ? " varlen" : "");
+      EXPECT_EQ(bits.out[0], bits.out[2]) << "grid vs dynamic, d=" << d << (varlen ? " varlen" : "");
+    }
   }
 }
 

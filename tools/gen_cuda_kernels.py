@@ -44,6 +44,16 @@ template void run_forward_sm90<{ctype}, {head_dim}>(const ForwardParams&, const 
 }}  // namespace fastattn::cuda
 """
 
+# The Hopper forward's dynamic tile scheduler (flash_fwd_sm90/kernel_dynamic.cuh): its kernels in
+# units of their own, beside the grid/persistent units, for the same head dims and dtypes.
+FORWARD_SM90_DYNAMIC = """#include "cuda/flash_fwd_sm90/launch_dynamic.cuh"
+
+namespace fastattn::cuda {{
+template void run_forward_sm90_dynamic<{ctype}, {head_dim}>(const ForwardParams&, const Sm90LaunchChoice&,
+                                                             cudaStream_t);
+}}  // namespace fastattn::cuda
+"""
+
 # The KV-cache attention (src/cuda/inference/kv_cache_launch.cuh): sm80 path, every dtype and
 # head_dim, in units of their own so they compile beside the forward and backward units.
 KV_CACHE = """#include "cuda/inference/kv_cache_launch.cuh"
@@ -100,6 +110,11 @@ def main() -> None:
             name = f"flash_fwd_sm90_{dtype}_hdim{head_dim}.cu"
             text = HEADER.format(arch="sm90", direction="forward", dtype=dtype, head_dim=head_dim)
             text += FORWARD_SM90.format(ctype=ctype, head_dim=head_dim)
+            (OUT / name).write_text(text)
+            name = f"flash_fwd_sm90_dynamic_{dtype}_hdim{head_dim}.cu"
+            text = HEADER.format(arch="sm90", direction="forward (dynamic tile scheduler)", dtype=dtype,
+                                 head_dim=head_dim)
+            text += FORWARD_SM90_DYNAMIC.format(ctype=ctype, head_dim=head_dim)
             (OUT / name).write_text(text)
         for head_dim in SM90_BACKWARD:
             name = f"flash_bwd_sm90_{dtype}_hdim{head_dim}.cu"

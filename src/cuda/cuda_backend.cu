@@ -380,7 +380,8 @@ void forward(const AttentionProblem& call, const ForwardPlan& plan) {
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
   if (plan.path == ForwardPath::sm90) {
-    const Sm90LaunchChoice sm90{plan.sm90_overlap, plan.sm90_scheduler, plan.multiprocessors};
+    Sm90LaunchChoice sm90{plan.sm90_overlap, plan.sm90_scheduler, plan.multiprocessors};
+    if (plan.sm90_scheduler == Sm90Scheduler::dynamic) sm90.tile_counter = scratch.data();  // plan.hpp
     if (p.dtype == DType::bf16) {
       forward_sm90<__nv_bfloat16>(f, sm90, p.head_dim, stream);
     } else {

@@ -7,7 +7,7 @@
 #              bench, CLI)
 #       suite  gpu-sm90.sh STAGES=suite: ctest -L gpu (the whole GPU suite on the default paths:
 #              sm90 forward and backward), then the forward suites with FASTATTN_CUDA_PATH=sm80
-#       sweep  gpu-sm90.sh STAGES=sweep, the default scheduler rule only (SWEEP_FORCED="")
+#       sweep  gpu-sm90.sh STAGES=sweep, the default scheduler rule only (SWEEP_FORCED="", or e.g. "dynamic" from the caller)
 #       kv     gpu-kvcache.sh over build/sm90 (its STAGES minus build: KV_STAGES)
 #       coop   gpu-coop.sh with build/sm90's CLI (COOP_STAGES)
 #       hf     gpu-transformers.sh with a carried wheel (WHEEL; HF_STAGES, default "install tests
@@ -34,7 +34,7 @@ for job in ${JOBS:-"build:130 suite:150"}; do
   note "== $name (limit ${limit}s)"
   case $name in
     build|suite) OUT=$out/$name STAGES=$([ "$name" = suite ] && echo "suite suite80" || echo build) BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
-    sweep) OUT=$out/sweep STAGES=sweep SWEEP_FORCED="" BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
+    sweep) OUT=$out/sweep STAGES=sweep SWEEP_FORCED="${SWEEP_FORCED-}" BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1 ;;
     kv) ln -sfn sm90 build/gpu-kv
         OUT=$out/kv STAGES=${KV_STAGES:-"test bench"} BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-kvcache.sh > /dev/null 2>&1 ;;
     hf) OUT=$out/hf STAGES=${HF_STAGES:-"install tests overhead"} BUDGET_S=$limit \

@@ -11,7 +11,8 @@
 # cuda_bench sweep90 with the default scheduler rule, then persistent and grid forced, beside sdpa_anchor.py sweep90 cuDNN and flash,
 # judged by bench/cuda/sweep_sm90.py into sweep.json), "suite" (ctest -L gpu, then the forward suites
 # with FASTATTN_CUDA_PATH=sm80; "suite80" that second part alone) and "sanitize" (memcheck/racecheck/synccheck of the small set).
-# SWEEP_FORCED (default "persistent grid"): the schedulers the sweep also runs forced ("" for the default rule alone).
+# SWEEP_FORCED (default "persistent grid"): the schedulers the sweep also runs forced, any of "persistent grid dynamic"
+# (each tagged variant sm90-<name>; "" for the default rule alone).
 # HEAD_DIMS (default "64;96;128;256") and TARGETS (default: gpu tests, CPU tests, cuda bench, cli) shape the build.
 # BUDGET_S (default 285) caps the whole job. $OUT (8 files at most): summary.txt, build.log,
 # sass.txt, sm90-tests.log, ctest-gpu.log or suite-sm80.log, sanitize.log, bench.jsonl or sweep.jsonl, sweep.json.
@@ -92,6 +93,7 @@ if has sweep; then
   run sweep_persistent 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=persistent '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-persistent\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
   fi
   [[ " ${SWEEP_FORCED-persistent grid} " == *" grid "* ]] && run sweep_grid 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=grid '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-grid\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  [[ " ${SWEEP_FORCED-persistent grid} " == *" dynamic "* ]] && run sweep_dynamic 50 bash -c "FASTATTN_CUDA_SM90_SCHEDULER=dynamic '$bench' sweep90 --repeats 10 --max-seconds 2 | sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-dynamic\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
   "$python" bench/cuda/sweep_sm90.py "$out/sweep.jsonl" --out "$out/sweep.json"
 fi
 if has sm90; then

@@ -200,6 +200,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles);
+  // The dynamic scheduler's tile counter lives in the call's scratch (zeroed per launch).
+  if (plan.sm90_scheduler == Sm90Scheduler::dynamic) plan.workspace_bytes = kSm90TileCounterBytes;
   const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
   plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
   return plan;
@@ -304,6 +306,9 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), longest tiles first"
+            : plan.sm90_scheduler == Sm90Scheduler::dynamic
+                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) +
+                      ") taking tiles from an atomic counter, longest tiles first"
                 : ", one CTA per tile") +
            " (" + std::to_string(plan.sm90_key_tiles) + " key tiles per query tile)";
   }

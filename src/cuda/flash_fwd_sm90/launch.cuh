@@ -1,6 +1,7 @@
 // launch.cuh — the sm90 forward launcher: tensor maps of q, k, v (sm90/tensor_map.hpp), the
 // kernel's shared memory, the tile schedule and its grid (tile_scheduler.cuh). Included only by the generated sm90
-// units (src/cuda/generated/flash_fwd_sm90_*), compiled for sm_90a alone.
+// units (src/cuda/generated/flash_fwd_sm90_*), compiled for sm_90a alone. The dynamic
+// scheduler's launcher is launch_dynamic.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,49 +33,75 @@ auto sm90_forward_kernel(bool softcap, bool overlap) {
   return kernel;
 }
 
-template <typename Element, int kHeadDim>
-void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
-  using T = Sm90ForwardTraits<kHeadDim, Element>;
+// Whether a call has tiles to run; a varlen call the plan should have declined throws.
+inline bool sm90_forward_has_work(const ForwardParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
-  if (p.seqlen_q == 0 || p.batch == 0 || p.num_heads == 0 || (varlen && p.total_q == 0)) return;
+  if (p.seqlen_q == 0 || p.batch == 0 || p.num_heads == 0 || (varlen && p.total_q == 0)) return false;
   if (varlen && (!kSm90Varlen || p.total_k == 0)) {  // the plan declines these (heuristics.hpp)
     throw Error(ErrorCode::internal, "cuda forward (sm90): a varlen call the plan should have declined");
   }
-  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  return true;
+}
+
+// What every scheduler's launch needs: the tensor maps of q, k, v, the tile schedule, its grid,
+// and the kernel's name for errors.
+struct Sm90ForwardSetup {
+  CUtensorMap map_q, map_k, map_v;
+  Sm90TileSchedule schedule;
+  dim3 grid;
+  bool overlap, softcap, varlen;
+  std::string name;
+};
+
+template <class T>
+Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoice& choice) {
+  constexpr int kHeadDim = T::kHeadDim;
+  constexpr bool kBf16 = std::is_same_v<typename T::Element, __nv_bfloat16>;
+  Sm90ForwardSetup s;
+  s.varlen = p.cu_seqlens_q != nullptr;
   const int64_t kv_heads = p.num_heads / p.group_size;
   // Padded: (head_dim, seqlen, heads, batch). Varlen: (head_dim, total tokens, heads, 1), the
   // packed tokens of every sequence (producer.cuh loads at each sequence's offset).
-  const int64_t batch = varlen ? 1 : p.batch;
-  const int64_t tokens_q = varlen ? p.total_q : p.seqlen_q, tokens_k = varlen ? p.total_k : p.seqlen_k;
-  const CUtensorMap map_q = sm90::make_token_tensor_map(
+  const int64_t batch = s.varlen ? 1 : p.batch;
+  const int64_t tokens_q = s.varlen ? p.total_q : p.seqlen_q, tokens_k = s.varlen ? p.total_k : p.seqlen_k;
+  s.map_q = sm90::make_token_tensor_map(
       {p.q, batch, tokens_q, p.num_heads, kHeadDim, p.q_batch_stride, p.q_token_stride, p.q_head_stride}, kBf16,
       T::kBlockM, "q");
-  const CUtensorMap map_k = sm90::make_token_tensor_map(
+  s.map_k = sm90::make_token_tensor_map(
       {p.k, batch, tokens_k, kv_heads, kHeadDim, p.k_batch_stride, p.k_token_stride, p.k_head_stride}, kBf16,
       T::kBlockN, "k");
-  const CUtensorMap map_v = sm90::make_token_tensor_map(
+  s.map_v = sm90::make_token_tensor_map(
       {p.v, batch, tokens_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
-  const bool overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
-  const bool softcap = p.softcap > 0.0f;
-  auto kernel = sm90_forward_kernel<T, false>(softcap, overlap);
-  if constexpr (kSm90Varlen) {  // switched off: no varlen kernel compiled
-    if (varlen) kernel = sm90_forward_kernel<T, true>(softcap, overlap);
-  }
+  s.overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
+  s.softcap = p.softcap > 0.0f;
   // The L2 size sets the persistent schedule's head sections (tile_scheduler.cuh).
   int device = 0, l2_bytes = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", "sm90 forward");
   check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", "L2 size");
-  const Sm90TileSchedule schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, l2_bytes);
-  const dim3 grid = Sm90TileScheduler<T>::grid(p, schedule, choice.multiprocessors);
-  const std::string name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " +
-                           std::to_string(T::kBlockM) + "x" + std::to_string(T::kBlockN) +
-                           (overlap ? ", overlap" : "") + (varlen ? ", varlen" : "") + ", " +
-                           to_string(choice.scheduler) + ">";
+  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, l2_bytes);
+  s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
+  s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
+           std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.varlen ? ", varlen" : "") + ", " +
+           to_string(choice.scheduler) + ">";
+  return s;
+}
+
+template <typename Element, int kHeadDim>
+void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
+  if (!sm90_forward_has_work(p)) return;
+  // The dynamic scheduler's kernels are in units of their own (launch_dynamic.cuh).
+  if (choice.scheduler == Sm90Scheduler::dynamic) return run_forward_sm90_dynamic<Element, kHeadDim>(p, choice, stream);
+  using T = Sm90ForwardTraits<kHeadDim, Element>;
+  const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
+  auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap);
+  if constexpr (kSm90Varlen) {  // switched off: no varlen kernel compiled
+    if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap);
+  }
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
-        "cudaFuncSetAttribute", name);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, schedule, map_q, map_k, map_v);
-  check_launch(name);
+        "cudaFuncSetAttribute", s.name);
+  kernel<<<s.grid, T::kThreads, T::kSmemBytes, stream>>>(p, s.schedule, s.map_q, s.map_k, s.map_v);
+  check_launch(s.name);
 }
 
 }  // namespace fastattn::cuda

@@ -13,4 +13,9 @@ namespace fastattn::cuda {
 template <typename Element, int kHeadDim>
 void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream);
 
+// choice.scheduler == dynamic (called by run_forward_sm90 once it found work; units
+// flash_fwd_sm90_dynamic_*, launch_dynamic.cuh).
+template <typename Element, int kHeadDim>
+void run_forward_sm90_dynamic(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream);
+
 }  // namespace fastattn::cuda

@@ -3,6 +3,7 @@
 // include it). kernel.cuh's traits are built from these values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -77,17 +78,29 @@ inline bool sm90_overlap(std::int64_t head_dim) {
 //               our code). The next tile's K and Q loads overlap the current tile's last
 //               P V and epilogue, and the setup (barriers, tensor-map prefetch) is paid once
 //               per SM, not per tile.
+//   dynamic     persistent's CTAs and tile order, but a CTA takes its next tile from a global
+//               atomic counter (the producer thread fetches it one tile ahead and hands it to
+//               the consumers through shared memory), so a CTA that drew long tiles takes fewer:
+//               no CTA idles while others still hold several long tiles (FA3's causal scheduler
+//               does the same). Needs kSm90TileCounterBytes of scratch, zeroed on the call's
+//               stream before the launch (cudaMemsetAsync: graph-capturable).
 // Default (measured on the H200, 2026-12-01, docs/cuda.md, one job, both schedulers beside cuDNN):
 // persistent when a query tile visits at most kSm90PersistentMaxKeyTiles key tiles on average
 // (short sequences: the per-CTA prologue and epilogue are a large part of a tile, and persistent
 // was 4-34% faster at s512/1k, 7% at d128 s2k causal), grid otherwise (long tiles: the static stride
 // leaves CTAs unevenly loaded under a causal mask when fewer (head, batch) pairs than SMs share a
 // query-block rank, and the head sections read more K/V at once; grid was up to 20% faster there,
-// 72% at d256 s16k causal b1 h8). FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent forces one.
-enum class Sm90Scheduler { grid, persistent };
+// 72% at d256 s16k causal b1 h8). dynamic is not measured yet and never the default.
+// FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent|dynamic forces one.
+enum class Sm90Scheduler { grid, persistent, dynamic };
 constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
 constexpr std::int64_t kSm90PersistentMaxKeyTiles = 12;
-inline const char* to_string(Sm90Scheduler s) { return s == Sm90Scheduler::grid ? "grid" : "persistent"; }
+// The dynamic scheduler's scratch: one 64-bit tile counter, in a 256-byte aligned block (the
+// workspace layout's alignment, scratch_align.hpp).
+constexpr std::size_t kSm90TileCounterBytes = 256;
+inline const char* to_string(Sm90Scheduler s) {
+  return s == Sm90Scheduler::grid ? "grid" : s == Sm90Scheduler::persistent ? "persistent" : "dynamic";
+}
 // average_key_tiles: key tiles one query tile visits, on average over the query tiles.
 inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles) {
   const char* text = env_value(EnvVar::cuda_sm90_scheduler);
@@ -97,8 +110,9 @@ inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles) {
   const std::string value(text);
   if (value == "grid") return Sm90Scheduler::grid;
   if (value == "persistent") return Sm90Scheduler::persistent;
+  if (value == "dynamic") return Sm90Scheduler::dynamic;
   throw Error(ErrorCode::invalid_argument,
-              std::string(kSm90SchedulerEnv) + ": expected grid or persistent, got \"" + value + "\"");
+              std::string(kSm90SchedulerEnv) + ": expected grid, persistent or dynamic, got \"" + value + "\"");
 }
 
 // Varlen batches (cu_seqlens_q / cu_seqlens_k, packed [total_tokens, heads, d]) on the sm90
@@ -113,7 +127,10 @@ constexpr bool kSm90Varlen = true;
 struct Sm90LaunchChoice {
   bool overlap = true;
   Sm90Scheduler scheduler = Sm90Scheduler::persistent;
-  int multiprocessors = 1;  // persistent: the grid
+  int multiprocessors = 1;  // persistent, dynamic: the grid
+  // dynamic: kSm90TileCounterBytes of device scratch for the tile counter (the launcher zeroes
+  // it on the call's stream); null otherwise.
+  void* tile_counter = nullptr;
 };
 
 // Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align

@@ -40,6 +40,12 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t k_empty(int stage) const { return q_full() + 8 * (1 + 2 * T::kStages + stage); }
   __device__ __forceinline__ uint32_t v_empty(int stage) const { return q_full() + 8 * (1 + 3 * T::kStages + stage); }
   __device__ __forceinline__ uint32_t q_empty() const { return q_full() + 8 * (1 + 4 * T::kStages); }
+  // The dynamic scheduler's hand-over (kernel_dynamic.cuh): a ring of two tile numbers, each
+  // with a full barrier (the fetcher thread stored it) and an empty one (the load thread and
+  // every consumer thread read it).
+  __device__ __forceinline__ uint32_t tile_full(int slot) const { return q_full() + 8 * (2 + 4 * T::kStages + slot); }
+  __device__ __forceinline__ uint32_t tile_empty(int slot) const { return q_full() + 8 * (4 + 4 * T::kStages + slot); }
+  __device__ __forceinline__ uint32_t tile_slot(int slot) const { return q_full() + 8 * (6 + 4 * T::kStages + slot); }
 
   __device__ __forceinline__ void init_barriers() const {
     sm90::mbarrier_init(q_full(), 1);
@@ -52,6 +58,14 @@ struct Sm90Smem {
       sm90::mbarrier_init(v_empty(s), T::kConsumerThreads);
     }
     sm90::fence_barrier_init();
+  }
+  // dynamic scheduler only, before init_barriers() (whose fence covers these too).
+  __device__ __forceinline__ void init_tile_barriers() const {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      sm90::mbarrier_init(tile_full(s), 1);
+      sm90::mbarrier_init(tile_empty(s), T::kConsumerThreads + 1);
+    }
   }
 };
 

@@ -13,6 +13,10 @@
 //               sections of `section_hb` (head, batch) pairs whose K/V fit half the L2. With
 //               the stride, every CTA takes at most one tile more than another, and the short
 //               tiles (first query blocks) come last in each section: longest first.
+//   dynamic     persistent's grid and numbering (schedule() sets `persistent`); CTA c takes
+//               tile c first, then the numbers a global counter hands out (kernel_dynamic.cuh),
+//               so the tiles still start longest first per section, and whichever CTA is free
+//               takes the next one (FA3's causal scheduler numbers and fetches its tiles so too).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,7 +47,8 @@ struct Sm90TileSchedule {
   int num_heads;
   int64_t total_hb;  // heads * batch
   int64_t section_hb;  // persistent: (head, batch) pairs per L2 section
-  int persistent;    // 1: the CTA loops with stride gridDim.x
+  int persistent;    // 1: persistent numbering and grid (persistent: the CTA loops with stride
+                     // gridDim.x; dynamic: it takes tiles from the counter)
 };
 
 // Where a role is in the CTA's pipeline, counted over every tile it ran so far (the barrier
@@ -60,7 +65,7 @@ struct Sm90TileScheduler {
     s.num_heads = p.num_heads;
     s.total_hb = static_cast<int64_t>(p.num_heads) * p.batch;
     s.num_tiles = s.total_hb * s.m_blocks;
-    s.persistent = kind == Sm90Scheduler::persistent ? 1 : 0;
+    s.persistent = kind != Sm90Scheduler::grid ? 1 : 0;
     // K and V of one (head, batch), shared by the group's query heads.
     const int64_t kv_bytes = std::max<int64_t>(int64_t{4} * p.seqlen_k * T::kHeadDim / std::max(p.group_size, 1), 1);
     s.section_hb = std::clamp<int64_t>(static_cast<int64_t>(l2_bytes / 2) / kv_bytes, 1, std::max<int64_t>(s.total_hb, 1));
@@ -82,28 +87,46 @@ struct Sm90TileScheduler {
   // kVarlen: the tile's sequence bounds come from cu_seqlens (the schedule's m_blocks is that of
   // the longest sequence); a query block past its sequence's end has no rows and no key tiles:
   // neither role loads or stores anything for it.
-  template <bool kVarlen>
+  // kDynamic32: the dynamic kernel's numbering: always persistent's, in 32-bit arithmetic (the
+  // launcher runs the dynamic kernel only when num_tiles < 2^31, launch.cuh). Its 64-bit
+  // divisions are calls to a slow path whose saved registers made ptxas spill in the 24-register
+  // load thread. false: the grid/persistent kernel's code, as before.
+  template <bool kVarlen, bool kDynamic32 = false>
   __device__ __forceinline__ static Sm90TileWork work(const ForwardParams& p, const Sm90TileSchedule& s,
                                                       int64_t tile) {
-    int64_t hb;
-    int m_rank;  // 0: the last query block
-    if (!s.persistent) {
-      hb = tile / s.m_blocks;
-      m_rank = static_cast<int>(tile - hb * s.m_blocks);
-    } else {
-      const int64_t section_tiles = s.section_hb * s.m_blocks;
-      const int64_t section = tile / section_tiles;
-      const int64_t local = tile - section * section_tiles;
-      const int64_t hb0 = section * s.section_hb;
-      const int64_t rest = s.total_hb - hb0;
-      const int64_t width = s.section_hb < rest ? s.section_hb : rest;  // the last section may be short
-      m_rank = static_cast<int>(local / width);
-      hb = hb0 + (local - m_rank * width);
-    }
     Sm90TileWork w;
-    w.m_block = s.m_blocks - 1 - m_rank;
-    w.head = static_cast<int>(hb % s.num_heads);
-    w.batch = static_cast<int>(hb / s.num_heads);
+    if constexpr (kDynamic32) {
+      const int t = static_cast<int>(tile), section_hb = static_cast<int>(s.section_hb);
+      const int section_tiles = section_hb * s.m_blocks;
+      const int section = t / section_tiles;
+      const int local = t - section * section_tiles;
+      const int hb0 = section * section_hb;
+      const int width = min(section_hb, static_cast<int>(s.total_hb) - hb0);  // the last section may be short
+      const int m_rank = local / width;
+      const int hb = hb0 + (local - m_rank * width);
+      w.m_block = s.m_blocks - 1 - m_rank;
+      w.head = hb % s.num_heads;
+      w.batch = hb / s.num_heads;
+    } else {
+      int64_t hb;
+      int m_rank;  // 0: the last query block
+      if (!s.persistent) {
+        hb = tile / s.m_blocks;
+        m_rank = static_cast<int>(tile - hb * s.m_blocks);
+      } else {
+        const int64_t section_tiles = s.section_hb * s.m_blocks;
+        const int64_t section = tile / section_tiles;
+        const int64_t local = tile - section * section_tiles;
+        const int64_t hb0 = section * s.section_hb;
+        const int64_t rest = s.total_hb - hb0;
+        const int64_t width = s.section_hb < rest ? s.section_hb : rest;  // the last section may be short
+        m_rank = static_cast<int>(local / width);
+        hb = hb0 + (local - m_rank * width);
+      }
+      w.m_block = s.m_blocks - 1 - m_rank;
+      w.head = static_cast<int>(hb % s.num_heads);
+      w.batch = static_cast<int>(hb / s.num_heads);
+    }
     w.kv_head = w.head / p.group_size;
     if constexpr (kVarlen) {
       w.q_start = p.cu_seqlens_q[w.batch];

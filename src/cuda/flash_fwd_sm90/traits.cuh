@@ -6,7 +6,7 @@
 //   sQ: (kBlockM, kHeadDimTile), kPanels panels of kBlockM rows x 128 bytes
 //   sK[kStages], sV[kStages]: (kBlockN, kHeadDimTile) each, kPanels panels of kBlockN x 128 bytes
 //   barriers: q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages], q_empty
-//   (8 bytes each)
+//   (8 bytes each); the dynamic scheduler's tile_full[2], tile_empty[2] and two 8-byte tile numbers
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +41,16 @@ struct Sm90ForwardTraits {
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "register file");
+  // The dynamic scheduler's kernel (kernel_dynamic.cuh) runs a second producer thread (the tile
+  // fetcher) beside the load thread; at 24 registers ptxas spilled 20-24 bytes there (d = 128,
+  // 256), so its producer keeps 32 and two consumer warpgroups 232 (no spill with the overlap):
+  // 128 * 32 + 256 * 232 = 63488 <= 384 * 168, the registers of the launch, within which
+  // setmaxnreg moves them. Three warpgroups already give the producer 32.
+  static constexpr int kDynamicProducerRegisters = 32;
+  static constexpr int kDynamicConsumerRegisters = kConsumerWarpgroups == 2 ? 232 : 160;
+  static_assert(128 * kDynamicProducerRegisters + kConsumerThreads * kDynamicConsumerRegisters <=
+                    kThreads * (65536 / kThreads / 8 * 8),
+                "the launch's registers");
 
   static constexpr int kPanels = kHeadDimTile / 64;
   static constexpr uint32_t kSmemQ = kBlockM * kHeadDimTile * 2;
@@ -52,7 +62,7 @@ struct Sm90ForwardTraits {
   static constexpr uint32_t kOffsetV = kOffsetK + kStages * kSmemKV;
   static constexpr uint32_t kOffsetBarriers = kOffsetV + kStages * kSmemKV;
   static constexpr int kSmemBytes = sm90_forward_smem_bytes(kBlocks, kHeadDim);
-  static_assert(kOffsetBarriers + 8 * (2 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
+  static_assert(kOffsetBarriers + 8 * (8 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
 
   // One consumer warp's view of its S accumulator for the shared mask code
   // (flash_fwd/tile_ops.cuh) and softmax (flash_fwd/softmax.cuh): one 16-row tile, the m16n8
