@@ -251,6 +251,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
       ->capture_default_str();
   cmd->add_option("--layers", a.coop_layers, "--cooperative: layers sharing the budget (one is timed)")->capture_default_str();
   cmd->add_option("--coop-page-size", a.coop_page_size, "--cooperative: tokens per page")->capture_default_str();
+  cmd->add_option("--staging-tokens", a.coop_staging_tokens,
+                  "--cooperative: tokens per staging buffer (0: decode 32 MiB of K+V, prefill 8192 tokens; at most half "
+                  "the budget each); counted in --device-budget")
+      ->capture_default_str();
   cmd->add_option("--strategies", a.coop_strategies,
                   "--cooperative: auto, device, streamed, cpu (each part alone, auto's split), stream_all, cpu_all, forward (one forward() over all keys on the device: the prefill anchor)")
       ->delimiter(',');

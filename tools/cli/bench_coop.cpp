@@ -169,8 +169,11 @@ int run_cooperative_bench(const BenchArgs& a) {
   // call's fixed costs to stay a few percent of its compute (Llama-3-8B, 8192 queries: a chunk of
   // 8192 keys is ~1.1 TFLOP, ~2 ms on an H200; its merge moves ~0.3 GB, ~0.1 ms).
   const bool prefill = cooperative_gpu_kernel(sq) == CooperativeKernel::forward;
+  // --staging-tokens overrides the default (longer prefill chunks: fewer forward calls and merges).
   const std::size_t default_staging =
-      prefill ? static_cast<std::size_t>((8192 + ps - 1) / ps) : std::max<std::size_t>(1, (std::size_t{32} << 20) / page_bytes);
+      a.coop_staging_tokens > 0 ? static_cast<std::size_t>((a.coop_staging_tokens + ps - 1) / ps)
+      : prefill                 ? static_cast<std::size_t>((8192 + ps - 1) / ps)
+                                : std::max<std::size_t>(1, (std::size_t{32} << 20) / page_bytes);
   const std::size_t staging_cap = prefill ? budget / 2 / page_bytes : budget / 8 / page_bytes;
   config.staging_pages = static_cast<std::int64_t>(std::max<std::size_t>(1, std::min(default_staging, staging_cap)));
   config.host_pages = pages;  // room for every page on the host; the device takes what the budget allows first

@@ -68,6 +68,7 @@ struct BenchArgs {
   std::string coop_budget = "16G";          // device budget of the whole model's KV cache
   std::int64_t coop_layers = 1;             // the budget is shared by this many layers
   std::int64_t coop_page_size = 256;
+  std::int64_t coop_staging_tokens = 0;  // --staging-tokens: tokens per staging buffer (0: the default)
   std::vector<std::string> coop_strategies;  // auto, device, streamed, cpu, stream_all, cpu_all
   bool coop_check = false;                   // exactness vs float64 and one single-device call
 };
