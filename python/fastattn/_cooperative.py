@@ -57,6 +57,7 @@ class CooperativeKVCache:
     def __init__(self, *, dtype: str, num_kv_heads: int, head_dim: int, device_budget_bytes: int,
                  host_pages: int, page_size: int = 256, max_sequences: int = 1, staging_pages: int = 0,
                  device: Any = "cpu") -> None:
+        self.page_size = int(page_size)
         self._cache = _C.CooperativeKVCache(str(dtype), int(num_kv_heads), int(head_dim), int(page_size),
                                             int(max_sequences), int(device_budget_bytes), int(staging_pages),
                                             int(host_pages), _device_index(device))
@@ -188,3 +189,33 @@ def cooperative_attention(q: Any, cache: CooperativeKVCache, seq: int = 0, *, k_
     if return_lse:
         return fw.finish(out, q), fw.finish(lse, q)
     return fw.finish(out, q)
+
+
+def attention_with_cooperative_cache(q: Any, cache: CooperativeKVCache, seq: Any = 0, k_new: Any = None,
+                                     v_new: Any = None, *, causal: bool = False, softmax_scale: Optional[float] = None,
+                                     softcap: float = 0.0, return_lse: bool = False, out: Any = None,
+                                     num_threads: int = 0, rates: Any = None) -> Union[Any, Tuple[Any, Any]]:
+    """fastattn.attention_with_kv_cache over a CooperativeKVCache (batch 1, sequence ``seq``): the
+    new tokens k_new / v_new ([1, seqlen_new, kv_heads, d]) are attended as the sequence's newest
+    keys (causal among themselves with causal=True, aligned to the end of the cache) and then
+    appended, as the KV-cache call does for a plain cache. The room for them is checked first
+    (MemoryError naming k_new, nothing written); nothing is appended when the attention fails.
+    The C++ overload is attention_with_kv_cache(q, CooperativeKVCache&, seq, ...)."""
+    seq = 0 if seq is None else int(seq)
+    if (k_new is None) != (v_new is None):
+        raise ValueError("k_new, v_new: expected both or neither, got "
+                         + ("k_new only" if v_new is None else "v_new only"))
+    if k_new is not None:
+        n = int(tuple(k_new.shape)[-3])
+        ps, length, held = cache.page_size, cache.length(seq), len(cache.pages(seq))
+        need = -(-(length + n) // ps) - held
+        available = cache.free_pages("device") + cache.free_pages("host")
+        if need > available:
+            raise MemoryError(f"k_new: expected at most {available * ps + held * ps - length} new tokens (the cache is "
+                              f"full: {available} free pages of {ps} tokens), got {n} tokens")
+    result = cooperative_attention(q, cache, seq, k_new=k_new, v_new=v_new, causal=causal, softmax_scale=softmax_scale,
+                                   softcap=softcap, rates=rates, num_threads=num_threads, out=out,
+                                   return_lse=return_lse)
+    if k_new is not None:
+        cache.append(seq, k_new, v_new)
+    return result

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _C
 from . import _arrays
+from . import _cooperative
 from ._api import Window, call_options
 
 
@@ -164,6 +165,18 @@ def attention_with_kv_cache(
     v_new = _one_of(v_new, v, "v_new", "v")
     window = _flash_window(window, window_size, causal)
     return_lse = return_lse or return_softmax_lse
+    if isinstance(k_cache, _cooperative.CooperativeKVCache):
+        # A cache spanning device and pinned host memory (docs/long-context.md): v_cache is the
+        # sequence id; its lengths and pages are the cache's own.
+        if window is not None and causal and tuple(window) == (-1, 0):
+            window = None  # flash_attn_with_kvcache's window_size=(-1, -1) with causal: no window
+        for name, value in (("cache_seqlens", cache_seqlens), ("block_table", block_table), ("window", window)):
+            if value is not None:
+                raise ValueError(f"{name}: expected None with a CooperativeKVCache (it keeps its own lengths and "
+                                 f"pages; windows are not supported), got {value!r}")
+        return _cooperative.attention_with_cooperative_cache(
+            q, k_cache, v_cache, k_new, v_new, causal=causal, softmax_scale=softmax_scale, softcap=softcap,
+            return_lse=return_lse, out=out, num_threads=num_threads)
     if cache_seqlens is None:
         cache_seqlens = _full_seqlens(q, k_cache, block_table, k_new is not None or v_new is not None)
     fw = _arrays.framework_of(q)

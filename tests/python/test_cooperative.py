@@ -110,3 +110,40 @@ def test_errors(rng):
         fastattn.CooperativeStep(q, cache, policy="fastest", rates=RATES)
     with pytest.raises(ValueError, match="seq"):
         step.run(q, 5)
+
+
+def test_attention_with_kv_cache_accepts_the_cooperative_cache(rng):
+    """fastattn.attention_with_kv_cache(q, CooperativeKVCache, seq, k=..., v=...): the new token
+    attended as the newest key, then appended; equal to cooperative_attention with k_new/v_new
+    followed by an append, and close to the float64 reference over the whole sequence."""
+    dtype = np.float32
+    length, steps = 150, 5
+    k = as_dtype(rng.standard_normal((length + steps, KV_HEADS, DIM)), dtype)
+    v = as_dtype(rng.standard_normal((length + steps, KV_HEADS, DIM)), dtype)
+    cache, twin = _cache(dtype, 3, 13), _cache(dtype, 3, 13)
+    cache.append(0, k[:length], v[:length])
+    twin.append(0, k[:length], v[:length])
+    for s in range(steps):
+        t = length + s
+        q = as_dtype(rng.standard_normal((1, 1, HEADS, DIM)), dtype)
+        kn, vn = k[None, t:t + 1], v[None, t:t + 1]
+        out = fastattn.attention_with_kv_cache(q, cache, 0, k=kn, v=vn, causal=True)
+        assert cache.length(0) == t + 1
+        ref = fastattn.cooperative_attention(q, twin, 0, k_new=kn, v_new=vn, causal=True)
+        twin.append(0, kn, vn)
+        assert np.array_equal(out, ref)
+        ref_out, _ = reference.forward(q, k[None, :t + 1], v[None, :t + 1], causal=True)
+        assert_close(out, ref_out, dtype, "out")
+
+
+def test_attention_with_kv_cache_cooperative_errors():
+    cache = _cache(np.float32, 1, 1)  # 2 pages of 16 tokens
+    k = np.ones((1, 30, KV_HEADS, DIM), np.float32)
+    cache.append(0, k[0], k[0])
+    q = np.ones((1, 3, HEADS, DIM), np.float32)
+    out = np.full(q.shape, 7.0, np.float32)
+    with pytest.raises(MemoryError, match="k_new: expected at most 2 new tokens"):
+        fastattn.attention_with_kv_cache(q, cache, 0, k=k[:, :3], v=k[:, :3], out=out)
+    assert cache.length(0) == 30 and np.all(out == 7.0)
+    with pytest.raises(ValueError, match="block_table: expected None with a CooperativeKVCache"):
+        fastattn.attention_with_kv_cache(q, cache, 0, block_table=np.zeros((1, 2), np.int32))
