@@ -74,29 +74,13 @@ cli=${cli:-$build/tools/cli/fastattn}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}  # libnccl, libcublasLt
 t0=$SECONDS
 status=()
-has() { [[ " $stages " == *" $1 "* ]]; }
-note() { echo "[$((SECONDS - t0))s] $*"; }
-run() {
-  local name=$1 limit=$2; shift 2
-  local left=$((budget - (SECONDS - t0) - 5))
-  ((limit > left)) && limit=$left
-  if ((limit < 10)); then status+=("$name: skipped (budget)"); note "== $name skipped"; return; fi
-  note "== $name (limit ${limit}s)"
-  local t=$SECONDS rc
-  timeout -k 5 "$limit" "$@"
-  rc=$?
-  status+=("$name: rc=$rc ($((SECONDS - t))s)")
-  note "-- $name rc=$rc"
-}
+. "$root/tools/dev/lib.sh"  # has, note, run, load_deps_env
 
 # The build's dependencies (and compute-sanitizer's) only when something is built or sanitised.
 if has build || has sanitize || has suite; then
   FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
 fi
-for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
-  # shellcheck disable=SC1090
-  [ -f "$env" ] && . "$env"
-done
+load_deps_env
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 
 if has build; then

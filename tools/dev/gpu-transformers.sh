@@ -42,29 +42,13 @@ command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
 export PATH PYTHONUNBUFFERED=1
 t0=$SECONDS
 status=()
-has() { [[ " $stages " == *" $1 "* ]]; }
-note() { echo "[$((SECONDS - t0))s] $*"; }
-# run NAME LIMIT CMD...: CMD under timeout, capped by what is left of the budget.
-run() {
-  local name=$1 limit=$2; shift 2
-  local left=$((budget - (SECONDS - t0) - 10))
-  ((limit > left)) && limit=$left
-  if ((limit < 20)); then status+=("$name: skipped (budget)"); note "== $name skipped"; return; fi
-  note "== $name (limit ${limit}s)"
-  local t=$SECONDS rc
-  timeout -k 5 "$limit" "$@"
-  rc=$?
-  status+=("$name: rc=$rc ($((SECONDS - t))s)")
-  note "-- $name rc=$rc"
-}
+RUN_RESERVE_S=10 RUN_MIN_S=20  # run(): keep 10 s in hand, skip a step under 20 s
+. "$root/tools/dev/lib.sh"  # has, note, run, load_deps_env
 
 if [ -d "$root/build/debs" ] && has pybuild; then  # cmake / ninja for the package build
   FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null
 fi
-for env in /opt/fastattn-deps/env.sh "$root/build/deps/env.sh"; do
-  # shellcheck disable=SC1090
-  [ -f "$env" ] && . "$env"
-done
+load_deps_env
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 "$python" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 
