@@ -70,6 +70,21 @@ void expect_sm90_backward(const std::string& text) {
   EXPECT_NE(r.backward_choice.kernel.find("cuda.backward.sm90."), std::string::npos) << r.backward_choice.describe();
 }
 
+// Deterministic mode's promise: the backward of `text` (run after expect_sm90_backward) gives
+// the same dq/dk/dv bits in 10 runs; `label` prefixes the failure message.
+void expect_bitwise_repeatable(const std::string& text, const std::string& label) {
+  harness::CaseData data(harness::parse_case(text));
+  const reference::ForwardResult ref = reference::forward_f64(data.problem());
+  data.set_forward_outputs(ref.out, ref.lse);
+  data.run_backward(Backend::cuda);
+  const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
+  for (int run = 1; run < 10; ++run) {
+    data.run_backward(Backend::cuda);
+    EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
+        << label << text << ": run " << run << " differs from run 0";
+  }
+}
+
 // The odd shapes for one head dim and dtype.
 std::vector<std::string> odd_shapes(int d, const char* dtype) {
   const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;
@@ -142,16 +157,7 @@ TEST_F(CudaSm90Backward, DeterministicIsBitwiseRepeatable) {
                                       "b=1 sq=600 sk=800 h=2 hkv=2" + hd + " dtype=bf16 mask=window wl=130 wr=20 det=1",
                                       "b=1 sq=512 sk=2048 h=4 hkv=4" + hd + " dtype=bf16 mask=none det=1"}) {
         expect_sm90_backward(text);
-        harness::CaseData data(harness::parse_case(text));
-        const reference::ForwardResult ref = reference::forward_f64(data.problem());
-        data.set_forward_outputs(ref.out, ref.lse);
-        data.run_backward(Backend::cuda);
-        const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
-        for (int run = 1; run < 10; ++run) {
-          data.run_backward(Backend::cuda);
-          EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
-              << dq << " " << text << ": run " << run << " differs from run 0";
-        }
+        expect_bitwise_repeatable(text, std::string(dq) + " ");
       }
     }
   }
@@ -351,16 +357,7 @@ void expect_deterministic_one_dim(int d) {
                                   "b=1 sq=600 sk=800 h=2 hkv=2" + hd + " dtype=f16 mask=window wl=130 wr=20 det=1",
                                   "b=1 sq=512 sk=1024 h=4 hkv=1" + hd + " dtype=bf16 mask=none det=1"}) {
     expect_sm90_backward(text);
-    harness::CaseData data(harness::parse_case(text));
-    const reference::ForwardResult ref = reference::forward_f64(data.problem());
-    data.set_forward_outputs(ref.out, ref.lse);
-    data.run_backward(Backend::cuda);
-    const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
-    for (int run = 1; run < 10; ++run) {
-      data.run_backward(Backend::cuda);
-      EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
-          << text << ": run " << run << " differs from run 0";
-    }
+    expect_bitwise_repeatable(text, "");
   }
 }
 
@@ -441,16 +438,7 @@ TEST_F(CudaSm90Backward, VarlenDeterministicIsBitwiseRepeatable) {
       const std::string text = "b=3 sq=8 sk=8 h=4 hkv=2 d=" + std::to_string(d) +
                                " dtype=bf16 mask=causal det=1 lens_q=700,1,300 lens_k=900,65,0";
       expect_sm90_backward(text);
-      harness::CaseData data(harness::parse_case(text));
-      const reference::ForwardResult ref = reference::forward_f64(data.problem());
-      data.set_forward_outputs(ref.out, ref.lse);
-      data.run_backward(Backend::cuda);
-      const std::vector<std::uint8_t> dq0 = data.dq.snapshot(), dk0 = data.dk.snapshot(), dv0 = data.dv.snapshot();
-      for (int run = 1; run < 10; ++run) {
-        data.run_backward(Backend::cuda);
-        EXPECT_TRUE(dq0 == data.dq.snapshot() && dk0 == data.dk.snapshot() && dv0 == data.dv.snapshot())
-            << dq << " " << text << ": run " << run << " differs from run 0";
-      }
+      expect_bitwise_repeatable(text, std::string(dq) + " ");
     }
   }
 }
