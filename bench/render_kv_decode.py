@@ -71,20 +71,19 @@ def render(rows):
             lines.append(f"| {r['sq']} | {r['b']} | {r['sk'] // 1024}k | {r['ms']:.4f} | {r['kv_gbs']:.0f} | "
                          f"{cudnn or 0:.4f} | {ratio(cudnn, r['ms'])} | {flash or 0:.4f} | {ratio(flash, r['ms'])} "
                          f"| `{r.get('kernel', '')}` |")
-    stages = [r for r in ours if r["tag"] == "kv_stages" and "ms" in r]
-    if stages:
-        lines += ["", "Ring depth of the 16-row tile (the kernel alone):", "", "| heads q/kv | batch | kv | stages | ms | K+V GB/s | kernel |", "|---|---:|---:|---:|---:|---:|---|"]
-        for r in stages:
-            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r.get('stages')} | {r['ms']:.4f} | "
-                         f"{r['kv_gbs']:.0f} | `{r['kernel']}` |")
-    splits = [r for r in ours if r["tag"] == "kv_splits" and "ms" in r]
-    if splits:
-        lines += ["", "Split counts (the kernel alone, contiguous cache; per shape the heuristic's own choice "
-                  "at the time of the run first, then 1 to 64 forced with FASTATTN_CUDA_NUM_SPLITS):", "",
-                  "| heads q/kv | batch | kv | splits | ms | K+V GB/s | kernel |", "|---|---:|---:|---:|---:|---:|---|"]
-        for r in splits:
-            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r.get('splits')} | {r['ms']:.4f} | "
-                         f"{r['kv_gbs']:.0f} | `{r['kernel']}` |")
+    # One table per kernel knob the bench swept (the kernel alone): its value per row.
+    for tag, knob, intro in (
+            ("kv_stages", "stages", "Ring depth of the 16-row tile (the kernel alone):"),
+            ("kv_splits", "splits", "Split counts (the kernel alone, contiguous cache; per shape the heuristic's own "
+                                    "choice at the time of the run first, then 1 to 64 forced with "
+                                    "FASTATTN_CUDA_NUM_SPLITS):")):
+        swept = [r for r in ours if r["tag"] == tag and "ms" in r]
+        if swept:
+            lines += ["", intro, "", f"| heads q/kv | batch | kv | {knob} | ms | K+V GB/s | kernel |",
+                      "|---|---:|---:|---:|---:|---:|---|"]
+            for r in swept:
+                lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r.get(knob)} | {r['ms']:.4f} | "
+                             f"{r['kv_gbs']:.0f} | `{r['kernel']}` |")
     host = [r for r in ours if r["tag"] == "kv_host" and "host_us" in r]
     if host:
         lines += ["", "Host time per call (enqueue only for the plan's run and forward(); the eager KV-cache call "
