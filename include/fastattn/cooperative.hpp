@@ -62,6 +62,9 @@ class CooperativeKVCache {
   // k, v: [seqlen_new, num_kv_heads, head_dim] or [1, seqlen_new, num_kv_heads, head_dim], the
   // cache's dtype, on the CPU or on the cache's device; appended at the sequence's end.
   void append(std::int64_t seq, const TensorView& k, const TensorView& v);
+  // Throws what append would for `tokens` more tokens of `seq` that do not fit (Error
+  // out_of_memory naming `name`), and a bad sequence id; writes nothing.
+  void check_room(std::int64_t seq, std::int64_t tokens, const std::string& name) const;
   // The caller's page table for `seq` (global ids, in token order) holding `length` tokens.
   void set_pages(std::int64_t seq, const std::vector<std::int32_t>& pages, std::int64_t length);
   void release(std::int64_t seq);  // frees the pages no other sequence holds; length 0

@@ -138,6 +138,21 @@ CooperativeKVCache::~CooperativeKVCache() = default;
 CooperativeKVCache::CooperativeKVCache(CooperativeKVCache&&) noexcept = default;
 CooperativeKVCache& CooperativeKVCache::operator=(CooperativeKVCache&&) noexcept = default;
 
+void CooperativeKVCache::check_room(std::int64_t seq, std::int64_t tokens, const std::string& name) const {
+  const Impl& m = *impl_;
+  m.check_seq(seq);
+  const std::int64_t held = static_cast<std::int64_t>(m.pages[static_cast<std::size_t>(seq)].size());
+  const std::int64_t len = m.lengths[static_cast<std::size_t>(seq)];
+  const std::int64_t ps = m.config.page_size;
+  const std::int64_t need = (len + tokens + ps - 1) / ps - held;
+  const std::int64_t available = static_cast<std::int64_t>(m.free_dev.size() + m.free_host.size());
+  if (need > available) {
+    fail(name, "at most " + str(available * ps + held * ps - len) + " new tokens (the cache is full: " + str(available) +
+                   " free pages of " + str(ps) + " tokens)",
+         str(tokens) + " tokens", ErrorCode::out_of_memory);
+  }
+}
+
 void CooperativeKVCache::append(std::int64_t seq, const TensorView& k, const TensorView& v) {
   Impl& m = *impl_;
   m.check_seq(seq);
@@ -167,16 +182,11 @@ void CooperativeKVCache::append(std::int64_t seq, const TensorView& k, const Ten
     else if (t.shape[base] != n) fail("v", "seqlen_new = " + str(n) + " (as k)", str(t.shape[base]));
     token_stride[which] = t.stride[base];
   }
+  check_room(seq, n, "k");
   auto& pages = m.pages[static_cast<std::size_t>(seq)];
   const std::int64_t len = m.lengths[static_cast<std::size_t>(seq)];
   const std::int64_t ps = c.page_size;
   const std::int64_t need = (len + n + ps - 1) / ps - static_cast<std::int64_t>(pages.size());
-  const std::int64_t available = static_cast<std::int64_t>(m.free_dev.size() + m.free_host.size());
-  if (need > available) {
-    fail("k", "at most " + str(available * ps + static_cast<std::int64_t>(pages.size()) * ps - len) +
-                  " new tokens (the cache is full: " + str(available) + " free pages of " + str(ps) + " tokens)",
-         str(n) + " tokens", ErrorCode::out_of_memory);
-  }
   if (len % ps != 0 && n > 0 && m.refs[static_cast<std::size_t>(pages.back())] > 1) {
     fail("seq", "a sequence whose last page no other sequence holds (an append would write into a shared page)",
          "page " + str(pages.back()) + " held by " + str(m.refs[static_cast<std::size_t>(pages.back())]) + " sequences");
