@@ -8,7 +8,7 @@
 # Without BIN_DIR the build stage builds them on the device (cmake, 16 cores, ~150 s).
 # Environment: STAGES (default "build test bench anchor"; also bench2 sanitize ncu), BIN_DIR,
 # GTEST_FILTER (KV-cache suites), GTEST_FILTER2 (forward() suites), HEAD_DIMS (64;128),
-# BENCH_MODES (decode combine paged host), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
+# BENCH_MODES (decode combine paged host), ANCHOR_MODES (kv_decode; also kv_multitoken), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
 # caps: test 70 + test_forward 50 + bench 50 + anchor 45 s).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
@@ -60,11 +60,11 @@ if has test; then
 fi
 if has bench; then
   # shellcheck disable=SC2086
-  run bench 50 bash -c "'$bench_bin' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
+  run bench ${BENCH_S:-50} bash -c "'$bench_bin' $modes --max-seconds $max_seconds > '$out/kv.jsonl' 2> '$out/bench.err'"
   tail -3 "$out/bench.err"
 fi
 if has anchor; then
-  run anchor 45 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode --backends cudnn,flash \
+  run anchor ${ANCHOR_S:-45} bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py ${ANCHOR_MODES:-kv_decode} --backends cudnn,flash \
       --no-gemm --max-seconds $max_seconds --warm-ms 30 >> '$out/kv.jsonl' 2> '$out/anchor.err'"
   tail -3 "$out/anchor.err"
 fi

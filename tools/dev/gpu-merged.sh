@@ -25,7 +25,7 @@ t0=$SECONDS
 note() { echo "[$((SECONDS - t0))s] $*"; }
 export HEAD_DIMS=${HEAD_DIMS:-"64;96;128;256"}
 export CTEST_JOBS=${CTEST_JOBS:-8}
-export TARGETS="fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_kv_cache_bench fastattn_cli"
+export TARGETS=${TARGETS:-"fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_kv_cache_bench fastattn_cli"}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 for job in ${JOBS:-"build:130 suite:150"}; do

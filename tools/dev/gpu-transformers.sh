@@ -60,6 +60,10 @@ has pybuild && tail -3 "$out/pip.log"
 has install && run install 60 bash -c "'$python' -m pip install --no-deps --no-index --force-reinstall \
   --disable-pip-version-check '${WHEEL:-missing WHEEL}' > '$out/pip.log' 2>&1"
 has install && tail -3 "$out/pip.log"
+# The tree's Python sources over the wheel's (a change in python/fastattn needs no wheel rebuild;
+# the extension module stays the wheel's).
+has install && (cd /tmp && pkg=$("$python" -c "import fastattn, os; print(os.path.dirname(fastattn.__file__))") \
+  && cp -r "$root/python/fastattn/." "$pkg/" && echo "python sources from the tree -> $pkg")
 # Run from /tmp so that `import fastattn` is the installed package.
 (cd /tmp && "$python" -c "import fastattn; print('fastattn', fastattn.__version__, fastattn.build_info()['cuda_devices'])")
 

@@ -30,6 +30,13 @@ def per_call(fn, iterations=2000, repeats=10):
     return best * 1e6
 
 
+import fastattn.torch as fat
+
+# Whether fastattn.torch.attention can take its eager path here at all (every probe of the
+# context found on this torch, none active): without it every call takes the custom op.
+paths = {"modes_visible": bool(fat._MODES_VISIBLE), "plain_context": bool(fat._plain_context())}
+print(json.dumps({"eager_path": paths}))
+
 rows = [_overhead.torch_bar("cuda", shape) for shape in
         [_overhead.BAR_SHAPE, (1, 16, 2, 128), (1, 256, 8, 128)]]
 for r in rows:
@@ -54,6 +61,6 @@ steps = {
 step_us = {name: per_call(fn) for name, fn in steps.items()}
 for name, us in step_us.items():
     print(json.dumps({"step": name, "us": round(us, 2)}))
-json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
+json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows, "eager_path": paths,
            "steps_us": step_us, "method": _overhead.__doc__},
           open(sys.argv[1] if len(sys.argv) > 1 else "py_overhead_cuda.json", "w"), indent=2)
