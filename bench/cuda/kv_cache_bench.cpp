@@ -10,6 +10,9 @@
 //               through the block table): GQA 32/8, (b16, kv 32k) and (b1, kv 128k)
 //   multitoken  forward(), seqlen_q 1, 2, 4, 8, 16, causal, b8 kv 8k, GQA 32/8
 //   decode2     the decode rows again (field "repeat": 2), for the run-to-run spread
+//   decode_hm   the decode rows (tag kv_decode_hm) on K/V stored head-major, [b, hkv, sk, d]
+//               passed as a strided view: the memory order the anchor's SDPA tensors have
+//   paged_deep  the paged rows (tag kv_paged_deep) with the 16-row tile's deep 5-stage ring
 //   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
@@ -113,10 +116,14 @@ perf::cuda::EventTiming time_warm(const std::function<void()>& fn, cudaStream_t 
 }
 
 // forward() over a contiguous [b, sk, hkv, d] cache, causal (bottom-right).
+// head_major: K/V stored [b, hkv, sk, d] (each head's keys contiguous: the layout SDPA and the
+// anchor's cuDNN rows read) and passed as a strided [b, sk, hkv, d] view, so fastattn and the
+// anchor read the same bytes in the same order.
 void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max_seconds, cudaStream_t stream,
-                     int repeat = 1) {
+                     int repeat = 1, bool head_major = false) {
   nlohmann::json row = shape_row(tag, s);
   if (repeat > 1) row["repeat"] = repeat;
+  row["kv_layout"] = head_major ? "head_major" : "token_major";
   if (kv_bytes(s) > kMaxKvBytes) {
     row["skipped"] = "K+V " + std::to_string(kv_bytes(s) / 1e9) + " GB over the bench's " +
                      std::to_string(kMaxKvBytes / 1e9) + " GB limit";
@@ -132,8 +139,12 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
     fill_random_bf16(v.data, v.bytes / e, 3, stream);
     const Device gpu = Device::cuda(0);
     const TensorView tq = make_tensor(q.data, DType::bf16, {s.b, s.sq, s.h, s.d}, gpu);
-    const TensorView tk = make_tensor(k.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
-    const TensorView tv = make_tensor(v.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
+    const TensorView tk = head_major ? make_tensor(k.data, DType::bf16, {s.b, s.sk, s.hkv, s.d},
+                                                   {s.hkv * s.sk * s.d, s.d, s.sk * s.d, 1}, gpu)
+                                     : make_tensor(k.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
+    const TensorView tv = head_major ? make_tensor(v.data, DType::bf16, {s.b, s.sk, s.hkv, s.d},
+                                                   {s.hkv * s.sk * s.d, s.d, s.sk * s.d, 1}, gpu)
+                                     : make_tensor(v.data, DType::bf16, {s.b, s.sk, s.hkv, s.d}, gpu);
     const TensorView to = make_tensor(out.data, DType::bf16, {s.b, s.sq, s.h, s.d}, gpu);
     AttentionOptions o;
     o.causal = true;
@@ -349,6 +360,15 @@ int run(int argc, char** argv) {
         for (const std::int64_t b : {1, 16, 64})
           for (const std::int64_t sk : {4096, 32768, 131072})
             run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 2);
+    } else if (mode == "decode_hm") {  // the decode rows on head-major K/V (the anchor's layout)
+      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
+        for (const std::int64_t b : {1, 16, 64})
+          for (const std::int64_t sk : {4096, 32768, 131072})
+            run_forward_row("kv_decode_hm", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 1, true);
+    } else if (mode == "paged_deep") {  // the paged rows with the 16-row tile's deep ring
+      for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
+        for (const std::int64_t page : {0, 1, 16, 64, 256})
+          run_paged_row(s, page, hbm, max_seconds, stream, "kv_paged_deep", cuda::kv_deep_stages(128));
     } else if (mode == "stages") {  // the 16-row tile's default ring against the deep one
       for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{64, 1, 4096, 32, 8}, Shape{1, 1, 131072, 32, 8},
                              Shape{1, 1, 32768, 64, 8}, Shape{16, 1, 4096, 32, 32}, Shape{16, 1, 131072, 32, 32},
@@ -385,7 +405,7 @@ int run(int argc, char** argv) {
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, paged, multitoken, decode2, stages, one, splits, combine, host)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, multitoken, decode2, stages, one, splits, combine, host)\n", mode.c_str());
       return 2;
     }
   }

@@ -8,7 +8,7 @@
 # Without BIN_DIR the build stage builds them on the device (cmake, 16 cores, ~150 s).
 # Environment: STAGES (default "build test bench anchor"; also bench2 sanitize ncu), BIN_DIR,
 # GTEST_FILTER (KV-cache suites), GTEST_FILTER2 (forward() suites), HEAD_DIMS (64;128),
-# BENCH_MODES (decode combine paged host), ANCHOR_MODES (kv_decode; also kv_multitoken), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
+# TEST_S / TEST2_S (the test steps' caps, 70 / 50 s), BENCH_MODES (decode combine paged host), ANCHOR_MODES (kv_decode; also kv_multitoken), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
 # caps: test 70 + test_forward 50 + bench 50 + anchor 45 s).
 # $OUT: summary.txt, build.log, tests.log, kv.jsonl (fastattn + SDPA rows), kv_decode.json, kv.md.
 set -uo pipefail
@@ -53,9 +53,9 @@ if has build; then
   tail -2 "$out/build.log"
 fi
 if has test; then
-  run test 70 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
+  run test ${TEST_S:-70} bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter' > '$out/tests.log' 2>&1"
   tail -40 "$out/tests.log" | cut -c1-1500
-  run test_forward 50 bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter2' > '$out/tests_forward.log' 2>&1"
+  run test_forward ${TEST2_S:-50} bash -c "'$tests_bin' --gtest_brief=1 '--gtest_filter=$filter2' > '$out/tests_forward.log' 2>&1"
   tail -20 "$out/tests_forward.log" | cut -c1-1500
 fi
 if has bench; then

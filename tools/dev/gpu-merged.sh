@@ -39,7 +39,7 @@ for job in ${JOBS:-"build:130 suite:150"}; do
         OUT=$out/kv STAGES=${KV_STAGES:-"test bench"} BUDGET_S=$limit timeout -k 5 $((limit + 15)) bash tools/dev/gpu-kvcache.sh > /dev/null 2>&1 ;;
     hf) OUT=$out/hf STAGES=${HF_STAGES:-"install tests overhead"} BUDGET_S=$limit \
           timeout -k 5 $((limit + 15)) bash tools/dev/gpu-transformers.sh > /dev/null 2>&1 ;;
-    coop) OUT=$out/coop FASTATTN_BIN=$root/build/sm90/tools/cli/fastattn ${COOP_STAGES:+STAGES="$COOP_STAGES"} \
+    coop) OUT=$out/coop FASTATTN_BIN=$root/build/sm90/tools/cli/fastattn STAGES=${COOP_STAGES:-"decode1m check64k prefill mha256k"} \
             timeout -k 5 "$limit" bash tools/dev/gpu-coop.sh > /dev/null 2>&1 ;;
     *) note "unknown job $name"; continue ;;
   esac
