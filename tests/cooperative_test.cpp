@@ -81,8 +81,10 @@ TEST(CooperativeCostModel, PrefillGoesToTheGpu) {
   EXPECT_NE(split.choice.reason.find("compute-bound"), std::string::npos) << split.choice.reason;
 }
 
-// The kernel of the GPU parts follows seqlen_q alone; with the forward kernel the CPU's share is
-// rounded down (the CPU part never sets a prefill step's time) and the reason names the chunks.
+// The kernel of the GPU parts follows seqlen_q alone; with the forward kernel the device and
+// streamed parts share the GPU, the CPU's share is rounded down with its time counted 4x (the CPU
+// part never sets a prefill step's time, even at a 4x optimistic CPU rate) and the reason names
+// the chunks.
 TEST(CooperativeCostModel, PrefillChoices) {
   const auto r = rates(50e9, 80e9, 60e9);
   EXPECT_EQ(llama_split(0, 100, r, 16).gpu_kernel, CooperativeKernel::kv_cache);
@@ -93,9 +95,18 @@ TEST(CooperativeCostModel, PrefillChoices) {
       const auto split = llama_split(32, host, r, sq);
       EXPECT_EQ(split.gpu_kernel, CooperativeKernel::forward);
       EXPECT_EQ(split.streamed_pages + split.cpu_pages, host);
-      EXPECT_LE(split.cpu_s, split.streamed_s * (1 + 1e-12)) << "sq " << sq << " host " << host << ": " << split.choice.reason;
+      EXPECT_LE(4 * split.cpu_s, (split.device_s + split.streamed_s) * (1 + 1e-12))
+          << "sq " << sq << " host " << host << ": " << split.choice.reason;
+      EXPECT_DOUBLE_EQ(split.step_s, std::max(split.device_s + split.streamed_s, split.cpu_s));
     }
   }
+  // The H200 run's rates (2026-12-02: CPU 3.57 TFLOP/s by its 512 x 4096 shape, GPU 633 TFLOP/s,
+  // PCIe 55.2 GB/s): the CPU got 1 of 224 pages and took ~33 ms of a 16 ms GPU step. Now none.
+  EXPECT_EQ(llama_split(32, 224, rates(55.2e9, 75.2e9, 64.1e9, 4.04e12, 633e12, 3.57e12), 8192).cpu_pages, 0);
+  // A CPU as fast as the GPU per page (a made-up rate) still gets a share that ends first.
+  const auto even = llama_split(32, 224, rates(50e9, 80e9, 1e12, 4e12, 400e12, 400e12), 8192);
+  EXPECT_GT(even.cpu_pages, 0);
+  EXPECT_LE(4 * even.cpu_s, (even.device_s + even.streamed_s) * (1 + 1e-12)) << even.choice.reason;
   // 8192 queries over 224 host pages (gpu-coop.sh's prefill): every page streamed, in 32-page chunks.
   const auto split = llama_split(32, 224, r, 8192);
   EXPECT_EQ(split.cpu_pages, 0);

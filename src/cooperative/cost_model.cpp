@@ -5,9 +5,14 @@
 // shared with the DMA, hence the rate measured while a copy runs). The two run at once, so the
 // host pages are split to make them finish together: x pages streamed at s seconds per page and
 // H - x on the CPU at c seconds per page finish together when x = H c / (s + c). The device
-// pages run at HBM speed beside them. Prefill (many query rows) turns each part compute-bound;
-// the same formula then uses the FLOP times, and the CPU's low FLOP rate sends everything to the
-// GPU. (FlexGen and FastDecode put attention next to the host KV; HeadInfer streams it; this
+// pages run at HBM speed beside them. Prefill (many query rows) turns each part compute-bound,
+// and then the device part and the streamed part share one GPU's compute: they run one after the
+// other (the copies hide under the compute), so the GPU takes D d + x s and the CPU (H - x) c,
+// and x = (H c - D d) / (s + c) makes them finish together. The CPU's FLOP rate is measured on one
+// forward shape (512 queries x 4096 keys, rates.cpp); a prefill CPU part is another shape (8192
+// queries over a few pages), so its time counts kCpuPrefillMargin times the model's, and its share
+// is rounded down: an optimistic CPU rate cannot set the step time (H200 host, 2026-12-02: one
+// 256-token page of 8192 queries modelled 9.6 ms took ~33 ms, 2.3x the GPU's whole step). (FlexGen and FastDecode put attention next to the host KV; HeadInfer streams it; this
 // splits one request's host pages between the two: docs/long-context.md.)
 #include <algorithm>
 #include <cmath>
@@ -25,6 +30,7 @@ namespace fastattn {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kCpuPrefillMargin = 4.0;  // see the head comment
 
 // printf into a std::string (the library has no fmt dependency).
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
@@ -116,9 +122,11 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
         x = H;
         why = "no CPU attention rate: every host page streamed";
       } else {
-        // Finish together: x s = (H - x) c.
-        // Prefill: the CPU's share rounded down (x up), so the CPU part never sets the step time.
-        const double exact = static_cast<double>(H) * c / (s + c);
+        // Finish together. Decode: x s = (H - x) c. Prefill: D d + x s = (H - x) c m (one GPU for
+        // the device and streamed parts; m = kCpuPrefillMargin), the CPU's share rounded down (x up).
+        const double cm = prefill ? c * kCpuPrefillMargin : c;
+        const double gpu_before = prefill ? static_cast<double>(device_pages) * d : 0.0;
+        const double exact = (static_cast<double>(H) * cm - gpu_before) / (s + cm);
         x = std::clamp<std::int64_t>(prefill ? static_cast<std::int64_t>(std::ceil(exact)) : std::llround(exact), 0, H);
         const bool stream_copy_bound = per_page(page_bytes, rates.pcie_h2d) >= s;
         const bool cpu_read_bound = per_page(page_bytes, cpu_read) >= c;
@@ -138,8 +146,11 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
   split.device_s = device_pages > 0 ? static_cast<double>(device_pages) * d : 0.0;
   split.streamed_s = x > 0 ? static_cast<double>(x) * s : 0.0;
   split.cpu_s = split.cpu_pages > 0 ? static_cast<double>(split.cpu_pages) * c : 0.0;
-  split.step_s = std::max({split.device_s, split.streamed_s, split.cpu_s});
+  // Prefill: the device and streamed parts queue on one GPU (compute-bound both).
+  split.step_s = prefill ? std::max(split.device_s + split.streamed_s, split.cpu_s)
+                         : std::max({split.device_s, split.streamed_s, split.cpu_s});
   const char* slowest = split.step_s == split.cpu_s && split.cpu_s > 0          ? "the CPU part"
+                        : prefill                                                  ? "the GPU: device + streamed parts"
                         : split.step_s == split.streamed_s && split.streamed_s > 0 ? "the streamed part"
                                                                                    : "the device part";
   split.choice.backend = options.attention.backend;
