@@ -13,8 +13,10 @@
 //   decode_hm   the decode rows (tag kv_decode_hm) on K/V stored head-major, [b, hkv, sk, d]
 //               passed as a strided view: the memory order the anchor's SDPA tensors have
 //   paged_deep  the paged rows (tag kv_paged_deep) with the 16-row tile's deep 5-stage ring
+//   paged_splits the paged rows (tag kv_paged_splits) with splits forced to two CTAs per SM
 //   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
+//   one_gqa8    the decode row b1 kv 128k GQA 64/8 alone (ncu: the kernels of a forward() call)
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
 //               heuristic's choice) on a few decode shapes: the split heuristic's calibration
 //   host        host microseconds per call of a KVCachePlan's run and of forward() (enqueue only),
@@ -365,6 +367,14 @@ int run(int argc, char** argv) {
         for (const std::int64_t b : {1, 16, 64})
           for (const std::int64_t sk : {4096, 32768, 131072})
             run_forward_row("kv_decode_hm", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 1, true);
+    } else if (mode == "paged_splits") {  // the paged rows at twice the heuristic's CTAs (two per SM)
+      for (const auto& [s, n] : {std::pair<Shape, int>{Shape{16, 1, 32768, 32, 8}, 2}, {Shape{1, 1, 131072, 32, 8}, 33}}) {
+        setenv("FASTATTN_CUDA_NUM_SPLITS", std::to_string(n).c_str(), 1);
+        reload_environment();
+        for (const std::int64_t page : {0, 1, 16, 64, 256}) run_paged_row(s, page, hbm, max_seconds, stream, "kv_paged_splits");
+      }
+      unsetenv("FASTATTN_CUDA_NUM_SPLITS");
+      reload_environment();
     } else if (mode == "paged_deep") {  // the paged rows with the 16-row tile's deep ring
       for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
         for (const std::int64_t page : {0, 1, 16, 64, 256})
@@ -375,6 +385,8 @@ int run(int argc, char** argv) {
                              Shape{1, 1, 4096, 32, 8}})
         for (const int stages : {cuda::kv_stages(128), cuda::kv_deep_stages(128)})
           run_paged_row(s, 0, hbm, max_seconds, stream, "kv_stages", stages);
+    } else if (mode == "one_gqa8") {  // forward() on b1 kv 128k GQA 64/8 alone (ncu: its kernels and their times)
+      run_forward_row("kv_decode", {1, 1, 131072, 64, 8}, hbm, max_seconds, stream);
     } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
       run_forward_row("kv_decode", {16, 1, 32768, 32, 8}, hbm, max_seconds, stream);
     } else if (mode == "paged") {
@@ -395,7 +407,9 @@ int run(int argc, char** argv) {
       unsetenv("FASTATTN_CUDA_NUM_SPLITS");
       reload_environment();
     } else if (mode == "host") {  // host time per call: a plan's run, forward(), an eager call
-      for (const Shape& s : {Shape{1, 1, 4096, 32, 8}, Shape{16, 1, 4096, 32, 8}}) run_host_rows(s, stream);
+      for (const Shape& s : {Shape{1, 1, 4096, 32, 8}, Shape{16, 1, 4096, 32, 8}, Shape{1, 1, 131072, 64, 8},
+                             Shape{1, 1, 32768, 32, 32}})
+        run_host_rows(s, stream);
     } else if (mode == "combine") {  // the fused combine against the combine kernel, on split shapes
       for (const Shape& s : {Shape{1, 1, 4096, 32, 8}, Shape{1, 1, 32768, 32, 8}, Shape{1, 1, 32768, 64, 8},
                              Shape{1, 1, 131072, 64, 8}, Shape{1, 1, 32768, 32, 32}, Shape{1, 1, 131072, 32, 32},
@@ -405,7 +419,7 @@ int run(int argc, char** argv) {
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, multitoken, decode2, stages, one, splits, combine, host)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, splits, combine, host)\n", mode.c_str());
       return 2;
     }
   }
