@@ -105,6 +105,25 @@ TEST(KVCacheHeuristics, SplitsFillTheGpuOnceAndNoMore) {
   EXPECT_EQ(cuda::choose_kv_splits(forced).splits, 7);
 }
 
+// A paged cache counts two CTAs per SM where the 16-row tile's launch bounds allow two (the
+// measured best for shuffled pages: kv_split_slots_per_sm); a contiguous one, one.
+TEST(KVCacheHeuristics, PagedCachesCountTwoCtasPerSm) {
+  const cuda::KVRowTile decode = cuda::kv_row_tile(4, 128);
+  const int stages = cuda::kv_stages(128);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, stages, false), 1);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, stages, true), 2);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, cuda::kv_deep_stages(128), true), 1) << "the deep ring: one per SM";
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(cuda::kv_row_tile(128, 128), stages, true), 1) << "128 rows: one per SM";
+  auto paged = [](std::int64_t batch, std::int64_t kv_heads, std::int64_t keys) {
+    cuda::KVSplitShape s = h200_split(batch, kv_heads, keys);
+    s.ctas_per_sm = 2;
+    return cuda::choose_kv_splits(s).splits;
+  };
+  EXPECT_EQ(paged(1, 8, 131072), 33);  // the forced count measured at 0.1331 ms (page 64)
+  EXPECT_EQ(paged(16, 8, 32768), 2);   // 256 CTAs: 0.4910 ms (page 64)
+  EXPECT_EQ(paged(64, 8, 4096), 1);    // 512 CTAs: two resident per SM without a split
+}
+
 TEST(KVCacheHeuristics, ScratchHoldsEverySplitsPartials) {
   EXPECT_EQ(cuda::kv_scratch_bytes(1, 4, 8, 4, 128), 0u);
   const std::size_t rows = 3u * 2 * 5 * 7;

@@ -17,6 +17,8 @@
 //   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   one_gqa8    the decode row b1 kv 128k GQA 64/8 alone (ncu: the kernels of a forward() call)
+//   fwd_ab      forward() with the pool's scratch, with a caller's Workspace, and the kernel alone
+//               (tag kv_fwd_ab), twice, on b1 kv 128k GQA 64/8, b1 kv 32k MHA, b1 kv 128k GQA 32/8
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
 //               heuristic's choice) on a few decode shapes: the split heuristic's calibration
 //   host        host microseconds per call of a KVCachePlan's run and of forward() (enqueue only),
@@ -121,11 +123,13 @@ perf::cuda::EventTiming time_warm(const std::function<void()>& fn, cudaStream_t 
 // head_major: K/V stored [b, hkv, sk, d] (each head's keys contiguous: the layout SDPA and the
 // anchor's cuDNN rows read) and passed as a strided [b, sk, hkv, d] view, so fastattn and the
 // anchor read the same bytes in the same order.
+// with_workspace: the scratch from a caller's Workspace (64 MiB) instead of fastattn's pool.
 void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max_seconds, cudaStream_t stream,
-                     int repeat = 1, bool head_major = false) {
+                     int repeat = 1, bool head_major = false, bool with_workspace = false) {
   nlohmann::json row = shape_row(tag, s);
   if (repeat > 1) row["repeat"] = repeat;
   row["kv_layout"] = head_major ? "head_major" : "token_major";
+  if (with_workspace) row["variant"] = "forward_workspace";
   if (kv_bytes(s) > kMaxKvBytes) {
     row["skipped"] = "K+V " + std::to_string(kv_bytes(s) / 1e9) + " GB over the bench's " +
                      std::to_string(kMaxKvBytes / 1e9) + " GB limit";
@@ -151,6 +155,9 @@ void run_forward_row(const char* tag, const Shape& s, double hbm_gbs, double max
     AttentionOptions o;
     o.causal = true;
     o.cuda_stream = stream;
+    DeviceArray workspace_memory(with_workspace ? std::size_t{64} << 20 : 0);
+    const Workspace workspace{workspace_memory.data, workspace_memory.bytes};
+    if (with_workspace) o.workspace = &workspace;
     KernelChoice choice;
     const perf::cuda::EventTiming t =
         time_warm([&] { choice = forward(tq, tk, tv, to, std::nullopt, o); }, stream, max_seconds);
@@ -385,6 +392,13 @@ int run(int argc, char** argv) {
                              Shape{1, 1, 4096, 32, 8}})
         for (const int stages : {cuda::kv_stages(128), cuda::kv_deep_stages(128)})
           run_paged_row(s, 0, hbm, max_seconds, stream, "kv_stages", stages);
+    } else if (mode == "fwd_ab") {  // forward() (pool scratch, then a Workspace) against the kernel alone
+      for (const Shape& s : {Shape{1, 1, 131072, 64, 8}, Shape{1, 1, 32768, 32, 32}, Shape{1, 1, 131072, 32, 8}})
+        for (int round = 0; round < 2; ++round) {
+          run_forward_row("kv_fwd_ab", s, hbm, max_seconds, stream);
+          run_forward_row("kv_fwd_ab", s, hbm, max_seconds, stream, 1, false, true);
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_fwd_ab", 0, CombineRun::fused_eager);
+        }
     } else if (mode == "one_gqa8") {  // forward() on b1 kv 128k GQA 64/8 alone (ncu: its kernels and their times)
       run_forward_row("kv_decode", {1, 1, 131072, 64, 8}, hbm, max_seconds, stream);
     } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
@@ -419,7 +433,7 @@ int run(int argc, char** argv) {
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, splits, combine, host)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, fwd_ab, splits, combine, host)\n", mode.c_str());
       return 2;
     }
   }

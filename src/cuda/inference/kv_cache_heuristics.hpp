@@ -21,7 +21,8 @@
 // 784). So with fewer CTAs than SMs the keys are split into at most SMs / CTAs splits (one wave),
 // the count of least cost(s) = ceil(tiles / s) + 1 tile of fixed cost per CTA + 2 tiles for the
 // combine kernel when s > 1 (the smallest s on ties; a tile is kv_block_n keys, 32 KiB of K+V);
-// with at least as many CTAs as SMs, no split.
+// with at least as many CTAs as SMs, no split. A paged cache is the exception: its gathers want
+// two CTAs per SM, so its splits fill two slots per SM (kv_split_slots_per_sm, measured there).
 #pragma once
 
 #include <algorithm>
@@ -79,6 +80,17 @@ constexpr int kv_smem_bytes(const KVRowTile& t, int head_dim, int stages) {
 // __launch_bounds__ minimum CTAs per SM (kv_cache_kernel.cuh): 2 up to 64 rows with the default
 // ring, 1 at 128 rows (two 16-row tiles per warp: ~230 registers) or with the deep ring.
 constexpr int kv_launch_ctas_per_sm(const KVRowTile& t, int stages) { return t.rows <= 64 && stages <= 3 ? 2 : 1; }
+// Slots per SM the split count counts (KVSplitShape::ctas_per_sm). A contiguous cache: one (see
+// the head comment). A paged cache: two where the tile's launch bounds allow two. Its rows are
+// gathered from pages anywhere in the pool, and a second CTA per SM hides what those gathers cost
+// where one CTA, even with the deep ring, does not (H200, 2026-12-02, GQA 32/8, pages shuffled:
+// b16 kv 32k, page 64: 0.6031 ms at 128 CTAs, 0.5943 with the deep ring, 0.4910 at 256 CTAs, the
+// contiguous cache 0.4665; b1 kv 128k, page 64: 0.1588 ms at 16 splits, 0.1331 at 33, contiguous
+// 0.1281; page 16: 0.8046 -> 0.5634 and 0.2082 -> 0.1458; page 1: 1.7555 -> 0.9618 and 0.4383 ->
+// 0.2652).
+constexpr int kv_split_slots_per_sm(const KVRowTile& t, int stages, bool paged) {
+  return paged ? kv_launch_ctas_per_sm(t, stages) : 1;
+}
 // The smaller ring (2 stages, 1 tile in flight while one is computed) for devices whose opt-in
 // shared memory per block is below the default ring's CTA: sm86 / sm89 / sm120 allow 101,376 B,
 // and d96 / d128 with the 3-stage ring need 102,400 B at 16 rows. 0: none (d256 has 2 already).
@@ -163,7 +175,7 @@ struct KVSplitShape {
   std::int64_t units = 0;  // CTAs before splitting: batch * kv_heads * row blocks
   std::int64_t tiles = 0;  // K/V tiles of the longest visible key range
   int multiprocessors = 0;
-  int ctas_per_sm = 1;  // slots per SM the model counts (the plan passes 1, see the head comment)
+  int ctas_per_sm = 1;  // slots per SM the model counts (kv_split_slots_per_sm)
   int forced = 0;       // FASTATTN_CUDA_NUM_SPLITS (0: unset)
 };
 
