@@ -17,6 +17,8 @@
 //   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   one_gqa8    the decode row b1 kv 128k GQA 64/8 alone (ncu: the kernels of a forward() call)
+//   b1_ab       the b1 rows under the bandwidth bar (kv 32k GQA 32/8, 64/8, MHA; kv 128k 64/8):
+//               default and deep ring, at the heuristic's and forced split counts (tag kv_b1_ab)
 //   fwd_ab      forward() with the pool's scratch, with a caller's Workspace, and the kernel alone
 //               (tag kv_fwd_ab), twice, on b1 kv 128k GQA 64/8, b1 kv 32k MHA, b1 kv 128k GQA 32/8
 //   splits      the KV-cache kernel with FASTATTN_CUDA_NUM_SPLITS forced to 1..64 (and the
@@ -399,6 +401,20 @@ int run(int argc, char** argv) {
           run_forward_row("kv_fwd_ab", s, hbm, max_seconds, stream, 1, false, true);
           run_paged_row(s, 0, hbm, max_seconds, stream, "kv_fwd_ab", 0, CombineRun::fused_eager);
         }
+    } else if (mode == "b1_ab") {  // the b1 decode rows under the 85% bandwidth bar: deep ring, splits x2
+      for (const Shape& s : {Shape{1, 1, 32768, 32, 8}, Shape{1, 1, 32768, 64, 8}, Shape{1, 1, 131072, 64, 8},
+                             Shape{1, 1, 32768, 32, 32}}) {
+        run_paged_row(s, 0, hbm, max_seconds, stream, "kv_b1_ab");
+        run_paged_row(s, 0, hbm, max_seconds, stream, "kv_b1_ab", cuda::kv_deep_stages(128));
+        for (const int n : {8, 24, 32}) {
+          setenv("FASTATTN_CUDA_NUM_SPLITS", std::to_string(s.hkv == 32 ? n / 4 : n).c_str(), 1);
+          reload_environment();
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_b1_ab");
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_b1_ab", cuda::kv_deep_stages(128));
+        }
+        unsetenv("FASTATTN_CUDA_NUM_SPLITS");
+        reload_environment();
+      }
     } else if (mode == "one_gqa8") {  // forward() on b1 kv 128k GQA 64/8 alone (ncu: its kernels and their times)
       run_forward_row("kv_decode", {1, 1, 131072, 64, 8}, hbm, max_seconds, stream);
     } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
@@ -433,7 +449,7 @@ int run(int argc, char** argv) {
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, fwd_ab, splits, combine, host)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, fwd_ab, b1_ab, splits, combine, host)\n", mode.c_str());
       return 2;
     }
   }
