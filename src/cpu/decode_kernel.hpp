@@ -10,6 +10,8 @@
 //   keys: the split's part of [key_begin(first token), key_end(last token)), in tiles of block_k:
 //         K tile: f32 rows staged in L1 (dp floats apart), or read in place as bf16 pairs
 //         V tile: f32 rows staged in L1
+//         (bf16 on AVX-512: K and V both read in place, widened in registers, several rows per
+//         load: decode_bf16_split.hpp)
 //         S (rows, kn) = Q K^T: per row, kWidth keys at a time, each key one accumulator vector,
 //                       reduced by V::transpose_sum into one vector of kWidth scores
 //         online softmax per row (scores in log2 units, each row's own causal/window interval)
