@@ -68,6 +68,12 @@ const char* const kChosen[] = {
     // Odd head dims (tails of the bf16 pair loads) and explicit threads.
     "b=2 sq=3 sk=77 h=6 hkv=3 d=8 dtype=bf16 mask=none threads=3 seed=210",
     "b=1 sq=1 sk=5000 h=4 hkv=1 d=96 dtype=bf16 mask=causal threads=1 seed=211",
+    // bf16 on AVX-512 (decode_bf16_split.hpp): 5-7 rows per KV head (blocks of 4 rows and a
+    // remainder, below the AMX threshold), head dims with a partial 32-column chunk, key tiles
+    // ending mid-block, soft-cap and strided rows.
+    "b=2 sq=1 sk=1000 h=7 hkv=1 d=128 dtype=bf16 mask=causal seed=212",
+    "b=1 sq=1 sk=333 h=12 hkv=2 d=40 dtype=bf16 mask=none softcap=5 layout=strided seed=213",
+    "b=2 sq=1 sk=77 h=5 hkv=1 d=72 dtype=bf16 mask=window wl=40 wr=0 seed=214",
 };
 
 class DecodeGrid : public ::testing::TestWithParam<std::string> {};

@@ -75,13 +75,13 @@ inline constexpr std::int64_t kDecodeMaxSplits = 64;
 inline constexpr int kDecodeUnitsPerThread = 4;            // auto splits: load balance target
 inline constexpr std::int64_t kDecodeUnitStateBytes = 256 * 1024;  // Q + O of a unit's heads
 // AMX from this many packed rows per KV head (group * seqlen_q) up: below, a 16-row tile is
-// mostly padding and vdpbf16ps wins (measured in docs/inference.md, "CPU decode").
+// mostly padding and the vector form wins (measured in docs/inference.md, "CPU decode").
 inline constexpr std::int64_t kDecodeAmxMinRows = 8;
 inline constexpr std::int64_t kDecodeMaxBlockK = 128;      // keys per inner tile, at most
 
 struct DecodePlan {
   bool use = false;
-  Bf16Dot dot = Bf16Dot::off;  // native: q.k on vdpbf16ps with K read in place as bf16 pairs
+  Bf16Dot dot = Bf16Dot::off;  // not off: bf16 K/V read in place (AVX-512: decode_bf16_split.hpp)
   amx::AmxMode amx = amx::AmxMode::off;  // not off: both products on AMX tiles (decode_unit_amx)
   std::int64_t rows = 0;        // packed rows per work unit (<= kDecodeMaxRows)
   std::int64_t row_chunks = 0;  // work units per (sequence, KV head) along the rows

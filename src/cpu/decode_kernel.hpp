@@ -10,6 +10,8 @@
 //   keys: the split's part of [key_begin(first token), key_end(last token)), in tiles of block_k:
 //         K tile: f32 rows staged in L1 (dp floats apart), or read in place as bf16 pairs
 //         V tile: f32 rows staged in L1
+//         (bf16 on AVX-512: K and V both read in place, widened in registers, several rows per
+//         load: decode_bf16_split.hpp)
 //         S (rows, kn) = Q K^T: per row, kWidth keys at a time, each key one accumulator vector,
 //                       reduced by V::transpose_sum into one vector of kWidth scores
 //         online softmax per row (scores in log2 units, each row's own causal/window interval)
@@ -25,6 +27,7 @@
 #pragma once
 
 #include "cpu/decode_tiles.hpp"  // first: simd.hpp includes <immintrin.h> with a GCC warning workaround
+#include "cpu/decode_bf16_split.hpp"
 
 #include <omp.h>
 
@@ -55,6 +58,10 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
                  const DecodeScratch& s, std::int64_t b, std::int64_t kv0, std::int64_t chunk, std::int64_t split,
                  float* part_out, float* part_lse) {
   constexpr bool kPairs = kDot != Bf16Dot::off;
+  // bf16 on AVX-512: K and V read in place and widened in registers, f32 FMAs for both
+  // products, several rows per K/V load (decode_bf16_split.hpp), whatever kDot says: faster
+  // here than vdpbf16ps on one row at a time. Q is then f32 in the split layout.
+  constexpr bool kSplit = kPairs && V::kWidth == 16;
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   if (ur.rows == 0) return;
   const std::int64_t heads = std::min(plan.heads_per_unit, p.num_kv_heads - kv0);
@@ -76,7 +83,13 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const std::int64_t x = hh * g.rows + i;
       const std::int64_t r = ur.r0 + i, t = r / group, h = (kv0 + hh) * group + r % group;
       const char* src = qbase + static_cast<std::size_t>(p.offset_q(p.q, b, t, h)) * elem;
-      if constexpr (kPairs) {
+      if constexpr (kSplit) {
+        const auto* words = reinterpret_cast<const std::uint16_t*>(src);
+        for (std::int64_t c = 0; c < d; ++c) {  // bf16 -> f32: the bits shifted up
+          const std::uint32_t bits = static_cast<std::uint32_t>(words[c]) << 16;
+          std::memcpy(s.q + x * dp + c / 32 * 32 + split_position(c % 32), &bits, 4);
+        }
+      } else if constexpr (kPairs) {
         std::memcpy(reinterpret_cast<std::uint16_t*>(s.q) + x * dp, src, static_cast<std::size_t>(d) * 2);
       } else {
         simd::load_row<V>(src, p.dtype, d, 1.0f, s.q + x * dp);
@@ -105,10 +118,16 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const std::int64_t kh = kv0 + hh;
       const char* k_head = kdata + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
       const char* v_head = vdata + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
-      for (std::int64_t j = 0; j < kn; ++j) {
-        simd::load_row<V>(v_head + static_cast<std::size_t>(v_off[j]) * elem, p.dtype, d, 1.0f, s.v_tile + j * dp);
-        if constexpr (!kPairs) {
-          simd::load_row<V>(k_head + static_cast<std::size_t>(k_off[j]) * elem, p.dtype, d, 1.0f, s.k_tile + j * dp);
+      if constexpr (kSplit) {  // S of all rows at once; V is read in place by pv_split
+        score_split<V>(ur.rows, s.q + hh * g.rows * dp, dp, reinterpret_cast<const std::uint16_t*>(k_head), k_off, d,
+                       kn, s.scores, g.bk);
+      } else {
+        for (std::int64_t j = 0; j < kn; ++j) {
+          simd::load_row<V>(v_head + static_cast<std::size_t>(v_off[j]) * elem, p.dtype, d, 1.0f, s.v_tile + j * dp);
+          if constexpr (!kPairs) {
+            simd::load_row<V>(k_head + static_cast<std::size_t>(k_off[j]) * elem, p.dtype, d, 1.0f,
+                              s.k_tile + j * dp);
+          }
         }
       }
       for (std::int64_t i = 0; i < ur.rows; ++i) {
@@ -121,7 +140,9 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
           std::memset(srow, 0, static_cast<std::size_t>(kn) * sizeof(float));
           continue;
         }
-        if constexpr (kPairs) {
+        if constexpr (kSplit) {
+          // scored above
+        } else if constexpr (kPairs) {
           score_row_pairs<V, kDot == Bf16Dot::native>(reinterpret_cast<const std::uint16_t*>(s.q) + x * dp,
                                                       reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn,
                                                       srow);
@@ -131,7 +152,12 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
         const float alpha = softmax_row<V>(srow, kn, lo, hi, scale, cap, s.row_max[x], s.row_sum[x]);
         if (alpha != 1.0f) simd::scale_row<V>(s.acc + x * dp, dp, alpha);
       }
-      accumulate_pv<V>(s.acc + hh * g.rows * dp, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
+      if constexpr (kSplit) {
+        pv_split<V>(ur.rows, s.acc + hh * g.rows * dp, dp, s.scores, g.bk, reinterpret_cast<const std::uint16_t*>(v_head),
+                    v_off, d, kn);
+      } else {
+        accumulate_pv<V>(s.acc + hh * g.rows * dp, ur.rows, dp, s.scores, g.bk, s.v_tile, kn);
+      }
       if (next > 0) {
         const std::int64_t row_bytes = d * static_cast<std::int64_t>(elem);
         prefetch_rows(k_head, tr.k[1 - cur], elem, next, row_bytes);
@@ -141,7 +167,7 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
     cur = 1 - cur;
   }
 
-  write_partials<V>(s, heads, g.rows, ur.rows, d, dp, part_out, part_lse);
+  write_partials<V>(s, heads, g.rows, ur.rows, d, dp, part_out, part_lse, kSplit);
 }
 
 

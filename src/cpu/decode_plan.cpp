@@ -36,9 +36,11 @@ std::int64_t forced_splits() {
   return n;
 }
 
-// q.k on vdpbf16ps (K read in place as bf16 pairs) wherever it exists for bf16 inputs: decode
-// is memory-bound, so unlike the prefill kernel (kBf16DotMinRatio) it pays whenever it runs —
-// it halves the instructions per key and skips K's conversion (measured in docs/inference.md).
+// bf16 K/V read in place wherever AVX-512 BF16 exists (Bf16Dot::native; the bf16 pair form):
+// decode is memory-bound, so unlike the prefill kernel (kBf16DotMinRatio) it pays whenever it
+// runs. On AVX-512 the products are then f32 FMAs on K/V rows widened in registers, several
+// query rows per load (decode_bf16_split.hpp; vdpbf16ps itself ran slower); under AVX2 (the
+// emulated test path) q.k runs on bf16 pairs row by row (measured in docs/inference.md).
 // FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel (off, emulated, native).
 Bf16Dot decode_dot(Isa isa, DType dtype) {
   if (env_value(EnvVar::cpu_bf16_dot) != nullptr) return forward_bf16_dot(isa, dtype);
@@ -80,8 +82,12 @@ DotChoice decode_dot_choice(const AttentionProblem& p, Isa isa, std::int64_t row
                (mode == amx::AmxMode::emulated ? " (emulated, FASTATTN_CPU_AMX=emulated: a test path)" : "");
     return c;
   }
-  c.reason = (c.dot == Bf16Dot::native     ? std::string("q.k on vdpbf16ps, K read in place")
-              : c.dot == Bf16Dot::emulated ? std::string("q.k on bf16 pairs, dot product emulated (test path)")
+  c.reason = (c.dot == Bf16Dot::native
+                  ? std::string("bf16 K and V read in place, widened in registers, f32 FMAs for q.k and P V")
+              : c.dot == Bf16Dot::emulated
+                  ? std::string(isa == Isa::avx2 ? "q.k on bf16 pairs, dot product emulated (test path)"
+                                                 : "bf16 K and V read in place, widened in registers, f32 FMAs "
+                                                   "(FASTATTN_CPU_BF16_DOT=emulated: the same form)")
                                            : std::string("f32 FMA dot products, K/V tiles converted in L1")) +
              "; no AMX: " + why_not;
   return c;

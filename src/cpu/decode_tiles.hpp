@@ -233,12 +233,17 @@ void accumulate_pv(float* o, std::int64_t rows, std::int64_t dp, const float* pm
   }
 }
 
+// Position of column c (0..31) of a 32-column chunk of O in the split layout of
+// decode_bf16_split.hpp: the chunk's 16 even columns, then its 16 odd ones.
+constexpr std::int64_t split_position(std::int64_t c) { return (c % 2) * 16 + c / 2; }
+
 // Epilogue of a unit: its split's partial out = O / l and lse = (m + log2 l) ln 2 for the rows
 // [0, rows) of each of `heads` heads (state row x = head * row_stride + i); a row that saw no key
 // of the split gets out 0 and lse -inf (merge_weights then gives it weight 0).
+// split: O's 32-column chunks are in the split layout (split_position).
 template <class V>
 void write_partials(const DecodeScratch& s, std::int64_t heads, std::int64_t row_stride, std::int64_t rows,
-                    std::int64_t d, std::int64_t dp, float* part_out, float* part_lse) {
+                    std::int64_t d, std::int64_t dp, float* part_out, float* part_lse, bool split = false) {
   for (std::int64_t hh = 0; hh < heads; ++hh) {
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::int64_t x = hh * row_stride + i;
@@ -249,7 +254,12 @@ void write_partials(const DecodeScratch& s, std::int64_t heads, std::int64_t row
         part_lse[x] = -std::numeric_limits<float>::infinity();
       } else {
         const float inv = 1.0f / l;
-        for (std::int64_t c = 0; c < d; ++c) o[c] = s.acc[x * dp + c] * inv;
+        const float* a = s.acc + x * dp;
+        if (split) {
+          for (std::int64_t c = 0; c < d; ++c) o[c] = a[c / 32 * 32 + split_position(c % 32)] * inv;
+        } else {
+          for (std::int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
+        }
         part_lse[x] = (s.row_max[x] + std::log2(l)) * kLn2;
       }
     }

@@ -1,0 +1,210 @@
+// decode_bf16_split.hpp — the AVX-512 products of a bf16 decode tile (decode_kernel.hpp): K and V
+// read in place as bf16, widened in registers to f32, multiplied with f32 FMAs. No staging copy
+// of the tile and no vdpbf16ps.
+//
+// Why: decode is read-bound only if each core computes faster than it reads. With one query
+// token over GQA 32/8 a KV head has 4 rows, and the row-at-a-time form (score_row_pairs on
+// vdpbf16ps, V staged to f32 in L1, f32 FMAs for P V) ran at ~12 GB/s of K+V per core with the
+// tile already in L2 or L3 — no faster than one core reads memory here (11.4 GB/s), so compute
+// and memory time added up (70% of the read bandwidth at 2 threads). vdpbf16ps retires 32
+// multiply-adds at half the rate of an f32 FMA's 16 on this Sapphire Rapids VM (`fastattn info`:
+// bf16 dot 113 GFLOP/s against fp32 FMA 226 on one thread), so f32 FMAs on widened bf16 win as
+// long as the widening is shared: here
+//   S (rows, keys) = Q K^T: blocks of up to 4 rows x 4 keys (16 accumulators); each 32-column
+//        chunk of a K row is loaded and widened once for the block's rows (vpslld gives the even
+//        columns, vpandd the odd ones), Q held as f32 in the same even/odd order; one
+//        transpose-sum per 4 keys gives 16 scores, a 4 x 4 shuffle of 128-bit lanes turns four
+//        of them into 16 keys of each row.
+//   O (rows, dp) += P V: P in f32, each V row chunk widened once for up to 4 rows, 4 rows x 64
+//        columns of accumulators in registers. O's columns are then in the even/odd order of
+//        each 32-column chunk (split_position, decode_tiles.hpp); write_partials restores them.
+// Measured (b1 h32/8 d128 bf16, one token, one thread, tile in L2, 256 keys): 17 GB/s of K+V
+// against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see docs/inference.md.
+#pragma once
+
+#include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/decode_tiles.hpp"
+
+namespace fastattn::cpu::decode_detail {
+inline namespace FASTATTN_SIMD_NAMESPACE {
+
+// S rows [0, rows) of one KV head x keys [0, kn) into s (row stride lds): q_r at q + r * ldq in
+// the split layout, key j's row at k + off[j] (d bf16). Writes round_up(kn, 16) entries per row;
+// those past kn repeat the last key (masked by the softmax).
+template <class V>
+void score_split(std::int64_t rows, const float* q, std::int64_t ldq, const std::uint16_t* k,
+                 const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
+// O rows [0, rows) (row stride dp, split layout) += P (rows, kn; row stride ldp, f32) V, V row j
+// at v + off[j] (d bf16).
+template <class V>
+void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std::int64_t ldp, const std::uint16_t* v,
+              const std::int64_t* off, std::int64_t d, std::int64_t kn);
+
+#if defined(FASTATTN_SIMD_AVX512)
+
+namespace split {
+
+// 32 bf16 from p, of which n (>= 1) are real; the rest read as 0.
+inline __m512i load_words(const std::uint16_t* p, std::int64_t n) {
+  if (n >= 32) return _mm512_loadu_si512(p);
+  return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << n) - 1), p);
+}
+// The even and odd elements of 32 bf16 as 16 f32 each (exact): the low word of each 32-bit lane
+// shifted up, the high word masked.
+inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+inline __m512 odd_f32(__m512i w) {
+  return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// Lane i of the result = the sum of the lanes of x[kSumSlot[i]]: a tree of 30 shuffles and 15
+// adds (V::transpose_sum spends ~45 shuffles on port 5 and ~30 adds, a quarter of the score's
+// time here). The slots are a permutation the caller folds into where it keeps its sums.
+constexpr int kSumSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+inline __m512 sum_lanes16(const __m512* x) {
+  __m512 t[8], u[4], v[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)  // 256-bit halves: lanes 0-7 partial sums of x[i], 8-15 of x[i + 8]
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[i], x[i + 8], 0x44), _mm512_shuffle_f32x4(x[i], x[i + 8], 0xEE));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)  // 128-bit blocks: x[i], x[i + 8], x[i + 4], x[i + 12]
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], 0x88), _mm512_shuffle_f32x4(t[i], t[i + 4], 0xDD));
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)  // pairs within each block
+    v[i] = _mm512_add_ps(_mm512_shuffle_ps(u[i], u[i + 2], 0x44), _mm512_shuffle_ps(u[i], u[i + 2], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+}
+
+// score_split for NR <= 4 rows.
+template <int NR>
+void score_rows(const float* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
+                std::int64_t kn, float* s, std::int64_t lds) {
+  using V = simd::Avx512;
+  using vec = V::vec;
+  for (std::int64_t j0 = 0; j0 < kn; j0 += 16) {
+    vec group[4];  // lane 4 r + kk: row r, key j0 + 4 g + kk
+    for (int g = 0; g < 4; ++g) {
+      if (j0 + 4 * g >= kn) {
+        group[g] = V::zero();
+        continue;
+      }
+      const std::uint16_t* rows[4];
+      for (int kk = 0; kk < 4; ++kk) rows[kk] = k + off[std::min<std::int64_t>(j0 + 4 * g + kk, kn - 1)];
+      vec acc[16];  // the sum of row r, key kk in acc[kSumSlot[4 r + kk]], so that it lands in lane 4 r + kk
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) acc[i] = V::zero();
+      for (std::int64_t c = 0; c < d; c += 32) {
+        vec even[4], odd[4];
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const __m512i w = load_words(rows[kk] + c, d - c);
+          even[kk] = even_f32(w);
+          odd[kk] = odd_f32(w);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+          const vec qe = V::load(q + r * ldq + c), qo = V::load(q + r * ldq + c + 16);
+#pragma GCC unroll 4
+          for (int kk = 0; kk < 4; ++kk) {
+            vec& a = acc[kSumSlot[4 * r + kk]];
+            a = V::fmadd(qe, even[kk], a);
+            a = V::fmadd(qo, odd[kk], a);
+          }
+        }
+      }
+      group[g] = sum_lanes16(acc);
+    }
+    // 128-bit lane r of group[g] holds row r's keys 4g..4g+3: a 4 x 4 transpose of lanes.
+    const vec t0 = _mm512_shuffle_f32x4(group[0], group[1], 0x44);  // g0.l0 g0.l1 g1.l0 g1.l1
+    const vec t1 = _mm512_shuffle_f32x4(group[0], group[1], 0xEE);  // g0.l2 g0.l3 g1.l2 g1.l3
+    const vec t2 = _mm512_shuffle_f32x4(group[2], group[3], 0x44);
+    const vec t3 = _mm512_shuffle_f32x4(group[2], group[3], 0xEE);
+    V::store(s + j0, _mm512_shuffle_f32x4(t0, t2, 0x88));
+    if constexpr (NR > 1) V::store(s + lds + j0, _mm512_shuffle_f32x4(t0, t2, 0xDD));
+    if constexpr (NR > 2) V::store(s + 2 * lds + j0, _mm512_shuffle_f32x4(t1, t3, 0x88));
+    if constexpr (NR > 3) V::store(s + 3 * lds + j0, _mm512_shuffle_f32x4(t1, t3, 0xDD));
+  }
+}
+
+// O rows [0, NR), columns [c0, c0 + 32 NC) += P V: NR x 2 NC accumulators in registers (the
+// column count is a template argument so that they are not spilled).
+template <int NR, int NC>
+void pv_block(float* o, std::int64_t dp, std::int64_t c0, const float* p, std::int64_t ldp, const std::uint16_t* v,
+              const std::int64_t* off, std::int64_t d, std::int64_t kn) {
+  using V = simd::Avx512;
+  using vec = V::vec;
+  vec acc[NR][2 * NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::load(o + r * dp + c0 + 16 * a);
+  for (std::int64_t j = 0; j < kn; ++j) {
+    const std::uint16_t* vr = v + off[j];
+    vec x[2 * NC];
+#pragma GCC unroll 2
+    for (int ch = 0; ch < NC; ++ch) {
+      const std::int64_t c = c0 + 32 * ch;
+      const __m512i w = c < d ? load_words(vr + c, d - c) : _mm512_setzero_si512();
+      x[2 * ch] = even_f32(w);
+      x[2 * ch + 1] = odd_f32(w);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const vec pr = V::broadcast(p + r * ldp + j);
+#pragma GCC unroll 4
+      for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::fmadd(pr, x[a], acc[r][a]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int a = 0; a < 2 * NC; ++a) V::store(o + r * dp + c0 + 16 * a, acc[r][a]);
+}
+
+template <int NR>
+void pv_rows(float* o, std::int64_t dp, const float* p, std::int64_t ldp, const std::uint16_t* v,
+             const std::int64_t* off, std::int64_t d, std::int64_t kn) {
+  std::int64_t c0 = 0;
+  for (; c0 + 64 <= dp; c0 += 64) pv_block<NR, 2>(o, dp, c0, p, ldp, v, off, d, kn);
+  if (c0 < dp) pv_block<NR, 1>(o, dp, c0, p, ldp, v, off, d, kn);
+}
+
+}  // namespace split
+
+template <class V>
+void score_split(std::int64_t rows, const float* q, std::int64_t ldq, const std::uint16_t* k,
+                 const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const float* qb = q + r0 * ldq;
+    float* sb = s + r0 * lds;
+    switch (std::min<std::int64_t>(4, rows - r0)) {
+      case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds); break;
+      case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds); break;
+      case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds); break;
+      default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds); break;
+    }
+  }
+}
+
+template <class V>
+void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std::int64_t ldp, const std::uint16_t* v,
+              const std::int64_t* off, std::int64_t d, std::int64_t kn) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+    float* ob = o + r0 * dp;
+    const float* pb = p + r0 * ldp;
+    switch (std::min<std::int64_t>(4, rows - r0)) {
+      case 4: split::pv_rows<4>(ob, dp, pb, ldp, v, off, d, kn); break;
+      case 3: split::pv_rows<3>(ob, dp, pb, ldp, v, off, d, kn); break;
+      case 2: split::pv_rows<2>(ob, dp, pb, ldp, v, off, d, kn); break;
+      default: split::pv_rows<1>(ob, dp, pb, ldp, v, off, d, kn); break;
+    }
+  }
+}
+
+#endif  // FASTATTN_SIMD_AVX512
+
+}  // namespace FASTATTN_SIMD_NAMESPACE
+}  // namespace fastattn::cpu::decode_detail
