@@ -10,6 +10,7 @@
 #       sweep  gpu-sm90.sh STAGES=sweep, the default scheduler rule only (SWEEP_FORCED="", or e.g. "dynamic" from the caller)
 #       kv     gpu-kvcache.sh over build/sm90 (its STAGES minus build: KV_STAGES)
 #       coop   gpu-coop.sh with build/sm90's CLI (COOP_STAGES)
+#       hostdecode gpu-host-decode.sh: issue 17's CPU decode bar on the 16-core host (the GPU idle)
 #       hf     gpu-transformers.sh with a carried wheel (WHEEL; HF_STAGES, default "install tests
 #              overhead"): the transformers integration and the per-call overhead bars
 # CTEST_JOBS (default 8) runs the suite's test processes side by side (their float64 references
@@ -41,6 +42,8 @@ for job in ${JOBS:-"build:130 suite:150"}; do
           timeout -k 5 $((limit + 15)) bash tools/dev/gpu-transformers.sh > /dev/null 2>&1 ;;
     coop) OUT=$out/coop FASTATTN_BIN=$root/build/sm90/tools/cli/fastattn STAGES=${COOP_STAGES:-"decode1m check64k prefill mha256k"} \
             timeout -k 5 "$limit" bash tools/dev/gpu-coop.sh > /dev/null 2>&1 ;;
+    hostdecode) OUT=$out/hostdecode BUDGET_S=$limit FASTATTN_BIN=$root/build/sm90/tools/cli/fastattn \
+            timeout -k 5 $((limit + 15)) bash tools/dev/gpu-host-decode.sh > /dev/null 2>&1 ;;
     *) note "unknown job $name"; continue ;;
   esac
   note "-- $name rc=$?"
