@@ -185,7 +185,7 @@ TEST_F(CudaBackend, DecodeShapesSplitByHeuristicMatchFloat64) {
 // applied per query token there. Odd group sizes (7), groups above 16 rows (32), soft-cap,
 // forced splits. (The harness's strided layout has rows the CUDA
 // kernels refuse, 16-byte alignment; the packed strides are checked on the CPU, in
-// cuda_heuristics_test.cpp.)
+// cuda_forward_plan_test.cpp.)
 TEST_F(CudaBackend, GqaDecodePacksQueryHeadsAndMatchesFloat64) {
   if (lowres_path_forced()) GTEST_SKIP() << "the sm75 / sm70 paths: covered by the random cases";
   struct Decode {

@@ -1,7 +1,7 @@
 // kv_cache_heuristics_test.cpp — the CUDA KV-cache kernel's host-side plan
 // (src/cuda/inference/kv_cache_heuristics.hpp): row tiles, shared memory, split counts, scratch.
 // Plain C++, so every machine checks it (label `cpu`); the kernels themselves are tested in
-// gpu_kv_cache_kernel_test.cpp.
+// gpu_kv_cache_kernel_cases_test.cpp and gpu_kv_cache_kernel_graph_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>

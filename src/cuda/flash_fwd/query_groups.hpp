@@ -10,7 +10,7 @@
 //   out likewise; lse [batch, num_heads, 1] -> [batch, num_kv_heads, group] (same memory)
 // Only strides change: no copy. flash-attn does the same ("seqlenq_ngroups_swapped",
 // csrc/flash_attn/flash_api.cpp); FlashInfer packs the group into its decode tile.
-// Host-only, so the CPU tests check the rewrite (tests/cuda_heuristics_test.cpp).
+// Host-only, so the CPU tests check the rewrite (tests/cuda_forward_plan_test.cpp).
 #pragma once
 
 #include <cstdint>

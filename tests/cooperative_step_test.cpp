@@ -1,18 +1,22 @@
-// cooperative_test.cpp — the cooperative cache and step (fastattn/cooperative.hpp) on the CPU:
-// the cost model's choices for given rates, the cache's bookkeeping (append across the
-// device/host boundary, full cache, bad page ids), and the three-way split's exactness in the
-// CPU emulation (the "GPU" parts run by the CPU kernels, through the same staging chunks and
-// merge) against float64 and against one single call over the same data.
+// cooperative_step_test.cpp — the cooperative step (fastattn/cooperative.hpp) in the CPU
+// emulation: the three-way split (the "GPU" parts run by the CPU kernels, through the same
+// staging chunks and merge) against float64 and against one single call over the same data,
+// prefill with the forward kernel over fragmented device pages, the exactness bar (no larger
+// error than one call), and the reusable CooperativeStep object.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/dtype.hpp"
+#include "cooperative_support.hpp"
 #include "fastattn/fastattn.hpp"
 #include "test_support.hpp"
 
@@ -20,214 +24,7 @@ namespace fastattn {
 namespace {
 
 using testing::expect_error;
-
-CooperativeRates rates(double pcie, double host, double cpu, double hbm = 4e12, double flops = 4e14,
-                       double cpuflops = 1e12) {
-  CooperativeRates r;
-  r.pcie_h2d = pcie;
-  r.host_read_during_dma = host;
-  r.cpu_attention = cpu;
-  r.gpu_hbm = hbm;
-  r.gpu_attention_flops = flops;
-  r.cpu_attention_flops = cpuflops;
-  r.source = "given";
-  return r;
-}
-
-// Llama-3-8B layer pages: 256 tokens x 8 KV heads x d128 bf16, K+V = 1 MiB a page.
-CooperativeSplit llama_split(std::int64_t dev, std::int64_t host, const CooperativeRates& r, std::int64_t sq = 1,
-                             SplitPolicy policy = SplitPolicy::automatic) {
-  CooperativeOptions o;
-  o.policy = policy;
-  return choose_cooperative_split(dev, host, 256, 8, 128, DType::bf16, sq, 32, 32, r, o);
-}
-
-TEST(CooperativeCostModel, BalancesStreamingAndCpu) {
-  // s = 1 MiB / 50 GB/s, c = 1 MiB / min(60, 80) GB/s: x / H = c / (s + c) = 50 / 110.
-  const auto split = llama_split(512, 3584, rates(50e9, 80e9, 60e9));
-  EXPECT_EQ(split.device_pages, 512);
-  EXPECT_EQ(split.streamed_pages, std::llround(3584 * 50.0 / 110.0));
-  EXPECT_EQ(split.streamed_pages + split.cpu_pages, 3584);
-  EXPECT_NEAR(split.streamed_s, split.cpu_s, 2e-4 * split.cpu_s + 3e-5);
-  EXPECT_NE(split.choice.reason.find("to finish together"), std::string::npos) << split.choice.reason;
-  EXPECT_NE(split.choice.reason.find("split 512 device / 1629 streamed"), std::string::npos) << split.choice.reason;
-}
-
-TEST(CooperativeCostModel, HostReadDuringDmaCapsTheCpu) {
-  // The CPU kernel could read 100 GB/s, but only 25 GB/s is left while the DMA runs.
-  const auto split = llama_split(0, 1000, rates(50e9, 25e9, 100e9));
-  EXPECT_EQ(split.streamed_pages, std::llround(1000 * 50.0 / 75.0));
-  EXPECT_NE(split.choice.reason.find("host read during DMA 25.0 GB/s"), std::string::npos) << split.choice.reason;
-}
-
-TEST(CooperativeCostModel, MissingRates) {
-  auto split = llama_split(10, 100, rates(0, 80e9, 60e9));
-  EXPECT_EQ(split.streamed_pages, 0);
-  EXPECT_EQ(split.cpu_pages, 100);
-  EXPECT_NE(split.choice.reason.find("no host-to-device copy rate"), std::string::npos);
-  split = llama_split(10, 100, rates(50e9, 80e9, 0, 4e12, 4e14, 0));
-  EXPECT_EQ(split.streamed_pages, 100);
-  EXPECT_NE(split.choice.reason.find("no CPU attention rate"), std::string::npos);
-  split = llama_split(10, 0, rates(50e9, 80e9, 60e9));
-  EXPECT_EQ(split.streamed_pages + split.cpu_pages, 0);
-  EXPECT_NE(split.choice.reason.find("every page is on the device"), std::string::npos);
-}
-
-TEST(CooperativeCostModel, PrefillGoesToTheGpu) {
-  // 8192 queries: a page is 2 x 2 x 8192 x 32 x 256 x 128 = 34 GFLOP; the GPU at 400 TFLOP/s
-  // takes 86 us (compute-bound, more than the 21 us copy), the CPU at 1 TFLOP/s 34 ms.
-  const auto split = llama_split(512, 3584, rates(50e9, 80e9, 60e9), 8192);
-  EXPECT_LT(split.cpu_pages, 3584 / 300);
-  EXPECT_NE(split.choice.reason.find("compute-bound"), std::string::npos) << split.choice.reason;
-}
-
-// The kernel of the GPU parts follows seqlen_q alone; with the forward kernel the device and
-// streamed parts share the GPU, the CPU's share is rounded down with its time counted 4x (the CPU
-// part never sets a prefill step's time, even at a 4x optimistic CPU rate) and the reason names
-// the chunks.
-TEST(CooperativeCostModel, PrefillChoices) {
-  const auto r = rates(50e9, 80e9, 60e9);
-  EXPECT_EQ(llama_split(0, 100, r, 16).gpu_kernel, CooperativeKernel::kv_cache);
-  EXPECT_EQ(cooperative_gpu_kernel(kCooperativeDecodeMaxQueries), CooperativeKernel::kv_cache);
-  EXPECT_EQ(cooperative_gpu_kernel(kCooperativeDecodeMaxQueries + 1), CooperativeKernel::forward);
-  for (const std::int64_t sq : {17, 512, 8192}) {
-    for (const std::int64_t host : {1, 7, 224, 1000, 3584}) {
-      const auto split = llama_split(32, host, r, sq);
-      EXPECT_EQ(split.gpu_kernel, CooperativeKernel::forward);
-      EXPECT_EQ(split.streamed_pages + split.cpu_pages, host);
-      EXPECT_LE(4 * split.cpu_s, (split.device_s + split.streamed_s) * (1 + 1e-12))
-          << "sq " << sq << " host " << host << ": " << split.choice.reason;
-      EXPECT_DOUBLE_EQ(split.step_s, std::max(split.device_s + split.streamed_s, split.cpu_s));
-    }
-  }
-  // The H200 run's rates (2026-12-02: CPU 3.57 TFLOP/s by its 512 x 4096 shape, GPU 633 TFLOP/s,
-  // PCIe 55.2 GB/s): the CPU got 1 of 224 pages and took ~33 ms of a 16 ms GPU step. Now none.
-  EXPECT_EQ(llama_split(32, 224, rates(55.2e9, 75.2e9, 64.1e9, 4.04e12, 633e12, 3.57e12), 8192).cpu_pages, 0);
-  // A CPU as fast as the GPU per page (a made-up rate) still gets a share that ends first.
-  const auto even = llama_split(32, 224, rates(50e9, 80e9, 1e12, 4e12, 400e12, 400e12), 8192);
-  EXPECT_GT(even.cpu_pages, 0);
-  EXPECT_LE(4 * even.cpu_s, (even.device_s + even.streamed_s) * (1 + 1e-12)) << even.choice.reason;
-  // 8192 queries over 224 host pages (gpu-coop.sh's prefill): every page streamed, in 32-page chunks.
-  const auto split = llama_split(32, 224, r, 8192);
-  EXPECT_EQ(split.cpu_pages, 0);
-  EXPECT_NE(split.choice.reason.find("prefill (seqlen_q 8192 > 16)"), std::string::npos) << split.choice.reason;
-  EXPECT_NE(split.choice.reason.find("streamed chunk of up to 8192 tokens"), std::string::npos) << split.choice.reason;
-  // Short queries keep the rounded balance of decode.
-  EXPECT_EQ(llama_split(512, 3584, r, 1).streamed_pages, std::llround(3584 * 50.0 / 110.0));
-}
-
-TEST(CooperativeCostModel, ForcedPolicies) {
-  const auto r = rates(50e9, 80e9, 60e9);
-  EXPECT_EQ(llama_split(0, 100, r, 1, SplitPolicy::stream_all).streamed_pages, 100);
-  EXPECT_EQ(llama_split(0, 100, r, 1, SplitPolicy::cpu_all).cpu_pages, 100);
-  CooperativeOptions o;
-  o.policy = SplitPolicy::stream_fraction;
-  o.stream_fraction = 0.25;
-  EXPECT_EQ(choose_cooperative_split(0, 100, 256, 8, 128, DType::bf16, 1, 32, 32, r, o).streamed_pages, 25);
-}
-
-TEST(CooperativeCostModel, ParsesRates) {
-  const auto r = parse_cooperative_rates("pcie=50e9,host=80e9,cpu=6e10,hbm=4e12,flops=4e14,cpuflops=1e12");
-  EXPECT_EQ(r.pcie_h2d, 50e9);
-  EXPECT_EQ(r.cpu_attention, 6e10);
-  EXPECT_EQ(r.cpu_attention_flops, 1e12);
-  expect_error([] { parse_cooperative_rates("pcie=fast"); }, ErrorCode::invalid_argument, "FASTATTN_COOP_RATES");
-  expect_error([] { parse_cooperative_rates("disk=1"); }, ErrorCode::invalid_argument, "disk");
-}
-
-// ---- the cache -----------------------------------------------------------------------------
-
-// f32, 2 KV heads, d 4, pages of 4 tokens: a token is 8 floats, a page (K+V) 256 bytes.
-CooperativeCacheConfig small_config(std::int64_t device_pages, std::int64_t host_pages, std::int64_t staging = 1) {
-  CooperativeCacheConfig c;
-  c.dtype = DType::f32;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  c.page_size = 4;
-  c.max_sequences = 2;
-  c.staging_pages = staging;
-  c.host_pages = host_pages;
-  c.device_budget_bytes = static_cast<std::size_t>((device_pages + (host_pages > 0 ? 2 * staging : 0)) * 256);
-  return c;
-}
-
-std::vector<float> tokens(std::int64_t n, float base) {
-  std::vector<float> v(static_cast<std::size_t>(n * 8));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = base + static_cast<float>(i);
-  return v;
-}
-
-float key_at(const CooperativeKVCache& cache, std::int64_t seq, std::int64_t token, int element) {
-  const std::int32_t page = cache.pages(seq)[static_cast<std::size_t>(token / 4)];
-  const bool dev = cache.tier(page) == PageTier::device;
-  const TensorView pool = cache.pool_k(dev ? PageTier::device : PageTier::host);
-  const std::int64_t local = dev ? page : page - cache.device_pages();
-  return static_cast<const float*>(pool.data)[(local * 4 + token % 4) * 8 + element];
-}
-
-TEST(CooperativeCache, AppendCrossesTheDeviceHostBoundary) {
-  CooperativeKVCache cache(small_config(3, 5));
-  EXPECT_EQ(cache.device_pages(), 3);
-  EXPECT_EQ(cache.host_pages(), 5);
-  EXPECT_EQ(cache.device_bytes(), 5u * 256u);  // 3 pages + 2 staging pages
-  auto k = tokens(10, 0), v = tokens(10, 1000);
-  cache.append(0, make_tensor(k.data(), DType::f32, {10, 2, 4}), make_tensor(v.data(), DType::f32, {10, 2, 4}));
-  auto k2 = tokens(5, 5000), v2 = tokens(5, 6000);
-  cache.append(0, make_tensor(k2.data(), DType::f32, {1, 5, 2, 4}), make_tensor(v2.data(), DType::f32, {1, 5, 2, 4}));
-  EXPECT_EQ(cache.length(0), 15);
-  ASSERT_EQ(cache.pages(0).size(), 4u);
-  EXPECT_EQ(cache.tier(cache.pages(0)[2]), PageTier::device);
-  EXPECT_EQ(cache.tier(cache.pages(0)[3]), PageTier::host);
-  EXPECT_EQ(cache.free_pages(PageTier::device), 0);
-  EXPECT_EQ(cache.free_pages(PageTier::host), 4);
-  EXPECT_EQ(key_at(cache, 0, 9, 3), 9 * 8 + 3);           // first append, device page 2
-  EXPECT_EQ(key_at(cache, 0, 11, 0), 5000 + 1 * 8);        // second append's token 1, device page 2
-  EXPECT_EQ(key_at(cache, 0, 14, 7), 5000 + 4 * 8 + 7);    // host page
-  cache.release(0);
-  EXPECT_EQ(cache.free_pages(PageTier::device), 3);
-  EXPECT_EQ(cache.free_pages(PageTier::host), 5);
-}
-
-TEST(CooperativeCache, FullCacheWritesNothing) {
-  CooperativeKVCache cache(small_config(1, 1));
-  auto k = tokens(6, 0);
-  cache.append(1, make_tensor(k.data(), DType::f32, {6, 2, 4}), make_tensor(k.data(), DType::f32, {6, 2, 4}));
-  auto more = tokens(3, 100);
-  expect_error([&] { cache.append(1, make_tensor(more.data(), DType::f32, {3, 2, 4}), make_tensor(more.data(), DType::f32, {3, 2, 4})); },
-               ErrorCode::out_of_memory, "cache is full");
-  EXPECT_EQ(cache.length(1), 6);
-  EXPECT_EQ(cache.pages(1).size(), 2u);
-  EXPECT_EQ(key_at(cache, 1, 5, 0), 5 * 8);
-  expect_error([&] { cache.append(2, make_tensor(more.data(), DType::f32, {3, 2, 4}), make_tensor(more.data(), DType::f32, {3, 2, 4})); },
-               ErrorCode::invalid_argument, "seq: expected a sequence id in [0, 2)");
-  expect_error([&] { cache.append(0, make_tensor(more.data(), DType::f32, {3, 4, 2}), make_tensor(more.data(), DType::f32, {3, 4, 2})); },
-               ErrorCode::invalid_argument, "k: expected [.., 2, 4]");
-  expect_error([] { CooperativeCacheConfig c = small_config(0, 4, 2); c.device_budget_bytes = 100; CooperativeKVCache bad(c); },
-               ErrorCode::invalid_argument, "config.device_budget_bytes");
-}
-
-TEST(CooperativeCache, BadPageIds) {
-  CooperativeKVCache cache(small_config(2, 2));
-  expect_error([&] { cache.set_pages(0, {0, 7}, 8); }, ErrorCode::invalid_argument, "pages[1]: expected a page id in [0, 4)");
-  expect_error([&] { cache.set_pages(0, {-1}, 4); }, ErrorCode::invalid_argument, "pages[0]");
-  expect_error([&] { cache.set_pages(0, {1, 1}, 8); }, ErrorCode::invalid_argument, "page 1 twice");
-  expect_error([&] { cache.set_pages(0, {1}, 5); }, ErrorCode::invalid_argument, "2 page ids for 5 tokens");
-  expect_error([&] { (void)cache.tier(4); }, ErrorCode::invalid_argument, "page");
-  EXPECT_EQ(cache.free_pages(PageTier::device), 2);
-  // A shared prompt: both sequences hold page 2 (host); appending into it is refused.
-  cache.set_pages(0, {0, 2}, 6);
-  cache.set_pages(1, {1, 2}, 6);
-  EXPECT_EQ(cache.free_pages(PageTier::host), 1);
-  auto k = tokens(1, 0);
-  expect_error([&] { cache.append(1, make_tensor(k.data(), DType::f32, {1, 2, 4}), make_tensor(k.data(), DType::f32, {1, 2, 4})); },
-               ErrorCode::invalid_argument, "shared page");
-  cache.release(0);
-  EXPECT_EQ(cache.free_pages(PageTier::host), 1);  // still held by sequence 1
-  cache.release(1);
-  EXPECT_EQ(cache.free_pages(PageTier::host), 2);
-}
-
-// ---- the step in the CPU emulation ---------------------------------------------------------
+using testing::rates;
 
 struct Data {
   std::vector<std::uint16_t> k, v, q;  // bf16: [L, kvh, d], [L, kvh, d], [sq, h, d]
