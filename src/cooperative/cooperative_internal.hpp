@@ -116,9 +116,26 @@ std::unique_ptr<StepBackend> make_step_cuda(const TensorView& q, const Cooperati
                                             const CooperativeOptions& options);
 CooperativeRates measure_rates_cuda(int ordinal, int cpu_threads);
 #endif
-// rates.cpp: the CPU's rates (K+V bytes/s of decode, FLOP/s of a 512-query call) and a host
-// read of `bytes` from `data` on `threads` threads (bytes/s).
-void measure_cpu_rates(int cpu_threads, CooperativeRates& rates);
+// rates.cpp: the CPU part's decode call (1 query token, 32 over 8 KV heads, d 128, bf16, 64 MiB
+// of K+V in shuffled 256-token pages), set up once (its inputs take longer to fill than to read)
+// and timed by rate(): K+V bytes/s of the least time per call over >= `calls` calls and
+// >= `min_seconds` after a warm-up. The CUDA rates time it while host-to-device copies run, the
+// condition a step's CPU part runs in (rates_cuda.cu).
+class CpuDecodeProbe {
+ public:
+  explicit CpuDecodeProbe(int cpu_threads);
+  double rate(int calls, double min_seconds);
+
+ private:
+  int threads_;
+  std::vector<std::uint16_t> k_, v_, q_, out_;
+  std::vector<float> lse_;
+  std::vector<std::int32_t> table_;
+  std::int32_t len_ = 0;
+};
+// The CPU's FLOP/s on a 512-query bf16 forward call (rates.cpu_attention_flops), and a host read
+// of `bytes` from `data` on `threads` threads (bytes/s).
+void measure_cpu_flops(int cpu_threads, CooperativeRates& rates);
 double measure_host_read(const void* data, std::size_t bytes, int threads);
 
 }  // namespace fastattn::coop

@@ -67,32 +67,41 @@ double measure_host_read(const void* data, std::size_t bytes, int threads) {
   return static_cast<double>(bytes) / s;
 }
 
-void measure_cpu_rates(int cpu_threads, CooperativeRates& rates) {
-  // Decode: 1 query, 32 heads over 8 KV heads (GQA 4), d 128, bf16, 64 MiB of K+V in 256-token pages.
+CpuDecodeProbe::CpuDecodeProbe(int cpu_threads) : threads_(cpu_threads) {
   const std::int64_t kvh = 8, heads = 32, d = 128, ps = 256, pages = 128;  // 128 x 256 x 8 x 128 x 2 B x 2 = 64 MiB
-  const auto k = random_bf16(static_cast<std::size_t>(pages * ps * kvh * d));
-  const auto v = random_bf16(k.size());
-  const auto q = random_bf16(static_cast<std::size_t>(heads * d));
-  std::vector<std::uint16_t> out(q.size());
-  std::vector<float> lse(static_cast<std::size_t>(heads));
-  std::vector<std::int32_t> table(static_cast<std::size_t>(pages));
-  for (std::int64_t i = 0; i < pages; ++i) table[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 37) % pages);
-  std::int32_t len = static_cast<std::int32_t>(pages * ps);
+  k_ = random_bf16(static_cast<std::size_t>(pages * ps * kvh * d));
+  v_ = random_bf16(k_.size());
+  q_ = random_bf16(static_cast<std::size_t>(heads * d));
+  out_.resize(q_.size());
+  lse_.resize(static_cast<std::size_t>(heads));
+  table_.resize(static_cast<std::size_t>(pages));
+  for (std::int64_t i = 0; i < pages; ++i) table_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 37) % pages);
+  len_ = static_cast<std::int32_t>(pages * ps);
+}
+
+double CpuDecodeProbe::rate(int calls, double min_seconds) {
+  const std::int64_t kvh = 8, heads = 32, d = 128, ps = 256, pages = static_cast<std::int64_t>(table_.size());
   KVCache cache;
-  cache.k = make_tensor(const_cast<std::uint16_t*>(k.data()), DType::bf16, {pages, ps, kvh, d});
-  cache.v = make_tensor(const_cast<std::uint16_t*>(v.data()), DType::bf16, {pages, ps, kvh, d});
-  cache.seqlens = make_tensor(&len, DType::i32, {1});
-  cache.block_table = make_tensor(table.data(), DType::i32, {1, pages});
+  cache.k = make_tensor(k_.data(), DType::bf16, {pages, ps, kvh, d});
+  cache.v = make_tensor(v_.data(), DType::bf16, {pages, ps, kvh, d});
+  cache.seqlens = make_tensor(&len_, DType::i32, {1});
+  cache.block_table = make_tensor(table_.data(), DType::i32, {1, pages});
+  AttentionOptions a;
+  a.backend = Backend::cpu;
+  a.num_threads = threads_;
+  const TensorView Q = make_tensor(q_.data(), DType::bf16, {1, 1, heads, d});
+  const TensorView O = make_tensor(out_.data(), DType::bf16, {1, 1, heads, d});
+  const TensorView L = make_tensor(lse_.data(), DType::f32, {1, heads, 1});
+  const double s = least_seconds(calls, min_seconds, [&] { attention_with_kv_cache(Q, cache, O, L, std::nullopt, a); });
+  return 2.0 * static_cast<double>(k_.size()) * 2.0 / s;
+}
+
+void measure_cpu_flops(int cpu_threads, CooperativeRates& rates) {
+  // Many query rows: 512 queries x 4096 keys, 8 heads, d 128, bf16 forward.
+  const std::int64_t sq = 512, sk = 4096, h = 8, d = 128;
   AttentionOptions a;
   a.backend = Backend::cpu;
   a.num_threads = cpu_threads;
-  const TensorView Q = make_tensor(const_cast<std::uint16_t*>(q.data()), DType::bf16, {1, 1, heads, d});
-  const TensorView O = make_tensor(out.data(), DType::bf16, {1, 1, heads, d});
-  const TensorView L = make_tensor(lse.data(), DType::f32, {1, heads, 1});
-  const double s = least_seconds(5, 0.2, [&] { attention_with_kv_cache(Q, cache, O, L, std::nullopt, a); });
-  rates.cpu_attention = 2.0 * static_cast<double>(k.size()) * 2.0 / s;
-  // Many query rows: 512 queries x 4096 keys, 8 heads, d 128, bf16 forward.
-  const std::int64_t sq = 512, sk = 4096, h = 8;
   const auto q2 = random_bf16(static_cast<std::size_t>(sq * h * d));
   const auto k2 = random_bf16(static_cast<std::size_t>(sk * h * d));
   std::vector<std::uint16_t> o2(q2.size());
@@ -118,7 +127,8 @@ CooperativeRates measure_cooperative_rates(Device device, int cpu_threads) {
   if (const char* env = std::getenv("FASTATTN_COOP_RATES"); env != nullptr && *env != '\0') {
     rates = parse_cooperative_rates(env);
   } else if (device.type == DeviceType::cpu) {
-    coop::measure_cpu_rates(cpu_threads, rates);
+    rates.cpu_attention = coop::CpuDecodeProbe(cpu_threads).rate(5, 0.2);
+    coop::measure_cpu_flops(cpu_threads, rates);
     std::vector<std::uint64_t> buffer((std::size_t{256} << 20) / 8, 1);
     rates.host_read_during_dma = coop::measure_host_read(buffer.data(), buffer.size() * 8, cpu_threads);
     rates.source = "measured (CPU only: no GPU rates, host read without DMA)";
