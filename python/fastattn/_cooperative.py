@@ -205,14 +205,8 @@ def attention_with_cooperative_cache(q: Any, cache: CooperativeKVCache, seq: Any
     if (k_new is None) != (v_new is None):
         raise ValueError("k_new, v_new: expected both or neither, got "
                          + ("k_new only" if v_new is None else "v_new only"))
-    if k_new is not None:
-        n = int(tuple(k_new.shape)[-3])
-        ps, length, held = cache.page_size, cache.length(seq), len(cache.pages(seq))
-        need = -(-(length + n) // ps) - held
-        available = cache.free_pages("device") + cache.free_pages("host")
-        if need > available:
-            raise MemoryError(f"k_new: expected at most {available * ps + held * ps - length} new tokens (the cache is "
-                              f"full: {available} free pages of {ps} tokens), got {n} tokens")
+    if k_new is not None:  # the cache's own room check (CooperativeKVCache::check_room): MemoryError
+        cache._cache.check_room(seq, int(tuple(k_new.shape)[-3]), "k_new")
     result = cooperative_attention(q, cache, seq, k_new=k_new, v_new=v_new, causal=causal, softmax_scale=softmax_scale,
                                    softcap=softcap, rates=rates, num_threads=num_threads, out=out,
                                    return_lse=return_lse)

@@ -129,6 +129,7 @@ void register_cooperative(nb::module_& m) {
           },
           "seq"_a, "k"_a, "v"_a, "u16_is_bf16"_a)
       .def("set_pages", &CooperativeKVCache::set_pages, "seq"_a, "pages"_a, "length"_a)
+      .def("check_room", &CooperativeKVCache::check_room, "seq"_a, "tokens"_a, "name"_a)
       .def("release", &CooperativeKVCache::release, "seq"_a)
       .def("length", &CooperativeKVCache::length, "seq"_a)
       .def("pages", [](const CooperativeKVCache& c, std::int64_t seq) { return c.pages(seq); }, "seq"_a)
