@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/dtype.hpp"
+#include "cooperative_support.hpp"
 #include "fastattn/fastattn.hpp"
 #include "test_support.hpp"
 
@@ -40,15 +41,7 @@ CooperativeCacheConfig config(std::int64_t kvh, std::int64_t d, std::int64_t ps,
 
 CooperativeOptions given_rates() {
   CooperativeOptions o;
-  CooperativeRates r;
-  r.pcie_h2d = 50e9;
-  r.host_read_during_dma = 80e9;
-  r.cpu_attention = 60e9;
-  r.gpu_hbm = 4e12;
-  r.gpu_attention_flops = 4e14;
-  r.cpu_attention_flops = 1e12;
-  r.source = "given";
-  o.rates = r;
+  o.rates = testing::rates(50e9, 80e9, 60e9);
   o.policy = SplitPolicy::stream_fraction;
   o.stream_fraction = 0.5;
   o.attention.causal = true;

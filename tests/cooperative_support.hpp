@@ -1,5 +1,5 @@
 // cooperative_support.hpp — helpers shared by the cooperative cache tests (fastattn/cooperative.hpp):
-// cooperative_cost_model_test.cpp and cooperative_step_test.cpp.
+// cooperative_cost_model_test.cpp, cooperative_step_test.cpp and cooperative_kv_cache_call_test.cpp.
 #pragma once
 
 #include "fastattn/fastattn.hpp"
