@@ -105,15 +105,22 @@ TEST(KVCacheHeuristics, SplitsFillTheGpuOnceAndNoMore) {
   EXPECT_EQ(cuda::choose_kv_splits(forced).splits, 7);
 }
 
-// A paged cache counts two CTAs per SM where the 16-row tile's launch bounds allow two (the
-// measured best for shuffled pages: kv_split_slots_per_sm); a contiguous one, one.
+// A paged cache counts two CTAs per SM where the 16-row tile's launch bounds and the SM's shared
+// memory hold two (the measured best for shuffled pages: kv_split_slots_per_sm); a contiguous
+// one, one.
 TEST(KVCacheHeuristics, PagedCachesCountTwoCtasPerSm) {
+  constexpr int kH100 = 233472, kA100 = 167936, kAda = 102400;  // shared memory per SM, bytes
   const cuda::KVRowTile decode = cuda::kv_row_tile(4, 128);
   const int stages = cuda::kv_stages(128);
-  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, stages, false), 1);
-  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, stages, true), 2);
-  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, cuda::kv_deep_stages(128), true), 1) << "the deep ring: one per SM";
-  EXPECT_EQ(cuda::kv_split_slots_per_sm(cuda::kv_row_tile(128, 128), stages, true), 1) << "128 rows: one per SM";
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, 128, stages, false, kH100), 1);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, 128, stages, true, kH100), 2);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, 128, stages, true, kA100), 1) << "one 101 KB CTA per A100 SM";
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, 128, cuda::kv_reduced_stages(128), true, kAda), 1);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, 64, stages, true, kH100), 2);
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(decode, 128, cuda::kv_deep_stages(128), true, kH100), 1)
+      << "the deep ring: one per SM";
+  EXPECT_EQ(cuda::kv_split_slots_per_sm(cuda::kv_row_tile(128, 128), 128, stages, true, kH100), 1)
+      << "128 rows: one per SM";
   auto paged = [](std::int64_t batch, std::int64_t kv_heads, std::int64_t keys) {
     cuda::KVSplitShape s = h200_split(batch, kv_heads, keys);
     s.ctas_per_sm = 2;

@@ -167,7 +167,8 @@ _grad_enabled = torch.is_grad_enabled
 # call on the general path rather than risk bypassing a transform it cannot see.
 _functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
 # (The name is torch._C._len_torch_dispatch_stack: a wrong name here silently sends every call
-# through the ~25 us custom op; tests/python/test_torch_eager.py asserts _MODES_VISIBLE.)
+# through the ~25 us custom op; tests/python/test_torch_eager.py asserts _plain_context(), where
+# torch is installed.)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
 _MODES_VISIBLE = None not in (_functorch_level, _dispatch_modes, _function_modes)

@@ -117,16 +117,17 @@ std::unique_ptr<StepBackend> make_step_cuda(const TensorView& q, const Cooperati
 CooperativeRates measure_rates_cuda(int ordinal, int cpu_threads);
 #endif
 // rates.cpp: the CPU part's decode call (1 query token, 32 over 8 KV heads, d 128, bf16, 64 MiB
-// of K+V in shuffled 256-token pages), set up once (its inputs take longer to fill than to read)
-// and timed by rate(): K+V bytes/s of the least time per call over >= `calls` calls and
-// >= `min_seconds` after a warm-up. The CUDA rates time it while host-to-device copies run, the
-// condition a step's CPU part runs in (rates_cuda.cu).
+// of K and 64 MiB of V in shuffled 256-token pages; kSets such sets read in turn), set up once
+// (before any copy is started) and timed by rate(): K+V bytes/s of the median time per call over
+// >= `calls` calls and >= `min_seconds`, after a warm-up. The CUDA rates time it while
+// host-to-device copies run, the condition a step's CPU part runs in (rates_cuda.cu).
 class CpuDecodeProbe {
  public:
   explicit CpuDecodeProbe(int cpu_threads);
   double rate(int calls, double min_seconds);
 
  private:
+  static constexpr std::int64_t kSets = 4, kPages = 128, kPageSize = 256, kKvHeads = 8, kHeads = 32, kHeadDim = 128;
   int threads_;
   std::vector<std::uint16_t> k_, v_, q_, out_;
   std::vector<float> lse_;

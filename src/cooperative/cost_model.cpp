@@ -90,6 +90,8 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
   const double s = std::max(per_page(page_bytes, rates.pcie_h2d), gpu_compute);
   const double c = std::max(per_page(page_bytes, cpu_read),
                             rates.cpu_attention_flops > 0 ? page_flops / rates.cpu_attention_flops : 0.0);
+  // The CPU's page time the split balances: prefill counts kCpuPrefillMargin times the model's.
+  const double cm = prefill ? c * kCpuPrefillMargin : c;
   const std::int64_t H = host_pages;
 
   std::string why;
@@ -124,7 +126,6 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
       } else {
         // Finish together. Decode: x s = (H - x) c. Prefill: D d + x s = (H - x) c m (one GPU for
         // the device and streamed parts; m = kCpuPrefillMargin), the CPU's share rounded down (x up).
-        const double cm = prefill ? c * kCpuPrefillMargin : c;
         const double gpu_before = prefill ? static_cast<double>(device_pages) * d : 0.0;
         const double exact = (static_cast<double>(H) * cm - gpu_before) / (s + cm);
         x = std::clamp<std::int64_t>(prefill ? static_cast<std::int64_t>(std::ceil(exact)) : std::llround(exact), 0, H);
@@ -132,12 +133,15 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
         const bool cpu_read_bound = per_page(page_bytes, cpu_read) >= c;
         why = strf("a host page takes %s streamed (%s: PCIe %s, GPU %.0f TFLOP/s) and %s on the CPU (%s: read %s "
                    "= min(CPU attention %s, host read during DMA %s)), so %.0f%% of the host pages are streamed "
-                   "and the rest attended by the CPU, to finish together",
+                   "and the rest attended by the CPU, to finish together%s",
                    time_text(s).c_str(), stream_copy_bound ? "copy-bound" : "compute-bound",
                    rate_text(rates.pcie_h2d).c_str(), rates.gpu_attention_flops / 1e12, time_text(c).c_str(),
                    cpu_read_bound ? "read-bound" : "compute-bound", rate_text(cpu_read).c_str(),
                    rate_text(rates.cpu_attention).c_str(), rate_text(rates.host_read_during_dma).c_str(),
-                   100.0 * static_cast<double>(x) / static_cast<double>(H));
+                   100.0 * static_cast<double>(x) / static_cast<double>(H),
+                   prefill ? " (prefill: the device and streamed parts one after the other on the GPU, the CPU's "
+                             "page time counted 4x, its share rounded down)"
+                           : "");
       }
       break;
   }
@@ -145,7 +149,7 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
   split.cpu_pages = H - x;
   split.device_s = device_pages > 0 ? static_cast<double>(device_pages) * d : 0.0;
   split.streamed_s = x > 0 ? static_cast<double>(x) * s : 0.0;
-  split.cpu_s = split.cpu_pages > 0 ? static_cast<double>(split.cpu_pages) * c : 0.0;
+  split.cpu_s = split.cpu_pages > 0 ? static_cast<double>(split.cpu_pages) * cm : 0.0;  // prefill: with the margin
   // Prefill: the device and streamed parts queue on one GPU (compute-bound both).
   split.step_s = prefill ? std::max(split.device_s + split.streamed_s, split.cpu_s)
                          : std::max({split.device_s, split.streamed_s, split.cpu_s});

@@ -49,7 +49,8 @@ Bf16Dot decode_dot(Isa isa, DType dtype) {
 
 // THE choice of the inner products, with its reason: AMX tiles when a KV head packs enough
 // rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by FASTATTN_CPU_AMX and present),
-// else vdpbf16ps on bf16 pairs (bf16 on AVX-512 BF16), else f32 FMAs.
+// else bf16 K/V read in place (bf16 on AVX-512 BF16: widened in registers, f32 FMAs,
+// decode_bf16_split.hpp; the emulated pair form under AVX2), else f32 FMAs on staged tiles.
 struct DotChoice {
   Bf16Dot dot = Bf16Dot::off;
   amx::AmxMode amx = amx::AmxMode::off;

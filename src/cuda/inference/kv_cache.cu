@@ -238,7 +238,8 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   KVSplitShape s;
   s.units = p.batch * p.num_kv_heads * row_blocks;
   s.multiprocessors = multiprocessor_count(device);
-  s.ctas_per_sm = kv_split_slots_per_sm(tile, stages, kp.is_paged());  // 1 contiguous, 2 paged (kv_cache_heuristics.hpp)
+  // 1 contiguous; paged: 2 where two CTAs fit an SM (kv_cache_heuristics.hpp)
+  s.ctas_per_sm = kv_split_slots_per_sm(tile, d, stages, kp.is_paged(), shared_memory_per_multiprocessor(device));
   // Keys a row block sees at most: the longest cache, or a two-sided window's span.
   std::int64_t keys = max_cache_len > 0 ? std::min(max_cache_len, kp.capacity()) : kp.capacity();
   if (p.window_left >= 0 && p.window_right >= 0) {

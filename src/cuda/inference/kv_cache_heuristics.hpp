@@ -81,15 +81,16 @@ constexpr int kv_smem_bytes(const KVRowTile& t, int head_dim, int stages) {
 // ring, 1 at 128 rows (two 16-row tiles per warp: ~230 registers) or with the deep ring.
 constexpr int kv_launch_ctas_per_sm(const KVRowTile& t, int stages) { return t.rows <= 64 && stages <= 3 ? 2 : 1; }
 // Slots per SM the split count counts (KVSplitShape::ctas_per_sm). A contiguous cache: one (see
-// the head comment). A paged cache: two where the tile's launch bounds allow two. Its rows are
-// gathered from pages anywhere in the pool, and a second CTA per SM hides what those gathers cost
-// where one CTA, even with the deep ring, does not (H200, 2026-12-02, GQA 32/8, pages shuffled:
-// b16 kv 32k, page 64: 0.6031 ms at 128 CTAs, 0.5943 with the deep ring, 0.4910 at 256 CTAs, the
-// contiguous cache 0.4665; b1 kv 128k, page 64: 0.1588 ms at 16 splits, 0.1331 at 33, contiguous
-// 0.1281; page 16: 0.8046 -> 0.5634 and 0.2082 -> 0.1458; page 1: 1.7555 -> 0.9618 and 0.4383 ->
-// 0.2652).
-constexpr int kv_split_slots_per_sm(const KVRowTile& t, int stages, bool paged) {
-  return paged ? kv_launch_ctas_per_sm(t, stages) : 1;
+// the head comment). A paged cache: two where the tile's launch bounds and the SM's shared memory
+// (smem_per_sm bytes, the device's) hold two CTAs, else one. Its rows are gathered from pages
+// anywhere in the pool, and a second CTA per SM hides what those gathers cost where one CTA,
+// even with the deep ring, does not (H200, 2026-12-02, docs/inference.md "Which page sizes are
+// fast": pages of 64 at b1 kv 128k GQA 32/8, 0.1588 ms at 16 splits, 0.1331 ms at 33).
+constexpr int kv_split_slots_per_sm(const KVRowTile& t, int head_dim, int stages, bool paged, int smem_per_sm) {
+  if (!paged) return 1;
+  const int resident = smem_per_sm / (kv_smem_bytes(t, head_dim, stages) + kKVSmemReservedPerCta);
+  const int bound = kv_launch_ctas_per_sm(t, stages);
+  return resident < 1 ? 1 : (resident < bound ? resident : bound);
 }
 // The smaller ring (2 stages, 1 tile in flight while one is computed) for devices whose opt-in
 // shared memory per block is below the default ring's CTA: sm86 / sm89 / sm120 allow 101,376 B,
