@@ -10,24 +10,19 @@
 #include "fastattn/error.hpp"
 
 namespace fastattn {
-namespace {
 
-constexpr std::size_t kAlignment = 64;  // a cache line; also AVX-512 vector alignment
-
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-using AlignedBlock = std::unique_ptr<void, AlignedFree>;
-
-AlignedBlock allocate(std::size_t bytes) {
-  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (!p) {
+AlignedBlock allocate_aligned(std::size_t bytes, const char* what) {
+  constexpr std::size_t kAlign = 64;  // a cache line; also AVX-512 vector alignment
+  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  if (p == nullptr) {
     throw Error(ErrorCode::out_of_memory,
-                "host scratch: could not allocate " + std::to_string(bytes) + " bytes");
+                std::string(what) + ": could not allocate " + std::to_string(bytes) + " bytes of host scratch");
   }
   return AlignedBlock(p);
 }
+
+namespace {
 
 // Blocks not in use, kept for the next call. A call takes the smallest block that fits.
 struct Pool {
@@ -46,7 +41,7 @@ void* thread_scratch(std::size_t bytes) {
   thread_local std::size_t capacity = 0;
   if (bytes > capacity) {
     block.reset();
-    block = allocate(bytes);
+    block = allocate_aligned(bytes, "host scratch pool");
     capacity = bytes;
   }
   return block.get();
@@ -81,7 +76,7 @@ HostScratch::HostScratch(const Workspace* user, std::size_t bytes) {
     }
   }
   if (!pooled_) {
-    pooled_ = allocate(bytes).release();
+    pooled_ = allocate_aligned(bytes, "host scratch pool").release();
     pooled_size_ = bytes;
   }
   data_ = pooled_;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "api/device_memory.hpp"
 #include "api/host_pool.hpp"
@@ -85,10 +86,6 @@ void check_cuda_memory(KernelChoice& c, const KVCacheProblem& p, bool with_lse, 
   check_device_memory("cuda kv_cache", need, effective_device_memory_limit(limit_option));
 }
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-
 }  // namespace
 
 KernelChoice attention_with_kv_cache(const TensorView& q, const KVCache& cache, const TensorView& out,
@@ -122,7 +119,7 @@ struct KVCachePlan::Impl {
   KVCacheShape shape;
   AttentionOptions options;
   KVCacheRoute route;
-  std::unique_ptr<void, AlignedFree> host;  // the CPU route's scratch
+  AlignedBlock host;  // the CPU route's scratch
   KVCacheScratch scratch;
 #if FASTATTN_HAVE_CUDA
   std::unique_ptr<cuda::KVCachePlanScratch> device;
@@ -130,13 +127,12 @@ struct KVCachePlan::Impl {
 };
 
 KVCachePlan::KVCachePlan(const KVCacheShape& shape, const AttentionOptions& options) : impl_(std::make_unique<Impl>()) {
-  check_kv_cache_shape(shape, options);
+  PlannedKVCacheRoute planned = plan_kv_cache_route(shape, options);
   Impl& m = *impl_;
   m.shape = shape;
   m.options = options;
-  const KVCacheProblem p = kv_cache_problem_of(shape, options);
-  const std::int64_t max_cache_len = shape.max_cache_len > 0 ? shape.max_cache_len : p.capacity();
-  m.route = choose_kv_cache_route(p, options.backend, max_cache_len);
+  const KVCacheProblem& p = planned.problem;
+  m.route = std::move(planned.route);
   if (m.route.kernel == KVCacheKernel::cpu_prefill) {
     // A run may see caches longer than max_cache_len (the splits are only sized for it): the
     // gather buffer holds the most a sequence can show, its capacity (or its window).
@@ -149,13 +145,8 @@ KVCachePlan::KVCachePlan(const KVCacheShape& shape, const AttentionOptions& opti
   // multiples), or the gather buffer.
   const std::size_t host_bytes = m.route.host_scratch_bytes();
   if (host_bytes > 0) {
-    void* block = std::aligned_alloc(64, (host_bytes + 63) / 64 * 64);
-    if (block == nullptr) {
-      throw Error(ErrorCode::out_of_memory, "kv_cache plan: could not allocate " + std::to_string(host_bytes) +
-                                                " bytes of host scratch");
-    }
-    m.host.reset(block);
-    auto* base = static_cast<unsigned char*>(block);
+    m.host = allocate_aligned(host_bytes, "kv_cache plan");
+    auto* base = static_cast<unsigned char*>(m.host.get());
     if (m.route.kernel == KVCacheKernel::cpu_decode) {
       m.scratch.decode.parts = reinterpret_cast<float*>(base);
       m.scratch.decode.threads = reinterpret_cast<float*>(base + m.route.decode_scratch.parts_bytes);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "api/dispatch.hpp"
+#include "api/kv_cache_validate.hpp"
 #include "cpu/kv_cache.hpp"
 #include "fastattn/error.hpp"
 #if FASTATTN_HAVE_CUDA
@@ -138,6 +139,14 @@ std::size_t kv_cache_tensor_bytes(const KVCacheProblem& p, bool with_lse) {
   bytes += n(a.batch) * sizeof(std::int32_t);                                             // seqlens
   if (p.is_paged()) bytes += n(a.batch) * n(p.max_pages_per_seq) * sizeof(std::int32_t);  // block table
   return bytes;
+}
+
+PlannedKVCacheRoute plan_kv_cache_route(const KVCacheShape& shape, const AttentionOptions& options) {
+  check_kv_cache_shape(shape, options);
+  PlannedKVCacheRoute planned{kv_cache_problem_of(shape, options), {}};
+  const std::int64_t max_cache_len = shape.max_cache_len > 0 ? shape.max_cache_len : planned.problem.capacity();
+  planned.route = choose_kv_cache_route(planned.problem, options.backend, max_cache_len);
+  return planned;
 }
 
 }  // namespace fastattn

@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "cuda/inference/kv_cache.hpp"
+#include "fastattn/kv_cache.hpp"
 #include "fastattn/options.hpp"
 #include "inference/kv_cache_problem.hpp"
 
@@ -42,6 +43,15 @@ struct KVCacheRoute {
 // Chooses the route of `p` for caches of up to max_cache_len tokens, or throws Error
 // (unsupported: no kernel in this build; invalid_argument: options.backend for the device).
 KVCacheRoute choose_kv_cache_route(const KVCacheProblem& p, Backend requested, std::int64_t max_cache_len);
+
+// A plan's route (KVCachePlan, and the cooperative step's PartialRunner): the shape checked
+// (Error naming shape.<field>), the problem it stands for, and the route for caches of up to
+// shape.max_cache_len tokens (0: the capacity).
+struct PlannedKVCacheRoute {
+  KVCacheProblem problem;
+  KVCacheRoute route;
+};
+PlannedKVCacheRoute plan_kv_cache_route(const KVCacheShape& shape, const AttentionOptions& options);
 
 // Device memory a CUDA call needs resident (fastattn/memory.hpp): q, out, lse, the whole cache
 // (k and v), seqlens, block_table, append.k / append.v, plus the scratch.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "api/host_pool.hpp"
 #include "api/kv_cache_validate.hpp"
 #include "cooperative/cooperative_internal.hpp"
 #include "cpu/decode_keys.hpp"
@@ -16,19 +17,13 @@
 
 namespace fastattn::coop {
 
-namespace {
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-}  // namespace
-
 struct PartialRunner::Impl {
   KVCacheShape shape;
   AttentionOptions options;
   KVCacheRoute route;
   bool f32 = false;                    // the route writes out in f32
   std::optional<KVCachePlan> fallback;  // routes without an f32 output
-  std::unique_ptr<void, AlignedFree> host;
+  AlignedBlock host;
   cpu::DecodeBuffers decode;
 #if FASTATTN_HAVE_CUDA
   std::unique_ptr<cuda::KVCachePlanScratch> device;
@@ -37,13 +32,10 @@ struct PartialRunner::Impl {
 
 PartialRunner::PartialRunner(const KVCacheShape& shape, const AttentionOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  check_kv_cache_shape(shape, options);
   Impl& m = *impl_;
   m.shape = shape;
   m.options = options;
-  const KVCacheProblem p = kv_cache_problem_of(shape, options);
-  const std::int64_t max_cache_len = shape.max_cache_len > 0 ? shape.max_cache_len : p.capacity();
-  m.route = choose_kv_cache_route(p, options.backend, max_cache_len);
+  m.route = plan_kv_cache_route(shape, options).route;
   const bool half = shape.dtype == DType::bf16 || shape.dtype == DType::f16;
   m.f32 = half && (m.route.kernel == KVCacheKernel::cpu_decode || m.route.kernel == KVCacheKernel::cuda);
   if (!m.f32) {
@@ -55,13 +47,8 @@ PartialRunner::PartialRunner(const KVCacheShape& shape, const AttentionOptions& 
   if (m.route.kernel == KVCacheKernel::cpu_decode) {
     const std::size_t bytes = m.route.host_scratch_bytes();
     if (bytes > 0) {
-      void* block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-      if (block == nullptr) {
-        throw Error(ErrorCode::out_of_memory, "cooperative step: could not allocate " + std::to_string(bytes) +
-                                                  " bytes of host scratch for a part's plan");
-      }
-      m.host.reset(block);
-      auto* base = static_cast<unsigned char*>(block);
+      m.host = allocate_aligned(bytes, "cooperative step (a part's plan)");
+      auto* base = static_cast<unsigned char*>(m.host.get());
       m.decode.parts = reinterpret_cast<float*>(base);
       m.decode.threads = reinterpret_cast<float*>(base + m.route.decode_scratch.parts_bytes);
     }
