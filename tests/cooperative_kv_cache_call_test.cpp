@@ -28,15 +28,7 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::mt19937& gen) {
 
 CooperativeCacheConfig config(std::int64_t kvh, std::int64_t d, std::int64_t ps, std::int64_t device_pages,
                               std::int64_t host_pages) {
-  CooperativeCacheConfig c;
-  c.dtype = DType::bf16;
-  c.num_kv_heads = kvh;
-  c.head_dim = d;
-  c.page_size = ps;
-  c.staging_pages = 1;
-  c.host_pages = host_pages;
-  c.device_budget_bytes = static_cast<std::size_t>((device_pages + 2) * 2 * ps * kvh * d * 2);
-  return c;
+  return testing::cache_config(DType::bf16, kvh, d, ps, device_pages, 1, host_pages);
 }
 
 CooperativeOptions given_rates() {

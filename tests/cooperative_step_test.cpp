@@ -99,15 +99,8 @@ TEST_P(CooperativeSplitExact, ThreeWaysVsFloat64AndOneCall) {
   std::mt19937 gen(static_cast<unsigned>(L * 31 + sq));
   Data x{random_bf16(static_cast<std::size_t>(L * kvh * d), gen), random_bf16(static_cast<std::size_t>(L * kvh * d), gen),
          random_bf16(static_cast<std::size_t>(sq * h * d), gen)};
-  const std::int64_t page_bytes = 2 * ps * kvh * d * 2;
-  CooperativeCacheConfig c;
-  c.dtype = DType::bf16;
-  c.num_kv_heads = kvh;
-  c.head_dim = d;
-  c.page_size = ps;
-  c.staging_pages = sc.staging_pages;
-  c.host_pages = (L + ps - 1) / ps;
-  c.device_budget_bytes = static_cast<std::size_t>((sc.device_pages + 2 * sc.staging_pages) * page_bytes);
+  const CooperativeCacheConfig c =
+      testing::cache_config(DType::bf16, kvh, d, ps, sc.device_pages, sc.staging_pages, (L + ps - 1) / ps);
   CooperativeKVCache cache(c);
   // Appended in two uneven calls, so pages fill across a call boundary too.
   const std::int64_t first = L / 3;
@@ -184,14 +177,7 @@ TEST(CooperativePrefill, ForwardKernelOverDeviceRunsAndChunks) {
   std::mt19937 gen(17);
   Data x{random_bf16(static_cast<std::size_t>(L * kvh * d), gen), random_bf16(static_cast<std::size_t>(L * kvh * d), gen),
          random_bf16(static_cast<std::size_t>(sq * h * d), gen)};
-  CooperativeCacheConfig c;
-  c.dtype = DType::bf16;
-  c.num_kv_heads = kvh;
-  c.head_dim = d;
-  c.page_size = ps;
-  c.staging_pages = 8;
-  c.host_pages = pages;
-  c.device_budget_bytes = static_cast<std::size_t>((20 + 2 * 8) * 2 * ps * kvh * d * 2);  // 20 device pages
+  const CooperativeCacheConfig c = testing::cache_config(DType::bf16, kvh, d, ps, 20, 8, pages);  // 20 device pages
   CooperativeKVCache cache(c);
   // Token-order page table: device pages 3,4,5, 0,1, 9..19 (3 runs) interleaved with host pages.
   std::vector<std::int32_t> table;
@@ -267,16 +253,8 @@ TEST_P(CooperativeExactnessBar, NoLargerThanOneCall) {
   };
   const auto k = random(L * kvh * d), v = random(L * kvh * d), q = random(sq * h * d);
   auto at = [&](const std::vector<std::uint16_t>& x, std::int64_t i) { return load_element(x.data(), dt, i); };
-  const std::int64_t pages = (L + ps - 1) / ps, page_bytes = 2 * ps * kvh * d * 2;
-  CooperativeCacheConfig c;
-  c.dtype = dt;
-  c.num_kv_heads = kvh;
-  c.head_dim = d;
-  c.page_size = ps;
-  c.staging_pages = 3;
-  c.host_pages = pages;
-  const std::int64_t device_pages = pages / 3;
-  c.device_budget_bytes = static_cast<std::size_t>((device_pages + 2 * c.staging_pages) * page_bytes);
+  const std::int64_t pages = (L + ps - 1) / ps;
+  const CooperativeCacheConfig c = testing::cache_config(dt, kvh, d, ps, pages / 3, 3, pages);
   CooperativeKVCache cache(c);
   cache.append(0, make_tensor(const_cast<std::uint16_t*>(k.data()), dt, {L, kvh, d}),
                make_tensor(const_cast<std::uint16_t*>(v.data()), dt, {L, kvh, d}));
@@ -346,15 +324,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CooperativeExactnessBar,
 TEST(CooperativeStep, ReusedAsTheSequenceGrows) {
   const std::int64_t kvh = 2, h = 4, d = 64, ps = 16, step_tokens = 40;
   std::mt19937 gen(11);
-  CooperativeCacheConfig c;
-  c.dtype = DType::bf16;
-  c.num_kv_heads = kvh;
-  c.head_dim = d;
-  c.page_size = ps;
-  c.staging_pages = 2;
-  c.host_pages = 24;
-  const std::int64_t page_bytes = 2 * ps * kvh * d * 2;
-  c.device_budget_bytes = static_cast<std::size_t>((6 + 2 * c.staging_pages) * page_bytes);
+  const CooperativeCacheConfig c = testing::cache_config(DType::bf16, kvh, d, ps, 6, 2, 24);
   CooperativeKVCache cache(c);
   const auto q = random_bf16(static_cast<std::size_t>(h * d), gen);
   const TensorView Q = make_tensor(const_cast<std::uint16_t*>(q.data()), DType::bf16, {1, 1, h, d});
@@ -394,14 +364,7 @@ TEST(CooperativeStep, PartsAloneAndErrors) {
   const std::int64_t kvh = 2, h = 4, d = 64, ps = 16, L = 100;
   std::mt19937 gen(3);
   auto k = random_bf16(static_cast<std::size_t>(L * kvh * d), gen), q = random_bf16(static_cast<std::size_t>(h * d), gen);
-  CooperativeCacheConfig c;
-  c.dtype = DType::bf16;
-  c.num_kv_heads = kvh;
-  c.head_dim = d;
-  c.page_size = ps;
-  c.staging_pages = 1;
-  c.host_pages = 8;
-  c.device_budget_bytes = static_cast<std::size_t>(4 * 2 * ps * kvh * d * 2);  // 2 device pages + 2 staging
+  const CooperativeCacheConfig c = testing::cache_config(DType::bf16, kvh, d, ps, 2, 1, 8);  // 2 device + 2 staging
   CooperativeKVCache cache(c);
   cache.append(0, make_tensor(k.data(), DType::bf16, {L, kvh, d}), make_tensor(k.data(), DType::bf16, {L, kvh, d}));
   const TensorView Q = make_tensor(q.data(), DType::bf16, {1, 1, h, d});

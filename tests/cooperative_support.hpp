@@ -20,4 +20,21 @@ inline CooperativeRates rates(double pcie, double host, double cpu, double hbm =
   return r;
 }
 
+// A cache config with room for `device_pages` device pages beside its two staging buffers of
+// `staging_pages` pages each (the budget counts 2-byte elements), and `host_pages` host pages.
+inline CooperativeCacheConfig cache_config(DType dtype, std::int64_t kv_heads, std::int64_t head_dim,
+                                           std::int64_t page_size, std::int64_t device_pages,
+                                           std::int64_t staging_pages, std::int64_t host_pages) {
+  CooperativeCacheConfig c;
+  c.dtype = dtype;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.page_size = page_size;
+  c.staging_pages = staging_pages;
+  c.host_pages = host_pages;
+  c.device_budget_bytes =
+      static_cast<std::size_t>((device_pages + 2 * staging_pages) * 2 * page_size * kv_heads * head_dim * 2);
+  return c;
+}
+
 }  // namespace fastattn::testing
