@@ -159,17 +159,9 @@ def attention(
     q = fw.adopt(q)
     options = call_options(causal, window, scale, softcap, max_seqlen_q, max_seqlen_k, alignment,
                            backend, num_threads, False, fw.cuda_stream(q), fw.is_bf16_storage(q))
-    if out is None:
-        out = fw.empty_like(q)
-        out_arg = fw.export(out)
-    else:
-        out_arg = _arrays.export_output(out, "out")
-    lse = lse_arg = None
-    if return_lse:
-        shape = _arrays.lse_shape(q, cu_seqlens_q is not None)
-        if shape is not None:  # else q's rank is wrong, which the library reports
-            lse = fw.empty(q, shape, float32=True)
-            lse_arg = fw.export(lse)
+    # lse_shape None where q's rank is wrong, which the library reports.
+    out, out_arg, lse, lse_arg = _arrays.outputs(
+        fw, q, out, _arrays.lse_shape(q, cu_seqlens_q is not None) if return_lse else None)
     export = _arrays.export
     _C.forward(export(q), export(k), export(v), out_arg, lse_arg, export(cu_seqlens_q),
                export(cu_seqlens_k), options, False)

@@ -253,6 +253,21 @@ def export_output(x: Any, name: str) -> Any:
     return fw.export(x)
 
 
+def outputs(fw: Any, q: Any, out: Any, lse_dims: Optional[Tuple[int, ...]]) -> Tuple[Any, Any, Any, Any]:
+    """(out, out_arg, lse, lse_arg) for an extension call: out a new array like q in its
+    framework, or the caller's (checked as an output); lse a new float32 array of lse_dims, or
+    None where lse_dims is None. The *_arg values are what the extension takes."""
+    if out is None:
+        out = fw.empty_like(q)
+        out_arg = fw.export(out)
+    else:
+        out_arg = export_output(out, "out")
+    if lse_dims is None:
+        return out, out_arg, None, None
+    lse = fw.empty(q, lse_dims, float32=True)
+    return out, out_arg, lse, fw.export(lse)
+
+
 def lse_shape(q: Any, varlen: bool) -> Optional[Tuple[int, ...]]:
     """Shape of lse for q, or None where q's rank is wrong (the library reports that)."""
     shape = tuple(q.shape)

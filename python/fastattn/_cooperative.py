@@ -112,16 +112,8 @@ def _options(q: Any, fw: Any, causal: bool, softmax_scale: Optional[float], soft
 
 
 def _outputs(q: Any, fw: Any, out: Any, return_lse: bool) -> Tuple[Any, Any, Any, Any]:
-    if out is None:
-        out = fw.empty_like(q)
-        out_arg = fw.export(out)
-    else:
-        out_arg = _arrays.export_output(out, "out")
-    lse = lse_arg = None
-    if return_lse and len(tuple(q.shape)) == 4:
-        lse = fw.empty(q, (1, int(q.shape[2]), int(q.shape[1])), float32=True)
-        lse_arg = fw.export(lse)
-    return out, out_arg, lse, lse_arg
+    rank4 = len(tuple(q.shape)) == 4  # else the library reports q's rank
+    return _arrays.outputs(fw, q, out, (1, int(q.shape[2]), int(q.shape[1])) if return_lse and rank4 else None)
 
 
 class CooperativeStep:

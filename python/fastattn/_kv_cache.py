@@ -183,17 +183,8 @@ def attention_with_kv_cache(
     q = fw.adopt(q)
     options = call_options(causal, window, softmax_scale, softcap, None, None, "bottom_right", backend,
                            num_threads, False, fw.cuda_stream(q), fw.is_bf16_storage(q))
-    if out is None:
-        out = fw.empty_like(q)
-        out_arg = fw.export(out)
-    else:
-        out_arg = _arrays.export_output(out, "out")
-    lse = lse_arg = None
-    if return_lse:
-        shape = _lse_shape(q)
-        if shape is not None:  # else q's rank is wrong, which the library reports
-            lse = fw.empty(q, shape, float32=True)
-            lse_arg = fw.export(lse)
+    # _lse_shape None where q's rank is wrong, which the library reports.
+    out, out_arg, lse, lse_arg = _arrays.outputs(fw, q, out, _lse_shape(q) if return_lse else None)
     appending = k_new is not None or v_new is not None
     export = _arrays.export
     _C.attention_with_kv_cache(export(q), _cache_arg(k_cache, "k_cache", appending),
