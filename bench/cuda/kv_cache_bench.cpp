@@ -84,9 +84,17 @@ struct KVSlice {
 };
 KVSlice kv_slice(int tensor, std::size_t bytes) {  // tensor 0: K, 1: V
   static void* blocks[2] = {nullptr, nullptr};
-  constexpr auto kBlockBytes = static_cast<std::size_t>(kMaxKvBytes / 2) + (std::size_t{64} << 20);
-  if (blocks[tensor] == nullptr) check(cudaMalloc(&blocks[tensor], kBlockBytes), "cudaMalloc (K/V block)");
-  if (bytes > kBlockBytes) throw Error(ErrorCode::invalid_argument, "kv_cache_bench: a K/V tensor over its block");
+  static std::size_t block_bytes = 0;
+  if (block_bytes == 0) {  // half of kMaxKvBytes each, or 45% of the free memory on a smaller GPU
+    std::size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    block_bytes = std::min(static_cast<std::size_t>(kMaxKvBytes / 2) + (std::size_t{64} << 20), free / 100 * 45);
+  }
+  if (blocks[tensor] == nullptr) check(cudaMalloc(&blocks[tensor], block_bytes), "cudaMalloc (K/V block)");
+  if (bytes > block_bytes) {
+    throw Error(ErrorCode::invalid_argument, "kv_cache_bench: a K/V tensor of " + std::to_string(bytes) +
+                                                 " bytes over its block of " + std::to_string(block_bytes));
+  }
   return {blocks[tensor], bytes};
 }
 
