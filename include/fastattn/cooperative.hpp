@@ -152,6 +152,15 @@ struct CooperativeOptions {
   double stream_fraction = 0.5;  // SplitPolicy::stream_fraction
   int cpu_threads = 0;           // threads of the CPU part; 0: OpenMP's default
   std::optional<CooperativeRates> rates;  // absent: measure_cooperative_rates
+  // A CooperativeStep checks the rates it started from (measured or given) against its own runs:
+  // when a decode run of the automatic policy, with pages in both host parts, shows the streamed
+  // part's rate (pcie_h2d) or the CPU part's read rate more than 1.5x off the rate in use, both
+  // are replaced by what that run showed. A measurement at start can be disturbed by something
+  // else on the host (it once read a 7x low CPU rate, and the steps ran 1.8x longer); smaller
+  // differences are run-to-run noise and are left alone (docs/long-context.md, "The cost
+  // model"). Off: the split is a function of the start rates alone (as for one-shot
+  // cooperative_attention calls, which never refine).
+  bool refine_rates = true;
   // Which parts run (bits: 1 device, 2 streamed, 4 CPU); the benchmark times each part alone
   // with the split of a full step. A part that does not run contributes nothing (the result is
   // then attention over the other parts' keys only).
@@ -227,6 +236,19 @@ class CooperativeStep {
                    const std::optional<CooperativeNewKV>& new_kv = std::nullopt);
   // The split run() would use for `seq` now, without running it.
   CooperativeSplit plan(std::int64_t seq) const;
+  // The rates the next run's split comes from (options.refine_rates: a run's own when the start
+  // rates were off).
+  const CooperativeRates& rates() const;
+  // What the last run() took, measured (seconds; 0 before any run and for parts that did not
+  // run): gpu_s, parts 1 and 2 on the stream (CUDA events from the run's start to the end of the
+  // last streamed chunk's attention); cpu_s, part 3 (its host thread, from the same start);
+  // step_s, the whole run (host clock). On CUDA the parts overlap, so gpu_s and cpu_s against
+  // the split's model times (device_s + streamed_s, cpu_s) show what running together cost; the
+  // CPU emulation runs them one after the other.
+  struct Times {
+    double gpu_s = 0, cpu_s = 0, step_s = 0;
+  };
+  Times last_times() const;
 
   struct Impl;
 

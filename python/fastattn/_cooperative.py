@@ -133,18 +133,22 @@ class CooperativeStep:
             "hbm": 4e12, "flops": 4e14, "cpuflops": 1e12}, or that text); None: measured once
             per process (FASTATTN_COOP_RATES overrides).
         num_threads: CPU threads of the CPU part; 0: OpenMP's default.
+        refine_rates: a run that shows the streamed or CPU part's rate more than 1.5x off the
+            rates in use replaces them (policy "auto", all parts; CooperativeOptions::
+            refine_rates). False: the split follows the start rates alone.
     """
 
     def __init__(self, q: Any, cache: CooperativeKVCache, *, causal: bool = False,
                  softmax_scale: Optional[float] = None, softcap: float = 0.0, policy: str = "auto",
-                 stream_fraction: float = 0.5, parts: int = 7, rates: Any = None, num_threads: int = 0) -> None:
+                 stream_fraction: float = 0.5, parts: int = 7, rates: Any = None, num_threads: int = 0,
+                 refine_rates: bool = True) -> None:
         fw = _arrays.framework_of(q)
         q = fw.adopt(q)
         self._framework = fw
         self._bf16 = fw.is_bf16_storage(q)
         options = _options(q, fw, causal, softmax_scale, softcap, num_threads)
         self._step = _C.CooperativeStep(_arrays.export(q), cache._cache, options, str(policy), float(stream_fraction),
-                                        int(parts), _rates_text(rates))
+                                        int(parts), _rates_text(rates), bool(refine_rates))
 
     def run(self, q: Any, seq: int = 0, *, k_new: Any = None, v_new: Any = None, out: Any = None,
             return_lse: bool = False) -> Union[Any, Tuple[Any, Any]]:
@@ -162,6 +166,15 @@ class CooperativeStep:
     def plan(self, seq: int = 0) -> Dict[str, Any]:
         """The split run() would use for seq now: pages per part, model times, and the choice."""
         return self._step.plan(int(seq))
+
+    def last_times(self) -> Dict[str, float]:
+        """What the last run took, in seconds: gpu_s (parts 1 and 2 on the stream), cpu_s (part 3),
+        step_s (the whole run); 0 for parts that did not run."""
+        return self._step.last_times()
+
+    def rates(self) -> Dict[str, Any]:
+        """The rates the next run's split comes from (replaced by a run's own when they were off)."""
+        return self._step.rates()
 
 
 def cooperative_attention(q: Any, cache: CooperativeKVCache, seq: int = 0, *, k_new: Any = None,

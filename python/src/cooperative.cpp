@@ -149,13 +149,15 @@ void register_cooperative(nb::module_& m) {
       .def(
           "__init__",
           [](CooperativeStep* self, nb::handle q, const CooperativeKVCache& cache, const CallOptions& c,
-             const std::string& policy, double stream_fraction, unsigned parts, const std::string& rates) {
+             const std::string& policy, double stream_fraction, unsigned parts, const std::string& rates,
+             bool refine_rates) {
             ImportedTensors imports;
             const TensorView qv = imports.import(q, "q", Role::data, c.u16_is_bf16);
-            const CooperativeOptions o = step_options(c, imports, policy, stream_fraction, parts, rates);
+            CooperativeOptions o = step_options(c, imports, policy, stream_fraction, parts, rates);
+            o.refine_rates = refine_rates;
             new (self) CooperativeStep(qv, cache, o);
           },
-          "q"_a, "cache"_a, "options"_a, "policy"_a, "stream_fraction"_a, "parts"_a, "rates"_a,
+          "q"_a, "cache"_a, "options"_a, "policy"_a, "stream_fraction"_a, "parts"_a, "rates"_a, "refine_rates"_a,
           nb::keep_alive<1, 3>(), "Plans for q's shape and the cache (which the step keeps alive).")
       .def(
           "run",
@@ -167,7 +169,33 @@ void register_cooperative(nb::module_& m) {
           },
           "q"_a, "seq"_a, "out"_a, "lse"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "u16_is_bf16"_a)
       .def("plan", [](const CooperativeStep& step, std::int64_t seq) { return split_dict(step.plan(seq)); }, "seq"_a,
-           "The split run() would use for seq now, as a dict.");
+           "The split run() would use for seq now, as a dict.")
+      .def(
+          "last_times",
+          [](const CooperativeStep& step) {
+            const CooperativeStep::Times t = step.last_times();
+            nb::dict d;
+            d["gpu_s"] = t.gpu_s;
+            d["cpu_s"] = t.cpu_s;
+            d["step_s"] = t.step_s;
+            return d;
+          },
+          "What the last run took (seconds), as a dict.")
+      .def(
+          "rates",
+          [](const CooperativeStep& step) {
+            const CooperativeRates& r = step.rates();
+            nb::dict d;
+            d["pcie"] = r.pcie_h2d;
+            d["host"] = r.host_read_during_dma;
+            d["cpu"] = r.cpu_attention;
+            d["hbm"] = r.gpu_hbm;
+            d["flops"] = r.gpu_attention_flops;
+            d["cpuflops"] = r.cpu_attention_flops;
+            d["source"] = r.source;
+            return d;
+          },
+          "The rates of the next run's split, as a dict (the keys of the rates argument, and source).");
 
   m.def(
       "cooperative_attention",

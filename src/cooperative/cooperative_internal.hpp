@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cooperative/partial_runner.hpp"
@@ -107,7 +108,15 @@ class StepBackend {
   virtual ~StepBackend() = default;
   virtual void run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
                    const CooperativeNewKV* new_kv, const CooperativeOptions& options) = 0;
+  CooperativeStep::Times times;  // of the last run, written by run()
 };
+// CooperativeOptions::refine_rates (cost_model.cpp): the rates of the streamed and CPU parts
+// that `times` show for a run with `split` (the step's run number `run`, from 1) replace those
+// in `rates` when either is more than 1.5x off; false (nothing changed) when they are not, or
+// when the run does not show both (prefill, a forced split, a part without pages or not run).
+// `source` is the rates' source before any refinement.
+bool refine_cooperative_rates(CooperativeRates& rates, const std::string& source, const CooperativeSplit& split,
+                              double page_bytes, const CooperativeStep::Times& times, int run);
 // The CPU emulation (step_cpu.cpp) and the CUDA step (step_cuda.cu).
 std::unique_ptr<StepBackend> make_step_cpu(const TensorView& q, const CooperativeKVCache& cache,
                                            const CooperativeOptions& options);

@@ -176,6 +176,43 @@ CooperativeSplit choose_cooperative_split(std::int64_t device_pages, std::int64_
   return split;
 }
 
+namespace coop {
+
+bool refine_cooperative_rates(CooperativeRates& rates, const std::string& source, const CooperativeSplit& split,
+                              double page_bytes, const CooperativeStep::Times& times, int run) {
+  if (split.gpu_kernel != CooperativeKernel::kv_cache || split.streamed_pages <= 0 || split.cpu_pages <= 0 ||
+      run < 1) {
+    return false;
+  }
+  // The GPU parts' time holds the device part too (on the same stream, under the first copies):
+  // its model time, HBM-bound and tiny beside PCIe, is taken off.
+  const double streamed_s = times.gpu_s - split.device_s;
+  if (!(streamed_s > 0) || !(times.cpu_s > 0)) return false;
+  const double streamed = static_cast<double>(split.streamed_pages) * page_bytes / streamed_s;
+  const double cpu = static_cast<double>(split.cpu_pages) * page_bytes / times.cpu_s;
+  // Only a rate off by more than kRefineFactor is replaced: a start measurement disturbed by
+  // something else on the host (one process on the H200 host measured its CPU decode rate at
+  // 8.4 GB/s where the others read 56-64 GB/s, and its steps ran 1.8x longer). Smaller
+  // differences are the noise of a shared host from run to run, and following them did not pay:
+  // the parts' contention changes with the split (more CPU pages slowed the copies by up to
+  // 18%), and steps that chased their last runs were 36-42 ms where steps on the start rates
+  // were 34-37 ms (decode1m, H200 host, 2026-12-02; docs/long-context.md).
+  constexpr double kRefineFactor = 1.5;
+  const double cpu_read = std::min(rates.cpu_attention, rates.host_read_during_dma);
+  const auto off = [](double a, double b) { return b > 0 ? std::max(a / b, b / a) : kInf; };
+  if (std::max(off(streamed, rates.pcie_h2d), off(cpu, cpu_read)) <= kRefineFactor) return false;
+  rates.pcie_h2d = streamed;
+  rates.cpu_attention = cpu;
+  rates.host_read_during_dma = std::max(rates.host_read_during_dma, cpu);  // min() is the CPU's rate
+  rates.source = (source.empty() ? std::string("given") : source) +
+                 strf("; PCIe and CPU read replaced by run %d of this step (its parts timed as they ran together: "
+                      "the start rates were more than %.1fx off)",
+                      run, kRefineFactor);
+  return true;
+}
+
+}  // namespace coop
+
 CooperativeRates parse_cooperative_rates(const std::string& text) {
   CooperativeRates r;
   std::size_t at = 0;

@@ -140,7 +140,9 @@ StepPlan make_step_plan(const TensorView& q, const CooperativeKVCache& cache, st
 
 struct CooperativeStep::Impl {
   const CooperativeKVCache* cache = nullptr;
-  CooperativeOptions options;
+  CooperativeOptions options;  // options.rates: the rates of the next run (refined by the runs)
+  std::string rates_source;    // options.rates->source before any refinement
+  int runs = 0;                // run() calls so far
   std::int64_t seqlen_q = 0, num_heads = 0;
   std::unique_ptr<coop::StepBackend> backend;
 };
@@ -152,6 +154,7 @@ CooperativeStep::CooperativeStep(const TensorView& q, const CooperativeKVCache& 
   m.cache = &cache;
   m.options = options;
   if (!m.options.rates) m.options.rates = measure_cooperative_rates(cache.config().device, options.cpu_threads);
+  m.rates_source = m.options.rates->source;
   m.seqlen_q = q.shape[1];
   m.num_heads = q.shape[2];
   if (cache.config().device.type == DeviceType::cpu) {
@@ -171,7 +174,7 @@ CooperativeStep& CooperativeStep::operator=(CooperativeStep&&) noexcept = defaul
 
 KernelChoice CooperativeStep::run(const TensorView& q, std::int64_t seq, const TensorView& out,
                                   const std::optional<TensorView>& lse, const std::optional<CooperativeNewKV>& new_kv) {
-  const Impl& m = *impl_;
+  Impl& m = *impl_;
   const TensorView* lse_p = lse ? &*lse : nullptr;
   const CooperativeNewKV* new_p = new_kv ? &*new_kv : nullptr;
   check_call(q, *m.cache, seq, &out, lse_p, new_p, m.options);
@@ -181,8 +184,17 @@ KernelChoice CooperativeStep::run(const TensorView& q, std::int64_t seq, const T
   }
   const coop::StepPlan plan = coop::make_step_plan(q, *m.cache, seq, m.options);
   m.backend->run(plan, q, out, lse_p, new_p, m.options);
+  ++m.runs;
+  if (m.options.refine_rates && m.options.policy == SplitPolicy::automatic && m.options.parts == 7u) {
+    (void)coop::refine_cooperative_rates(*m.options.rates, m.rates_source, plan.split,
+                                         static_cast<double>(m.cache->page_bytes()), m.backend->times, m.runs);
+  }
   return plan.split.choice;
 }
+
+CooperativeStep::Times CooperativeStep::last_times() const { return impl_->backend->times; }
+
+const CooperativeRates& CooperativeStep::rates() const { return *impl_->options.rates; }
 
 CooperativeSplit CooperativeStep::plan(std::int64_t seq) const {
   const Impl& m = *impl_;

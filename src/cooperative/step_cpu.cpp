@@ -6,6 +6,7 @@
 // CPU tests check the split's exactness, the merge path and the step object's reuse with; the
 // CPU part (part 3) is the very runner the CUDA step runs on its host thread.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -42,6 +43,9 @@ class CpuStep final : public StepBackend {
 
   void run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,
            const CooperativeNewKV* new_kv, const CooperativeOptions& options) override {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point run_start = Clock::now();
+    times = {};
     std::fill(acc_.begin(), acc_.end(), 0.0f);
     std::fill(acc_lse_.begin(), acc_lse_.end(), -INFINITY);
     TensorView qc = q;
@@ -99,11 +103,14 @@ class CpuStep final : public StepBackend {
         }
       }
     }
-    // Part 3: the CPU over its host pages.
+    // Part 3: the CPU over its host pages (the "GPU" parts above ran first, one after the other).
+    const Clock::time_point cpu_start = Clock::now();
+    if (plan.run_device || plan.run_streamed) times.gpu_s = std::chrono::duration<double>(cpu_start - run_start).count();
     if (plan.run_cpu && !plan.cpu.local.empty()) {
       std::copy(plan.cpu.local.begin(), plan.cpu.local.end(), host_table_.begin());
       seqlen_ = static_cast<std::int32_t>(plan.cpu.tokens);
       run_part(cpu_, paged_part_view(cache_, PageTier::host, host_table_.data(), &seqlen_, Device::cpu()));
+      times.cpu_s = std::chrono::duration<double>(Clock::now() - cpu_start).count();
     }
     // The step's new tokens, causal among themselves when asked: forward() writes q's dtype.
     if (new_kv != nullptr && new_kv->k.shape[1] > 0) {
@@ -116,6 +123,7 @@ class CpuStep final : public StepBackend {
                              plan.num_heads, plan.head_dim);
     }
     finish_partials_cpu(acc_.data(), acc_lse_.data(), out, lse, plan.seqlen_q, plan.num_heads, plan.head_dim);
+    times.step_s = std::chrono::duration<double>(Clock::now() - run_start).count();
   }
 
  private:

@@ -4,7 +4,7 @@
 //           chunk attended on S as a contiguous cache as soon as its copy lands (event), the copy
 //           of chunk i + 1 running while chunk i is attended; a buffer is refilled only after
 //           the attention that read it (event);
-//   part 3  the CPU kernels over the CPU's host pages, on a host thread.
+//   part 3  the CPU kernels over the CPU's host pages, on the step's host thread (CpuWorker).
 // Each partial (out, lse; f32 from the parts' PartialRunners) is accumulated on S into an f32
 // accumulator (merge_states' formula; kernels below), rounded once into out at the end.
 // Prefill (CooperativeKernel::forward, seqlen_q > 16): parts 1 and 2 run forward() instead of the
@@ -19,15 +19,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <iterator>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cooperative/cooperative_internal.hpp"
+#include "cooperative/cpu_worker.hpp"
 #include "fastattn/attention.hpp"
 #include "fastattn/kv_cache.hpp"
 
@@ -148,12 +149,16 @@ struct StepResources {
   float* cpu_out = nullptr;             // pinned
   cudaStream_t copy = nullptr;
   cudaEvent_t events[5] = {};  // copied[2], computed[2], fork of the copy stream
+  cudaEvent_t timing[2] = {};  // the GPU parts' start and end (last_times)
   StepResources() = default;
   StepResources(const StepResources&) = delete;
   StepResources& operator=(const StepResources&) = delete;
   ~StepResources() {
     (void)cudaSetDevice(device);
     for (auto& e : events) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    for (auto& e : timing) {
       if (e != nullptr) (void)cudaEventDestroy(e);
     }
     if (copy != nullptr) (void)cudaStreamDestroy(copy);
@@ -213,6 +218,7 @@ class CudaStep final : public StepBackend {
     copy_ = r_.copy;
     for (auto& e : r_.events) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     std::copy(std::begin(r_.events), std::end(r_.events), events_);
+    for (auto& e : r_.timing) check(cudaEventCreate(&e), "cudaEventCreate");
     // The parts' plans, sized for the pools (they hold however the sequence grows).
     // Prefill's GPU parts call forward() (planned per call: host arithmetic only).
     const bool kv = kernel_ == CooperativeKernel::kv_cache;
@@ -224,6 +230,7 @@ class CudaStep final : public StepBackend {
       TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
       cpu_ = plan_part(qh, paged_part_view(cache, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()),
                        part_options(options, Backend::cpu));
+      worker_ = std::make_unique<CpuWorker>();
     }
   }
 
@@ -255,6 +262,7 @@ class CudaStep final : public StepBackend {
   cudaStream_t copy_ = nullptr;
   cudaEvent_t events_[5] = {};  // copied[2], computed[2], fork of the copy stream
   PartialRunner dev_, stage_, cpu_;
+  std::unique_ptr<CpuWorker> worker_;  // part 3's host thread (host pages only); declared last: stopped first
   std::vector<std::int32_t> cpu_table_;  // host pool block table of the CPU part
   std::int32_t cpu_seqlen_ = 0;
 };
@@ -273,14 +281,27 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
   const bool do_stream = plan.run_streamed && n_chunks > 0;
   const bool do_cpu = plan.run_cpu && !plan.cpu.local.empty();
   const bool prefill = kernel_ == CooperativeKernel::forward;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point run_start = Clock::now();
+  times = {};
   if (plan.split.gpu_kernel != kernel_ || n_chunks > max_chunks_ || n_dev > dev_pages_) {
     throw Error(ErrorCode::internal, "cooperative step: the plan has more chunks or device pages than the step holds");
   }
 
   // Part 3 first: q to the host (this waits for the caller's work on S that writes q), then the
   // CPU starts on its host thread while the GPU parts are enqueued.
-  std::exception_ptr cpu_error;
-  std::thread cpu_thread;
+  Clock::time_point parts_start = run_start;
+  // Waits for the CPU part on every way out (its job reads this run's locals).
+  struct Join {
+    CpuWorker* worker = nullptr;
+    ~Join() {
+      if (worker == nullptr) return;
+      try {
+        worker->wait();
+      } catch (...) {  // the run is already failing
+      }
+    }
+  } join;
   if (do_cpu) {
     for (std::int64_t t = 0; t < sq_; ++t) {  // q [1, sq, heads, d], any strides (head_dim contiguous)
       check(cudaMemcpy2DAsync(q_host_ + static_cast<std::size_t>(t * heads_ * d_) * esize, static_cast<std::size_t>(d) * esize,
@@ -293,21 +314,17 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
     std::fill(cpu_table_.begin(), cpu_table_.end(), 0);
     std::copy(plan.cpu.local.begin(), plan.cpu.local.end(), cpu_table_.begin());
     cpu_seqlen_ = static_cast<std::int32_t>(plan.cpu.tokens);
-    cpu_thread = std::thread([&] {
-      try {
-        const TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
-        cpu_.run(qh, paged_part_view(cache_, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()), cpu_out_,
-                 cpu_lse_, nullptr);
-      } catch (...) {
-        cpu_error = std::current_exception();
-      }
+    parts_start = Clock::now();  // the GPU parts' start event follows within microseconds
+    worker_->start([&] {
+      const TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
+      cpu_.run(qh, paged_part_view(cache_, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()), cpu_out_,
+               cpu_lse_, nullptr);
+      times.cpu_s = std::chrono::duration<double>(Clock::now() - parts_start).count();
     });
+    join.worker = worker_.get();
   }
-  struct Join {
-    std::thread& t;
-    ~Join() { if (t.joinable()) t.join(); }
-  } join{cpu_thread};
 
+  check(cudaEventRecord(r_.timing[0], S), "event record");
   // The device part's block table and every length, from pinned staging (S was synchronised at
   // the end of the previous step, so the staging is free).
   std::copy(plan.device.local.begin(), plan.device.local.end(), host_index_);
@@ -380,6 +397,7 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
     }
     // Join: the last copy was waited for by the last attention, so S is after every copy.
   }
+  check(cudaEventRecord(r_.timing[1], S), "event record");
   // The step's new tokens (forward() writes q's dtype).
   if (new_kv != nullptr && new_kv->k.shape[1] > 0) {
     AttentionOptions an = part_options(options, Backend::cuda);
@@ -391,8 +409,8 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
   }
   // Part 3's result joins last.
   if (do_cpu) {
-    cpu_thread.join();
-    if (cpu_error) std::rethrow_exception(cpu_error);
+    join.worker = nullptr;
+    worker_->wait();
     const std::size_t cpu_bytes = static_cast<std::size_t>(rows * d) * dtype_size(cpu_.out_dtype());
     check(cudaMemcpyAsync(part_out_[2], cpu_out_, cpu_bytes, cudaMemcpyHostToDevice, S), "CPU partial upload");
     check(cudaMemcpyAsync(part_lse_[2], cpu_lse_, static_cast<std::size_t>(rows) * 4, cudaMemcpyHostToDevice, S),
@@ -401,6 +419,10 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
   }
   launch_finish(c.dtype, acc_, acc_lse_, out, lse, sq, heads, d, S);
   check(cudaStreamSynchronize(S), "step");
+  float gpu_ms = 0;
+  check(cudaEventElapsedTime(&gpu_ms, r_.timing[0], r_.timing[1]), "event time");
+  times.gpu_s = do_dev || do_stream ? gpu_ms * 1e-3 : 0.0;
+  times.step_s = std::chrono::duration<double>(Clock::now() - run_start).count();
 }
 
 }  // namespace

@@ -147,3 +147,24 @@ def test_attention_with_kv_cache_cooperative_errors():
     assert cache.length(0) == 30 and np.all(out == 7.0)
     with pytest.raises(ValueError, match="block_table: expected None with a CooperativeKVCache"):
         fastattn.attention_with_kv_cache(q, cache, 0, block_table=np.zeros((1, 2), np.int32))
+
+
+def test_step_times_and_refined_rates(rng):
+    dtype = np.float16
+    cache = _cache(dtype, 2, 20)
+    k = as_dtype(rng.standard_normal((20 * PAGE, KV_HEADS, DIM)), dtype)
+    cache.append(0, k, k[::-1].copy())
+    q = as_dtype(rng.standard_normal((1, 1, HEADS, DIM)), dtype)
+    rates = dict(RATES, cpu=RATES["pcie"] / 2)  # both host parts get pages
+    step = fastattn.CooperativeStep(q, cache, rates=rates)
+    split = step.plan(0)
+    assert split["streamed_pages"] > 0 and split["cpu_pages"] > 0
+    step.run(q, 0)
+    times = step.last_times()
+    assert times["gpu_s"] > 0 and times["cpu_s"] > 0 and times["step_s"] >= times["cpu_s"]
+    refined = step.rates()
+    assert "replaced by run 1" in refined["source"]  # the emulation's "PCIe" is far below 50 GB/s
+    assert refined["hbm"] == RATES["hbm"] and refined["host"] >= refined["cpu"]
+    fixed = fastattn.CooperativeStep(q, cache, rates=rates, refine_rates=False)
+    fixed.run(q, 0)
+    assert fixed.rates()["cpu"] == rates["cpu"] and "replaced" not in fixed.rates()["source"]

@@ -259,6 +259,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& a) {
                   "--cooperative: auto, device, streamed, cpu (each part alone, auto's split), stream_all, cpu_all, forward (one forward() over all keys on the device: the prefill anchor)")
       ->delimiter(',');
   cmd->add_flag("--check", a.coop_check, "--cooperative: error vs float64, beside one single-device call");
+  cmd->add_flag("--fixed-rates", a.coop_fixed_rates,
+                "--cooperative: auto keeps the rates measured at start (CooperativeOptions::refine_rates off; "
+                "by default the step refines them from its own runs)");
   cmd->add_flag("--no-peaks", a.no_peaks, "Do not measure peaks (no % of peak column)");
   cmd->add_flag("--markdown", a.markdown, "Print the table as markdown");
   cmd->add_option("--json", a.json_path, "Write the results as JSON to this file");

@@ -214,6 +214,7 @@ int run_cooperative_bench(const BenchArgs& a) {
   report["setup_s"] = setup_s;
   CooperativeOptions base;
   base.cpu_threads = threads;
+  base.refine_rates = !a.coop_fixed_rates;
   const CooperativeRates rates = measure_cooperative_rates(device, threads);
   base.rates = rates;
   report["rates"] = {{"pcie_h2d", rates.pcie_h2d}, {"host_read_during_dma", rates.host_read_during_dma},
@@ -269,9 +270,11 @@ int run_cooperative_bench(const BenchArgs& a) {
       fmt::print(stderr, "fastattn bench: --strategies: expected auto, device, streamed, cpu, stream_all, cpu_all or forward, got {}\n", name);
       return kExitUsage;
     }
-    const CooperativeSplit split = plan_cooperative_attention(Q, cache, 0, o);
+    CooperativeSplit split = plan_cooperative_attention(Q, cache, 0, o);
     // The step object is planned (plans, scratch, staging, copy stream) outside the timed loop,
-    // as a decode loop keeps it; its high-water mark counts (the sampler runs from here).
+    // as a decode loop keeps it; its high-water mark counts (the sampler runs from here to the
+    // end of the warm-up runs: a run allocates nothing, and the sampler's thread and device
+    // queries stay out of the timed runs, whose CPU part has every core).
     std::atomic<bool> stop{false};
     std::atomic<std::size_t> peak{0};
     std::thread sampler([&] {
@@ -281,33 +284,55 @@ int run_cooperative_bench(const BenchArgs& a) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
-    std::vector<double> times;
+    std::vector<double> times, gpu_times, cpu_times;  // the run, and its parts as measured inside it
     const int warm = std::max(1, a.warmup), reps = std::max(3, a.repeats);
     try {
       CooperativeStep step(Q, cache, o);
       for (int i = 0; i < warm + reps; ++i) {
+        if (i == warm) {
+          stop = true;
+          sampler.join();
+        }
         const auto t0 = std::chrono::steady_clock::now();
         step.run(Q, 0, O, Lse);
-        if (i >= warm) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (i >= warm) {
+          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          gpu_times.push_back(step.last_times().gpu_s);
+          cpu_times.push_back(step.last_times().cpu_s);
+        }
+      }
+      if (name == "auto") {
+        // The split after auto's runs refined its rates (CooperativeOptions::refine_rates): the
+        // parts alone, the check and the reason below run with those rates, so that split.
+        split = step.plan(0);
+        base.rates = step.rates();
+        const CooperativeRates& r = *base.rates;
+        report["rates_refined"] = {{"pcie_h2d", r.pcie_h2d}, {"host_read_during_dma", r.host_read_during_dma},
+                                   {"cpu_attention", r.cpu_attention}, {"source", r.source}};
       }
     } catch (const Error& e) {
       stop = true;
-      sampler.join();
+      if (sampler.joinable()) sampler.join();
       fmt::print(stderr, "fastattn bench --cooperative: {}: {}\n", name, e.what());
       return kExitFailed;
     }
     stop = true;
-    sampler.join();
+    if (sampler.joinable()) sampler.join();
     std::sort(times.begin(), times.end());
+    std::sort(gpu_times.begin(), gpu_times.end());
+    std::sort(cpu_times.begin(), cpu_times.end());
+    const double gpu_in_step_ms = gpu_times[gpu_times.size() / 2] * 1e3, cpu_in_step_ms = cpu_times[cpu_times.size() / 2] * 1e3;
     const std::size_t hw = peak.load() > used0 ? peak.load() - used0 : 0;
     high_water = std::max(high_water, hw);
     Json row = {{"strategy", name}, {"median_ms", times[times.size() / 2] * 1e3}, {"min_ms", times.front() * 1e3},
                 {"repeats", reps}, {"device_pages", split.device_pages}, {"streamed_pages", split.streamed_pages},
                 {"cpu_pages", split.cpu_pages}, {"chunk_pages", split.chunk_pages},
                 {"model_ms", {{"device", split.device_s * 1e3}, {"streamed", split.streamed_s * 1e3}, {"cpu", split.cpu_s * 1e3}, {"step", split.step_s * 1e3}}},
+                {"in_step_ms", {{"gpu_parts", gpu_in_step_ms}, {"cpu_part", cpu_in_step_ms}}},
                 {"device_high_water_bytes", hw}, {"reason", split.choice.reason}};
-    fmt::print("{:>10}  {:9.3f} ms  split {}/{}/{}  high-water {:.2f} GiB\n", name, times[times.size() / 2] * 1e3,
-               split.device_pages, split.streamed_pages, split.cpu_pages, static_cast<double>(hw) / (1 << 30));
+    fmt::print("{:>10}  {:9.3f} ms  split {}/{}/{}  high-water {:.2f} GiB  (in the step: GPU parts {:.3f} ms, CPU part {:.3f} ms)\n",
+               name, times[times.size() / 2] * 1e3, split.device_pages, split.streamed_pages, split.cpu_pages,
+               static_cast<double>(hw) / (1 << 30), gpu_in_step_ms, cpu_in_step_ms);
     report["rows"].push_back(row);
   }
   report["device_high_water_bytes"] = high_water;

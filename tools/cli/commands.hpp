@@ -71,6 +71,7 @@ struct BenchArgs {
   std::int64_t coop_staging_tokens = 0;  // --staging-tokens: tokens per staging buffer (0: the default)
   std::vector<std::string> coop_strategies;  // auto, device, streamed, cpu, stream_all, cpu_all
   bool coop_check = false;                   // exactness vs float64 and one single-device call
+  bool coop_fixed_rates = false;             // --fixed-rates: CooperativeOptions::refine_rates off
 };
 int run_cooperative_bench(const BenchArgs& args);
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);

@@ -30,6 +30,7 @@
 #             Bar: prefill_host auto >= 90% of prefill_device auto's speed.
 #   mha256k   Llama-7B layer (32 heads MHA, d128), 256K tokens, 32 GiB / 32 layers (Volta-sized),
 #             step time, split, exactness.
+# COOP_ARGS: extra bench arguments for every stage (e.g. --fixed-rates for an A/B).
 # Output under $OUT: coop_<stage>.json (one per stage), coop.log, coop_summary.json (the bars).
 # Expected time: ~3 minutes (1M setup: 4 GiB pinned + fill ~10 s; steps 20-80 ms x 6 strategies
 # x 13 calls; rates ~2 s per process).
@@ -50,7 +51,7 @@ step() {  # step NAME LIMIT ARGS...
   local name=$1 limit=$2; shift 2
   note "== $name (limit ${limit}s)"
   timeout -k 5 "$limit" "$bin" bench --cooperative --device cuda --threads "$threads" --repeats "$repeats" \
-    --json "$out/coop_$name.json" "$@"
+    --json "$out/coop_$name.json" "$@" ${COOP_ARGS:-}
   note "-- $name rc=$?"
 }
 [ -x "$bin" ] || { echo "gpu-coop: no fastattn binary at $bin (set FASTATTN_BIN)"; exit 2; }
