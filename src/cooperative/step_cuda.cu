@@ -4,7 +4,7 @@
 //           chunk attended on S as a contiguous cache as soon as its copy lands (event), the copy
 //           of chunk i + 1 running while chunk i is attended; a buffer is refilled only after
 //           the attention that read it (event);
-//   part 3  the CPU kernels over the CPU's host pages, on the step's host thread (CpuWorker).
+//   part 3  the CPU kernels over the CPU's host pages, on the step's host thread (WorkerThread).
 // Each partial (out, lse; f32 from the parts' PartialRunners) is accumulated on S into an f32
 // accumulator (merge_states' formula; kernels below), rounded once into out at the end.
 // Prefill (CooperativeKernel::forward, seqlen_q > 16): parts 1 and 2 run forward() instead of the
@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "common/worker_thread.hpp"
 #include "cooperative/cooperative_internal.hpp"
-#include "cooperative/cpu_worker.hpp"
 #include "fastattn/attention.hpp"
 #include "fastattn/kv_cache.hpp"
 
@@ -230,7 +230,7 @@ class CudaStep final : public StepBackend {
       TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
       cpu_ = plan_part(qh, paged_part_view(cache, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()),
                        part_options(options, Backend::cpu));
-      worker_ = std::make_unique<CpuWorker>();
+      worker_ = std::make_unique<WorkerThread>();
     }
   }
 
@@ -262,7 +262,7 @@ class CudaStep final : public StepBackend {
   cudaStream_t copy_ = nullptr;
   cudaEvent_t events_[5] = {};  // copied[2], computed[2], fork of the copy stream
   PartialRunner dev_, stage_, cpu_;
-  std::unique_ptr<CpuWorker> worker_;  // part 3's host thread (host pages only); declared last: stopped first
+  std::unique_ptr<WorkerThread> worker_;  // part 3's host thread (host pages only); declared last: stopped first
   std::vector<std::int32_t> cpu_table_;  // host pool block table of the CPU part
   std::int32_t cpu_seqlen_ = 0;
 };
@@ -293,7 +293,7 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
   Clock::time_point parts_start = run_start;
   // Waits for the CPU part on every way out (its job reads this run's locals).
   struct Join {
-    CpuWorker* worker = nullptr;
+    WorkerThread* worker = nullptr;
     ~Join() {
       if (worker == nullptr) return;
       try {
@@ -315,7 +315,7 @@ void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& 
     std::copy(plan.cpu.local.begin(), plan.cpu.local.end(), cpu_table_.begin());
     cpu_seqlen_ = static_cast<std::int32_t>(plan.cpu.tokens);
     parts_start = Clock::now();  // the GPU parts' start event follows within microseconds
-    worker_->start([&] {
+    worker_->submit([&] {
       const TensorView qh = make_tensor(q_host_, c.dtype, {1, sq_, heads_, d_});
       cpu_.run(qh, paged_part_view(cache_, PageTier::host, cpu_table_.data(), &cpu_seqlen_, Device::cpu()), cpu_out_,
                cpu_lse_, nullptr);

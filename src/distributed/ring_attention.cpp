@@ -3,7 +3,7 @@
 // Each rank holds its query tokens and one K/V block (its own key tokens). In P steps every
 // block visits every rank: at step s rank r holds the block of rank (r - s) mod P, computes its
 // query rows against it (fastattn::forward / backward, one call per pair of chunks that see each
-// other: ring_plan.hpp) while a CommThread already moves the block on to rank r + 1 and receives
+// other: ring_plan.hpp) while a WorkerThread already moves the block on to rank r + 1 and receives
 // the next one into the other half of a double buffer.
 //   forward:  per-block (out, lse) partials merged in f32 by merge_states into an f32
 //             accumulator, rounded to the dtype once at the end (bf16 partials summed in bf16
@@ -22,7 +22,7 @@
 #include "api/view_checks.hpp"
 #include "common/dtype.hpp"
 #include "distributed/comm_common.hpp"
-#include "distributed/comm_thread.hpp"
+#include "common/worker_thread.hpp"
 #include "distributed/ring_plan.hpp"
 #include "distributed/sharded_checks.hpp"
 #include "fastattn/attention.hpp"
@@ -128,14 +128,14 @@ AttentionOptions block_options(const RingOptions& o, const Geometry& g, const Bl
   return a;
 }
 
-// Runs the ring: for each step, `transfer(step)` (on the CommThread when overlapping, else
+// Runs the ring: for each step, `transfer(step)` (on the WorkerThread when overlapping, else
 // first) alongside `compute(step)`, then `after(step)` once both are done. On any failure the
 // communicator is aborted (the peers fail fast) and the first error is rethrown.
 template <typename Transfer, typename Compute, typename After>
 void run_ring(Communicator& comm, const RingOptions& o, Transfer transfer, Compute compute, After after) {
   const int steps = comm.size();
-  std::unique_ptr<CommThread> thread;
-  if (o.overlap && steps > 1) thread = std::make_unique<CommThread>();
+  std::unique_ptr<WorkerThread> thread;
+  if (o.overlap && steps > 1) thread = std::make_unique<WorkerThread>();
   with_abort_on_failure(comm, "ring attention", [&] {
     for (int s = 0; s < steps; ++s) {
       if (thread) {

@@ -1,6 +1,6 @@
 // tiling_all_reduce.cpp — out = AllReduce(partial out), produced and reduced in row tiles
 // (fastattn/distributed.hpp). CPU communicators here: the calling thread produces tiles, a
-// CommThread reduces each one as soon as its ready count says it is done. CUDA tensors go to
+// WorkerThread reduces each one as soon as its ready count says it is done. CUDA tensors go to
 // tiling_all_reduce_cuda.cpp (NCCL builds).
 #include <omp.h>
 
@@ -13,7 +13,7 @@
 #include "api/view_checks.hpp"
 #include "common/dtype.hpp"
 #include "distributed/comm_common.hpp"
-#include "distributed/comm_thread.hpp"
+#include "common/worker_thread.hpp"
 #include "distributed/tiling_all_reduce_cuda.hpp"
 
 namespace fastattn::distributed {
@@ -105,7 +105,7 @@ TilingAllReduceReport tiled_all_reduce(Communicator& comm, const TensorView& out
   }
 
   TileHandoff handoff;
-  CommThread reducer;
+  WorkerThread reducer;
   reducer.submit([&] {
     try {
       for (std::int64_t t = 0; t < tiles; ++t) {
