@@ -124,22 +124,26 @@ struct TileRows {
         page[it] = first;
         row[it] = in_page + tile_row(it, tid);
       }
-    } else if (T::kBlockN % p.page_size == 0 && T::kBlockN / p.page_size <= 32) {
-      // Whole small pages per tile (page size 2..32 at 64-key tiles, e.g. 16): the tile starts
-      // on a page boundary and holds kBlockN / page_size pages; lane i of each warp reads the
-      // table entry of page i once and the copies take theirs by shuffle, instead of every copy
-      // reading its own (8 table reads per thread per tile at d 128; L1 hits, but each on the
-      // address path of the tile after next). fetch runs on every thread of the CTA, so the
-      // warps are whole for the shuffles.
+    } else if (T::kBlockN % p.page_size == 0 && T::kBlockN / p.page_size <= 64) {
+      // Whole small pages per tile (page size 1..32 at 64-key tiles): the tile starts on a page
+      // boundary and holds up to 64 pages; lane i of each warp reads the table entries of pages
+      // i and i + 32 once (coalesced) and the copies take theirs by shuffle, instead of every
+      // copy reading its own (8 table reads per thread per tile at d 128; L1 hits, but each on
+      // the address path of the tile after next). fetch runs on every thread of the CTA, so the
+      // warps are whole for the shuffles; `pages`, and so the second round, is the same on all.
+      const int pages = T::kBlockN / p.page_size;
       const int first = k0 / p.page_size;
       const int used = (len + p.page_size - 1) / p.page_size;  // pages holding keys: never past them
       const int lane = tid % 32;
-      const int entry = lane < T::kBlockN / p.page_size && first + lane < used ? kv_page(p, b, first + lane) : 0;
+      const int entry_lo = lane < pages && first + lane < used ? kv_page(p, b, first + lane) : 0;
+      const int entry_hi = lane + 32 < pages && first + lane + 32 < used ? kv_page(p, b, first + lane + 32) : 0;
 #pragma unroll
       for (int it = 0; it < T::kCopyIters; ++it) {
         const int r = tile_row(it, tid);
-        const int j = r / p.page_size;  // page of the tile, < 32; rows past len are not read
-        page[it] = __shfl_sync(0xffffffffu, entry, j);
+        const int j = r / p.page_size;  // page of the tile, < 64; rows past len are not read
+        const int from_lo = __shfl_sync(0xffffffffu, entry_lo, j % 32);
+        const int from_hi = pages > 32 ? __shfl_sync(0xffffffffu, entry_hi, j % 32) : 0;
+        page[it] = j < 32 ? from_lo : from_hi;
         row[it] = r - j * p.page_size;
       }
     } else {
