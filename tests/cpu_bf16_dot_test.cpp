@@ -41,8 +41,11 @@ const char* const kPairCases[] = {
 
 class Bf16DotEmulated : public ::testing::TestWithParam<const char*> {};
 
+// The pair kernel is the prefill kernel's form: the decode route (seqlen_q <= 16, its own forms,
+// cpu_decode_test.cpp) is turned off, so the short cases run the pair kernel too.
 TEST_P(Bf16DotEmulated, MatchesFloat64) {
   const ScopedEnv env = bf16_dot_env("emulated");
+  const ScopedEnv prefill("FASTATTN_CPU_DECODE", "off");
   const harness::Case c = harness::parse_case(GetParam());
   harness::CaseData data(c);
   const KernelChoice choice = data.run_forward(Backend::cpu);
@@ -73,6 +76,7 @@ TEST(Bf16Dot, VarlenTokensOutsideEverySequenceAreSkipped) {
   options.cu_seqlens_k = make_tensor(ck.data(), DType::i32, {3});
   auto run = [&](const char* mode) {
     const ScopedEnv env = bf16_dot_env(mode);
+    const ScopedEnv prefill("FASTATTN_CPU_DECODE", "off");  // sequences of 5 and 4 queries: the pair kernel
     std::vector<std::uint16_t> out(static_cast<std::size_t>(total_q * heads * d), 0);
     const KernelChoice choice = forward(make_tensor(q.data(), DType::bf16, {total_q, heads, d}),
                                         make_tensor(k.data(), DType::bf16, {total_k, heads, d}),

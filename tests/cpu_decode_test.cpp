@@ -112,14 +112,14 @@ TEST(Decode, BackwardOfDecodeForward) {
 
 // The dispatcher: decode up to kDecodeMaxQueries queries, prefill above; the environment
 // forces either; a bad value is an error naming the variable.
-KernelChoice plan_of(std::int64_t sq, std::int64_t sk) {
+KernelChoice plan_of(std::int64_t sq, std::int64_t sk, DType dtype = DType::bf16) {
   static std::vector<std::uint16_t> q, out, kv;  // plan_forward reads shapes only
   q.resize(static_cast<std::size_t>(sq * 32 * 128));
   out.resize(q.size());
   kv.resize(static_cast<std::size_t>(sk * 8 * 128));
-  const TensorView tq = make_tensor(q.data(), DType::bf16, {1, sq, 32, 128});
-  const TensorView to = make_tensor(out.data(), DType::bf16, {1, sq, 32, 128});
-  const TensorView tkv = make_tensor(kv.data(), DType::bf16, {1, sk, 8, 128});
+  const TensorView tq = make_tensor(q.data(), dtype, {1, sq, 32, 128});
+  const TensorView to = make_tensor(out.data(), dtype, {1, sq, 32, 128});
+  const TensorView tkv = make_tensor(kv.data(), dtype, {1, sk, 8, 128});
   AttentionOptions o;
   o.backend = Backend::cpu;
   o.causal = true;
@@ -149,6 +149,35 @@ TEST(Decode, DispatcherChoosesDecodeForShortQueries) {
     const ScopedEnv env("FASTATTN_CPU_DECODE", std::string("sometimes"));
     expect_error([] { plan_of(1, 4096); }, ErrorCode::invalid_argument,
                  "FASTATTN_CPU_DECODE: expected auto, on or off, got 'sometimes'");
+  }
+}
+
+// The decode form (cpu::DecodeForm, in the kernel name and the reason): bf16 K/V read in place
+// and widened on every AVX-512, with the BF16 extension or without (FASTATTN_CPU_ISA=avx512);
+// f16, and AVX2, stage f32 tiles; FASTATTN_CPU_BF16_DOT=off forces the tiles. AMX off here (its
+// form has its own tests: cpu_decode_amx_emulated).
+TEST(Decode, FormFollowsDtypeAndIsa) {
+  const ScopedEnv no_amx("FASTATTN_CPU_AMX", std::string("off"));
+  const ScopedEnv isa_unset("FASTATTN_CPU_ISA", std::nullopt);
+  const bool avx512 = plan_of(1, 4096, DType::f16).isa.rfind("avx512", 0) == 0;
+  if (avx512) {
+    EXPECT_NE(plan_of(1, 4096).kernel.find(".widened.bf16."), std::string::npos) << plan_of(1, 4096).kernel;
+    EXPECT_NE(plan_of(1, 4096).reason.find("widened in registers"), std::string::npos);
+    const ScopedEnv plain("FASTATTN_CPU_ISA", std::string("avx512"));
+    EXPECT_EQ(plan_of(1, 4096).kernel.rfind("cpu.decode.avx512.widened.bf16.", 0), 0u) << plan_of(1, 4096).kernel;
+  }
+  EXPECT_EQ(plan_of(1, 4096, DType::f16).kernel.find(".widened."), std::string::npos);
+  EXPECT_NE(plan_of(1, 4096, DType::f16).reason.find("K/V tiles converted in L1"), std::string::npos);
+  {
+    const ScopedEnv off("FASTATTN_CPU_BF16_DOT", std::string("off"));
+    EXPECT_EQ(plan_of(1, 4096).kernel.find(".widened."), std::string::npos) << plan_of(1, 4096).kernel;
+    EXPECT_NE(plan_of(1, 4096).reason.find("FASTATTN_CPU_BF16_DOT=off"), std::string::npos);
+  }
+  {
+    const ScopedEnv avx2("FASTATTN_CPU_ISA", std::string("avx2"));
+    EXPECT_EQ(plan_of(1, 4096).kernel.rfind("cpu.decode.avx2.bf16.", 0), 0u) << plan_of(1, 4096).kernel;
+    const ScopedEnv pairs("FASTATTN_CPU_BF16_DOT", std::string("emulated"));
+    EXPECT_EQ(plan_of(1, 4096).kernel.rfind("cpu.decode.avx2.bf16dot-emulated.bf16.", 0), 0u) << plan_of(1, 4096).kernel;
   }
 }
 

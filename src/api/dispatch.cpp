@@ -295,9 +295,17 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
       const cpu::Isa decode_isa =
           cpu_isa == cpu::Isa::amx && decode.amx != cpu::amx::AmxMode::native ? cpu::Isa::avx512bf16 : cpu_isa;
       c.isa = cpu::to_string(decode_isa);
-      std::string dot_name = decode.dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(decode.dot)) + ".";
-      if (decode.amx == cpu::amx::AmxMode::emulated) dot_name = std::string(cpu::amx::Emulated::kName) + ".";
-      c.kernel = "cpu.decode." + c.isa + "." + dot_name + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
+      // The form in the name (f32 tiles and native AMX tiles go without: the ISA says it).
+      std::string form_name;
+      switch (decode.form) {
+        case cpu::DecodeForm::f32_tiles: break;
+        case cpu::DecodeForm::bf16_widened: form_name = "widened."; break;
+        case cpu::DecodeForm::bf16_pairs: form_name = "bf16dot-emulated."; break;
+        case cpu::DecodeForm::amx:
+          if (decode.amx == cpu::amx::AmxMode::emulated) form_name = std::string(cpu::amx::Emulated::kName) + ".";
+          break;
+      }
+      c.kernel = "cpu.decode." + c.isa + "." + form_name + to_string(p.dtype) + ".d" + std::to_string(p.head_dim) +
                  ".gqa" + std::to_string(p.group_size()) + ".split" + std::to_string(decode.splits);
       c.block_q = static_cast<int>(decode.rows);
       c.block_k = static_cast<int>(decode.block_k);

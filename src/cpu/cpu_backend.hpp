@@ -79,10 +79,23 @@ inline constexpr std::int64_t kDecodeUnitStateBytes = 256 * 1024;  // Q + O of a
 inline constexpr std::int64_t kDecodeAmxMinRows = 8;
 inline constexpr std::int64_t kDecodeMaxBlockK = 128;      // keys per inner tile, at most
 
+// How a decode unit forms its two products (q.k and P V); decode_plan chooses it, with the
+// reason, and the kernels take it as a template parameter (decode_kernel.hpp):
+//   f32_tiles     K/V rows converted to f32 tiles in L1, f32 FMAs (every dtype and ISA);
+//   bf16_widened  bf16 K/V read in place and widened in registers (a shift), f32 FMAs over
+//                 several query rows per load (decode_bf16_split.hpp): bf16 on any AVX-512,
+//                 BF16 extension or not (no vdpbf16ps);
+//   bf16_pairs    q.k on bf16 pairs row by row with the dot product emulated (AVX2 with
+//                 FASTATTN_CPU_BF16_DOT=emulated: a test path of the pair code);
+//   amx           both products on AMX tiles (decode_unit_amx.hpp; DecodePlan::amx says native
+//                 or emulated).
+enum class DecodeForm { f32_tiles, bf16_widened, bf16_pairs, amx };
+const char* to_string(DecodeForm form) noexcept;
+
 struct DecodePlan {
   bool use = false;
-  Bf16Dot dot = Bf16Dot::off;  // not off: bf16 K/V read in place (AVX-512: decode_bf16_split.hpp)
-  amx::AmxMode amx = amx::AmxMode::off;  // not off: both products on AMX tiles (decode_unit_amx)
+  DecodeForm form = DecodeForm::f32_tiles;
+  amx::AmxMode amx = amx::AmxMode::off;  // form amx: native or emulated tiles
   std::int64_t rows = 0;        // packed rows per work unit (<= kDecodeMaxRows)
   std::int64_t row_chunks = 0;  // work units per (sequence, KV head) along the rows
   std::int64_t heads_per_unit = 0;  // KV heads per work unit, read token by token together

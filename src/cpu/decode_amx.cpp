@@ -10,7 +10,7 @@ namespace fastattn::cpu {
 
 void decode_amx(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
                 const DecodeBuffers& buffers) {
-  decode_detail::run_decode<simd::Avx512, Bf16Dot::off, amx::Native>(p, plan, cache, buffers);
+  decode_detail::run_decode<simd::Avx512, DecodeForm::amx, amx::Native>(p, plan, cache, buffers);
 }
 
 }  // namespace fastattn::cpu

@@ -54,15 +54,17 @@ inline namespace FASTATTN_SIMD_NAMESPACE {
 // inner loop of each key tile: a tile of every head is one contiguous stretch of the caller's
 // [tokens, kv_heads, head_dim] K and V, read front to back (one head's rows alone sit a token
 // stride apart, one or two to a page, and cost a page walk each on this VM: 2x slower).
-template <class V, Bf16Dot kDot>
+template <class V, DecodeForm kForm>
 void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const DecodePlan& plan, const DecodeGeometry& g,
                  const DecodeScratch& s, std::int64_t b, std::int64_t kv0, std::int64_t chunk, std::int64_t split,
                  float* part_out, float* part_lse) {
-  constexpr bool kPairs = kDot != Bf16Dot::off;
-  // bf16 on AVX-512: K and V read in place and widened in registers, f32 FMAs for both
-  // products, several rows per K/V load (decode_bf16_split.hpp), whatever kDot says: faster
-  // here than vdpbf16ps on one row at a time. Q is then f32 in the split layout.
-  constexpr bool kSplit = kPairs && V::kWidth == 16;
+  // bf16_widened (AVX-512): K and V read in place and widened in registers, f32 FMAs for both
+  // products, several rows per K/V load (decode_bf16_split.hpp). Q is then f32 in the split
+  // layout. bf16_pairs (AVX2, a test path): q.k on bf16 pairs, V staged to f32.
+  static_assert(kForm != DecodeForm::amx, "the AMX form runs decode_unit_amx");
+  constexpr bool kSplit = kForm == DecodeForm::bf16_widened;
+  constexpr bool kPairs = kForm == DecodeForm::bf16_pairs;
+  static_assert(!kSplit || V::kWidth == 16, "the widened form is AVX-512's");
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   if (ur.rows == 0) return;
   const std::int64_t heads = std::min(plan.heads_per_unit, p.num_kv_heads - kv0);
@@ -144,7 +146,7 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
         if constexpr (kSplit) {
           // scored above
         } else if constexpr (kPairs) {
-          score_row_pairs<V, kDot == Bf16Dot::native>(reinterpret_cast<const std::uint16_t*>(s.q) + x * dp,
+          score_row_pairs<V, false>(reinterpret_cast<const std::uint16_t*>(s.q) + x * dp,
                                                       reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn,
                                                       srow);
         } else {
@@ -214,11 +216,13 @@ struct TileScopeFor<void> {};
 // Amx: void (vector dot products) or an amx engine (amx::Native / amx::Emulated).
 // cache: a KV cache's pages and lengths (null: p's K/V). buffers: the caller's scratch
 // (decode_scratch_size), or null members to take it from the host pools.
-template <class V, Bf16Dot kDot, class Amx = void>
+// kForm: the plan's form (DecodeForm::amx with an Amx engine).
+template <class V, DecodeForm kForm, class Amx = void>
 void run_decode(const AttentionProblem& p, const DecodePlan& plan, const DecodeKeys* cache,
                 const DecodeBuffers& buffers) {
   if (p.batch == 0 || p.num_heads == 0 || p.seqlen_q == 0) return;
   constexpr bool kAmx = !std::is_void_v<Amx>;
+  static_assert(kAmx == (kForm == DecodeForm::amx), "an Amx engine exactly for the AMX form");
   const DecodeGeometry g = decode_geometry(p, plan);
   const DecodeScratchSize size = decode_scratch_size(p, plan);
   const std::int64_t units = p.batch * plan.head_blocks * plan.row_chunks * plan.splits;
@@ -259,7 +263,7 @@ void run_decode(const AttentionProblem& p, const DecodePlan& plan, const DecodeK
         decode_unit_amx<V, Amx>(p, cache, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
                                 parts_out + u * unit_rows_all * g.dp, parts_lse + u * unit_rows_all);
       } else {
-        decode_unit<V, kDot>(p, cache, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
+        decode_unit<V, kForm>(p, cache, plan, g, s, b, block * plan.heads_per_unit, chunk, split,
                              parts_out + u * unit_rows_all * g.dp, parts_lse + u * unit_rows_all);
       }
     }

@@ -36,32 +36,43 @@ std::int64_t forced_splits() {
   return n;
 }
 
-// bf16 K/V read in place wherever AVX-512 BF16 exists (Bf16Dot::native; the bf16 pair form):
-// decode is memory-bound, so unlike the prefill kernel (kBf16DotMinRatio) it pays whenever it
-// runs. On AVX-512 the products are then f32 FMAs on K/V rows widened in registers, several
-// query rows per load (decode_bf16_split.hpp; vdpbf16ps itself ran slower); under AVX2 (the
-// emulated test path) q.k runs on bf16 pairs row by row (measured in docs/inference.md).
-// FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel (off, emulated, native).
-Bf16Dot decode_dot(Isa isa, DType dtype) {
-  if (env_value(EnvVar::cpu_bf16_dot) != nullptr) return forward_bf16_dot(isa, dtype);
-  return dtype == DType::bf16 && (isa == Isa::avx512bf16 || isa == Isa::amx) ? Bf16Dot::native : Bf16Dot::off;
-}
-
-// THE choice of the inner products, with its reason: AMX tiles when a KV head packs enough
-// rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by FASTATTN_CPU_AMX and present),
-// else bf16 K/V read in place (bf16 on AVX-512 BF16: widened in registers, f32 FMAs,
-// decode_bf16_split.hpp; the emulated pair form under AVX2), else f32 FMAs on staged tiles.
-struct DotChoice {
-  Bf16Dot dot = Bf16Dot::off;
+// THE choice of the inner products (DecodeForm, cpu_backend.hpp), with its reason: AMX tiles
+// when a KV head packs enough rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by
+// FASTATTN_CPU_AMX and present); else, for bf16, K/V read in place and widened in registers on
+// any AVX-512 (decode is memory-bound, so unlike the prefill kernel's pair form, which must beat
+// the FMA by kBf16DotMinRatio, reading bf16 in place pays whenever it runs; vdpbf16ps itself
+// ran slower, decode_bf16_split.hpp); else f32 FMAs on staged tiles. FASTATTN_CPU_BF16_DOT,
+// when set, decides as for the prefill kernel: off takes the f32 tiles, native / emulated the
+// widened form on AVX-512 and, under AVX2, emulated the bf16-pair form (a test path).
+struct FormChoice {
+  DecodeForm form = DecodeForm::f32_tiles;
   amx::AmxMode amx = amx::AmxMode::off;
   std::string reason;
 };
-DotChoice decode_dot_choice(const AttentionProblem& p, Isa isa, std::int64_t rows_per_head) {
-  DotChoice c;
-  c.dot = decode_dot(isa, p.dtype);
+
+FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t rows_per_head) {
+  FormChoice c;
   if (p.dtype != DType::bf16) {
     c.reason = "f32 FMA dot products, K/V tiles converted in L1";
     return c;
+  }
+  const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
+  // The bf16 forms without AMX, and why (env: FASTATTN_CPU_BF16_DOT, read once here).
+  const bool from_env = env_value(EnvVar::cpu_bf16_dot) != nullptr;
+  const Bf16Dot dot = from_env ? forward_bf16_dot(isa, p.dtype) : Bf16Dot::native;  // throws on a bad value
+  DecodeForm vector_form = DecodeForm::f32_tiles;
+  std::string vector_reason;
+  if (dot == Bf16Dot::off) {
+    vector_reason = "f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=off)";
+  } else if (avx512) {
+    vector_form = DecodeForm::bf16_widened;
+    vector_reason = std::string("bf16 K and V read in place, widened in registers, f32 FMAs for q.k and P V") +
+                    (from_env ? " (FASTATTN_CPU_BF16_DOT set: the same form)" : "");
+  } else if (dot == Bf16Dot::emulated) {
+    vector_form = DecodeForm::bf16_pairs;
+    vector_reason = "q.k on bf16 pairs, dot product emulated (FASTATTN_CPU_BF16_DOT=emulated under AVX2: a test path)";
+  } else {
+    vector_reason = "f32 FMA dot products, K/V tiles converted in L1 (AVX2: no widened form)";
   }
   const amx::AmxMode mode = amx::amx_mode();  // throws on a bad FASTATTN_CPU_AMX
   std::string why_not;
@@ -77,20 +88,14 @@ DotChoice decode_dot_choice(const AttentionProblem& p, Isa isa, std::int64_t row
     why_not = std::to_string(rows_per_head) + " rows per KV head < " + std::to_string(kDecodeAmxMinRows) +
               " (a 16-row tile would be mostly padding)";
   } else {
+    c.form = DecodeForm::amx;
     c.amx = mode;
-    c.dot = Bf16Dot::off;
     c.reason = std::to_string(rows_per_head) + " rows per KV head: both products on AMX tiles" +
                (mode == amx::AmxMode::emulated ? " (emulated, FASTATTN_CPU_AMX=emulated: a test path)" : "");
     return c;
   }
-  c.reason = (c.dot == Bf16Dot::native
-                  ? std::string("bf16 K and V read in place, widened in registers, f32 FMAs for q.k and P V")
-              : c.dot == Bf16Dot::emulated
-                  ? std::string(isa == Isa::avx2 ? "q.k on bf16 pairs, dot product emulated (test path)"
-                                                 : "bf16 K and V read in place, widened in registers, f32 FMAs "
-                                                   "(FASTATTN_CPU_BF16_DOT=emulated: the same form)")
-                                           : std::string("f32 FMA dot products, K/V tiles converted in L1")) +
-             "; no AMX: " + why_not;
+  c.form = vector_form;
+  c.reason = vector_reason + "; no AMX: " + why_not;
   return c;
 }
 
@@ -102,9 +107,9 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
   plan.use = true;
   plan.threads = threads > 0 ? threads : 1;
   const std::int64_t group = p.group_size();
-  const DotChoice dot = decode_dot_choice(p, isa, group * p.seqlen_q);
-  plan.dot = dot.dot;
-  plan.amx = dot.amx;
+  const FormChoice form = decode_form_choice(p, isa, group * p.seqlen_q);
+  plan.form = form.form;
+  plan.amx = form.amx;
   const std::int64_t all_rows = group * p.seqlen_q;
   plan.rows = all_rows < kDecodeMaxRows ? (all_rows > 0 ? all_rows : 1) : kDecodeMaxRows;
   plan.row_chunks = ceil_div(all_rows > 0 ? all_rows : 1, plan.rows);
@@ -145,7 +150,7 @@ DecodePlan decode_plan(const AttentionProblem& p, Isa isa, int threads) {
                 (splits > 1 ? "s" : "") + " per (batch, KV head block)" +
                 (forced ? " (FASTATTN_CPU_DECODE_SPLITS)" : " for " + std::to_string(plan.threads) + " threads") +
                 ", merged exactly (merge_weights)";
-  plan.reason += "; " + dot.reason;
+  plan.reason += "; " + form.reason;
   return plan;
 }
 

@@ -86,13 +86,9 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
 
 void run_decode_plan(const AttentionProblem& p, const DecodePlan& plan, Isa isa, const DecodeKeys* cache,
                      const DecodeBuffers& buffers) {
-  if (plan.dot != Bf16Dot::off && p.dtype != DType::bf16) {
-    throw Error(ErrorCode::unsupported, "cpu decode: bf16 dot products expect bf16 inputs, got " +
-                                            std::string(to_string(p.dtype)));
-  }
-  if (plan.dot == Bf16Dot::native && isa != Isa::avx512bf16 && isa != Isa::amx) {
-    throw Error(ErrorCode::unsupported, "cpu decode: vdpbf16ps needs AVX-512 BF16, got ISA " +
-                                            std::string(to_string(isa)));
+  if (plan.form != DecodeForm::f32_tiles && p.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported, std::string("cpu decode: form ") + to_string(plan.form) +
+                                            " expects bf16 inputs, got " + to_string(p.dtype));
   }
   if (plan.amx == amx::AmxMode::native) {
 #if defined(FASTATTN_HAVE_AMX) && FASTATTN_HAVE_AMX

@@ -101,6 +101,16 @@ Isa selected_isa() {
   return static_cast<int>(limit) < static_cast<int>(detected) ? limit : detected;
 }
 
+const char* to_string(DecodeForm form) noexcept {
+  switch (form) {
+    case DecodeForm::f32_tiles: return "f32_tiles";
+    case DecodeForm::bf16_widened: return "bf16_widened";
+    case DecodeForm::bf16_pairs: return "bf16_pairs";
+    case DecodeForm::amx: return "amx";
+  }
+  return "unknown";
+}
+
 const char* to_string(Bf16Dot dot) noexcept {
   switch (dot) {
     case Bf16Dot::off: return "off";
