@@ -20,8 +20,8 @@ namespace {
 // memory it needs and throws over the limit, before anything is allocated or launched. The
 // CPU backends leave device_memory_bytes 0 and ignore the limit.
 KernelChoice choose(const AttentionProblem& p, Direction direction, const AttentionOptions& options,
-                    cuda::ForwardPlan* cuda_forward_plan = nullptr) {
-  KernelChoice c = choose_kernel(p, direction, options.backend, cuda_forward_plan);
+                    cuda::ForwardPlan* cuda_forward_plan = nullptr, cpu::CpuKernelPlan* cpu_plan = nullptr) {
+  KernelChoice c = choose_kernel(p, direction, options.backend, cuda_forward_plan, cpu_plan);
   if (c.backend != Backend::cuda) return c;
   const DeviceMemoryNeed need = device_memory_need(p, direction, c.workspace_bytes);
   c.device_memory_bytes = need.total();
@@ -43,16 +43,17 @@ KernelChoice forward(const TensorView& q, const TensorView& k, const TensorView&
                      const TensorView& out, const std::optional<TensorView>& lse,
                      const AttentionOptions& options) {
   const AttentionProblem p = validate_forward(q, k, v, out, lse, options);
+  cpu::CpuKernelPlan cpu_plan;  // planned once, by the dispatcher; run as is (as the CUDA plan)
 #if FASTATTN_HAVE_CUDA
-  cuda::ForwardPlan cuda_plan;  // planned once, by the dispatcher; run as is
-  const KernelChoice choice = choose(p, Direction::forward, options, &cuda_plan);
+  cuda::ForwardPlan cuda_plan;
+  const KernelChoice choice = choose(p, Direction::forward, options, &cuda_plan, &cpu_plan);
 #else
-  const KernelChoice choice = choose(p, Direction::forward, options);
+  const KernelChoice choice = choose(p, Direction::forward, options, nullptr, &cpu_plan);
 #endif
   if (p.total_q == 0) return choice;  // nothing to write
   switch (choice.backend) {
     case Backend::reference: reference::forward(p); break;
-    case Backend::cpu: cpu::forward(p, choice); break;
+    case Backend::cpu: cpu::forward(p, cpu_plan); break;
 #if FASTATTN_HAVE_CUDA
     case Backend::cuda: cuda::forward(p, cuda_plan); break;
 #endif
@@ -74,11 +75,12 @@ KernelChoice backward(const TensorView& dout, const TensorView& q, const TensorV
                       const TensorView& dq, const TensorView& dk, const TensorView& dv,
                       const AttentionOptions& options) {
   const AttentionProblem p = validate_backward(dout, q, k, v, out, lse, dq, dk, dv, options);
-  const KernelChoice choice = choose(p, Direction::backward, options);
+  cpu::CpuKernelPlan cpu_plan;
+  const KernelChoice choice = choose(p, Direction::backward, options, nullptr, &cpu_plan);
   if (p.total_q == 0 && p.total_k == 0) return choice;
   switch (choice.backend) {
     case Backend::reference: reference::backward(p); break;
-    case Backend::cpu: cpu::backward(p, choice); break;
+    case Backend::cpu: cpu::backward(p, cpu_plan); break;
 #if FASTATTN_HAVE_CUDA
     case Backend::cuda: cuda::backward(p, choice); break;
 #endif

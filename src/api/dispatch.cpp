@@ -232,7 +232,7 @@ cpu::Isa cpu_isa_for(DType dtype) {
 }
 
 KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backend requested,
-                           cuda::ForwardPlan* cuda_forward_plan) {
+                           cuda::ForwardPlan* cuda_forward_plan, cpu::CpuKernelPlan* cpu_plan) {
   const char* dir = direction == Direction::forward ? "forward" : "backward";
   KernelChoice c;
   c.backend = resolve_backend(p, requested);
@@ -283,6 +283,13 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   // (read even when AMX runs, so that a bad FASTATTN_CPU_BF16_DOT is an error either way)
   cpu::Bf16Dot dot = direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
   if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;
+  // What cpu::forward / cpu::backward run; the decode route below replaces the ISA (the decode
+  // kernel's plan is decode_plan(p, isa, threads), made there again from these values).
+  cpu::CpuKernelPlan plan;
+  plan.isa = isa;
+  plan.dot = dot;
+  plan.amx = amx;
+  plan.num_threads = c.num_threads;
   std::string variant = dot == cpu::Bf16Dot::off ? "" : std::string(cpu::to_string(dot)) + ".";
   if (amx == cpu::amx::AmxMode::emulated) variant = std::string(cpu::amx::Emulated::kName) + ".";
   if (direction == Direction::forward) {
@@ -310,6 +317,10 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
       c.block_q = static_cast<int>(decode.rows);
       c.block_k = static_cast<int>(decode.block_k);
       c.reason = decode.reason;
+      plan.isa = decode_isa;
+      plan.dot = cpu::Bf16Dot::off;
+      plan.amx = cpu::amx::AmxMode::off;
+      if (cpu_plan != nullptr) *cpu_plan = plan;
       return c;
     }
   }
@@ -328,7 +339,10 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   if (dot == cpu::Bf16Dot::emulated) {
     c.reason += "; bf16-pair kernel with the dot product emulated (FASTATTN_CPU_BF16_DOT=emulated, a test path)";
   }
-  if (direction == Direction::backward) c.workspace_bytes = cpu::backward_workspace_bytes(p, c);
+  plan.block_q = c.block_q;
+  plan.block_k = c.block_k;
+  if (direction == Direction::backward) c.workspace_bytes = cpu::backward_workspace_bytes(p, plan);
+  if (cpu_plan != nullptr) *cpu_plan = plan;
   return c;
 }
 

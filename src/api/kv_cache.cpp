@@ -53,10 +53,10 @@ void execute(const KVCacheProblem& p, const KVCacheRoute& r, const KVCacheScratc
       cpu::kv_cache_append(p, r.threads);
       if (p.attn.total_q == 0) return;
       if (s.gather != nullptr || r.gather_bytes == 0) {
-        cpu::kv_cache_gather_forward(p, r.forward_choice, s.gather, r.gather_bytes);
+        cpu::kv_cache_gather_forward(p, r.forward_plan, s.gather, r.gather_bytes);
       } else {
         const HostScratch gather(nullptr, r.gather_bytes);
-        cpu::kv_cache_gather_forward(p, r.forward_choice, gather.data(), r.gather_bytes);
+        cpu::kv_cache_gather_forward(p, r.forward_plan, gather.data(), r.gather_bytes);
       }
       return;
     }

@@ -70,7 +70,7 @@ void choose_cpu(const KVCacheProblem& p, KVCacheRoute& r) {
   AttentionProblem one = a;
   one.batch = 1;
   one.total_q = a.seqlen_q;
-  r.forward_choice = choose_kernel(one, Direction::forward, Backend::cpu);
+  r.forward_choice = choose_kernel(one, Direction::forward, Backend::cpu, nullptr, &r.forward_plan);
   r.gather_bytes = cpu::kv_cache_gather_bytes(p, r.max_cache_len);
   r.choice = r.forward_choice;
   r.choice.kernel = std::string(p.is_paged() ? "cpu.kv_cache.gather." : "cpu.kv_cache.") + r.forward_choice.kernel.substr(4);

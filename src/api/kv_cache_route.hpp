@@ -31,7 +31,8 @@ struct KVCacheRoute {
   cpu::DecodePlan decode;
   cpu::DecodeScratchSize decode_scratch;
   // cpu_prefill: the prefill kernel of one sequence, and the gather scratch
-  KernelChoice forward_choice;
+  KernelChoice forward_choice;  // its report
+  cpu::CpuKernelPlan forward_plan;  // what runs (dispatch.cpp)
   std::size_t gather_bytes = 0;
   // cuda
   cuda::KVCacheLaunch launch;

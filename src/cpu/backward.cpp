@@ -1,5 +1,6 @@
 // backward.cpp — cpu::backward: the parallel plan of the CPU backward pass, and the choice of
-// the kernel instantiation (KernelChoice::isa, never another).
+// the kernel instantiation (CpuKernelPlan: the ISA and AMX mode the dispatcher chose, never
+// another).
 //
 // Work unit = (sequence b, KV head, block of block_k keys); a "group" is one (b, KV head) with
 // its group_size query heads. dQ rows of a group are touched by every unit of the group, so:
@@ -99,7 +100,7 @@ bool owner_mode_balances(const AttentionProblem& p, const std::vector<std::int64
   return makespan <= 1.15 * total / threads;
 }
 
-BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice,
+BackwardPlan make_plan(const AttentionProblem& p, const CpuKernelPlan& choice,
                        const BackwardKernels& k) {
   BackwardPlan plan;
   plan.threads = p.num_threads > 0 ? p.num_threads
@@ -153,20 +154,25 @@ BackwardPlan make_plan(const AttentionProblem& p, const KernelChoice& choice,
   return plan;
 }
 
-BackwardKernels kernels_for(const AttentionProblem& p, const KernelChoice& choice) {
-  const Isa isa = isa_from_string(choice.isa);
+BackwardKernels kernels_for(const AttentionProblem& p, const CpuKernelPlan& choice) {
+  const Isa isa = choice.isa;
   if (isa == Isa::none || static_cast<int>(isa) > static_cast<int>(detect_isa())) {
     throw Error(ErrorCode::unsupported,
                 "cpu backward: expected an ISA this CPU and build run (at most " +
-                    std::string(to_string(detect_isa())) + "), got " + choice.isa);
+                    std::string(to_string(detect_isa())) + "), got " + to_string(isa));
+  }
+  if (choice.amx != amx::AmxMode::off && p.dtype != DType::bf16) {
+    throw Error(ErrorCode::unsupported, std::string("cpu backward: the AMX kernels expect bf16 inputs, got ") +
+                                            to_string(p.dtype));
   }
 #if FASTATTN_HAVE_AVX512 && FASTATTN_HAVE_AMX
-  const amx::AmxMode amx = backward_amx_mode(isa, p.dtype, nullptr);
-  if (amx != amx::AmxMode::off) {
-    return backward_detail::backward_kernels_amx(amx == amx::AmxMode::native);
+  if (choice.amx != amx::AmxMode::off) {
+    return backward_detail::backward_kernels_amx(choice.amx == amx::AmxMode::native);
   }
 #else
-  (void)p;
+  if (choice.amx != amx::AmxMode::off) {
+    throw Error(ErrorCode::unsupported, "cpu backward: this build has no AMX kernels");
+  }
 #endif
   switch (isa) {
     case Isa::avx2:
@@ -374,12 +380,12 @@ amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why) {
   return mode;
 }
 
-std::size_t backward_workspace_bytes(const AttentionProblem& p, const KernelChoice& choice) {
+std::size_t backward_workspace_bytes(const AttentionProblem& p, const CpuKernelPlan& choice) {
   if (p.batch == 0 || p.num_heads == 0 || (p.total_q == 0 && p.total_k == 0)) return 0;
   return make_plan(p, choice, kernels_for(p, choice)).workspace_bytes;
 }
 
-void backward(const AttentionProblem& p, const KernelChoice& choice) {
+void backward(const AttentionProblem& p, const CpuKernelPlan& choice) {
   const BackwardKernels k = kernels_for(p, choice);
   if (p.batch == 0 || p.num_heads == 0 || (p.total_q == 0 && p.total_k == 0)) return;
   const BackwardPlan plan = make_plan(p, choice, k);

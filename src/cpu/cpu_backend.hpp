@@ -1,7 +1,8 @@
 // cpu_backend.hpp — the CPU FlashAttention-2 backend's entry points.
 //
-// The dispatcher (src/api/dispatch.cpp) picks the ISA and tile sizes and passes them in a
-// KernelChoice; these functions run exactly that choice and never fall back to another.
+// The dispatcher (src/api/dispatch.cpp) picks the ISA, the kernel form and the tile sizes and
+// passes them in a CpuKernelPlan (its KernelChoice is the report for people, never read back);
+// these functions run exactly that plan and never fall back to another.
 #pragma once
 
 #include <cstdint>
@@ -43,16 +44,12 @@ inline constexpr double kBf16DotMinRatio = 1.25;
 const char* to_string(Bf16Dot dot) noexcept;
 Bf16Dot forward_bf16_dot(Isa isa, DType dtype);  // reads FASTATTN_CPU_BF16_DOT; throws on a bad value
 double bf16_dot_speed_ratio();  // measured once per process; 0 without AVX-512 BF16
-// The forward's kernel name carries the choice: ".bf16dot." or ".bf16dot-emulated.".
-Bf16Dot bf16_dot_of(const KernelChoice& choice);
 
 // Whether a forward runs the AMX kernel (forward_amx.hpp): native on Isa::amx for bf16 with
 // head_dim a multiple of 32, unless FASTATTN_CPU_AMX=off or FASTATTN_CPU_BF16_DOT asks for the
 // bf16-pair kernel; emulated (any ISA) with FASTATTN_CPU_AMX=emulated. *why gets the reason
 // for the choice or against AMX ("" for non-bf16). Throws on a bad FASTATTN_CPU_AMX.
 amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why);
-// The forward's kernel name and ISA carry the choice: isa "amx" (native) or ".amx-emulated.".
-amx::AmxMode amx_of(const KernelChoice& choice);
 // Whether the backward runs the bf16 kernels on AMX tiles (backward_amx.hpp): native on Isa::amx
 // for bf16 (any head_dim: the kernels pad it) unless FASTATTN_CPU_AMX=off, so FASTATTN_CPU_ISA
 // capped below amx turns it off (an error with FASTATTN_CPU_AMX=native, as in the forward); emulated with FASTATTN_CPU_AMX=emulated on an ISA of at least
@@ -131,11 +128,22 @@ struct DecodeBuffers {
 void run_decode_plan(const AttentionProblem& p, const DecodePlan& plan, Isa isa, const DecodeKeys* cache,
                      const DecodeBuffers& buffers);
 
-// Run the forward/backward pass of `p` with the ISA and tiles of `choice`.
-void forward(const AttentionProblem& p, const KernelChoice& choice);
-void backward(const AttentionProblem& p, const KernelChoice& choice);
+// What the dispatcher chose for one CPU forward or backward call (choose_kernel fills it beside
+// the KernelChoice it reports), run as is below. The forward's decode route is decode_plan(p,
+// isa, num_threads), which the dispatcher asked too.
+struct CpuKernelPlan {
+  Isa isa = Isa::none;                   // the kernel instantiation
+  Bf16Dot dot = Bf16Dot::off;            // forward, bf16: the bf16-pair kernel, native or emulated
+  amx::AmxMode amx = amx::AmxMode::off;  // bf16: AMX tiles, native or emulated
+  int block_q = 0, block_k = 0;          // tiles (0: the kernel's own)
+  int num_threads = 0;                   // 0: OpenMP's default (p.num_threads first)
+};
+
+// Run the forward/backward pass of `p` as `plan` says.
+void forward(const AttentionProblem& p, const CpuKernelPlan& plan);
+void backward(const AttentionProblem& p, const CpuKernelPlan& plan);
 
 // Scratch the backward pass needs from the workspace (dQ partial sums), in bytes.
-std::size_t backward_workspace_bytes(const AttentionProblem& p, const KernelChoice& choice);
+std::size_t backward_workspace_bytes(const AttentionProblem& p, const CpuKernelPlan& plan);
 
 }  // namespace fastattn::cpu

@@ -1,6 +1,6 @@
 // forward.cpp — cpu::forward: runs the instantiation of the forward kernel that the
-// dispatcher chose (KernelChoice::isa; the decode kernel where decode_plan says so, the same
-// function the dispatcher asked), never another.
+// dispatcher chose (CpuKernelPlan: the ISA, the bf16 form, AMX; the decode kernel where
+// decode_plan says so, the same function the dispatcher asked), never another.
 #include <string>
 
 #include "cpu/cpu_backend.hpp"
@@ -9,24 +9,26 @@
 
 namespace fastattn::cpu {
 
-void forward(const AttentionProblem& p, const KernelChoice& choice) {
-  const Isa isa = isa_from_string(choice.isa);
+void forward(const AttentionProblem& p, const CpuKernelPlan& plan) {
+  const Isa isa = plan.isa;
   if (isa == Isa::none || static_cast<int>(isa) > static_cast<int>(detect_isa())) {
     throw Error(ErrorCode::unsupported,
                 "cpu forward: expected an ISA this CPU and build run (at most " +
-                    std::string(to_string(detect_isa())) + "), got " + choice.isa);
+                    std::string(to_string(detect_isa())) + "), got " + to_string(isa));
   }
-  const int threads = p.num_threads > 0 ? p.num_threads : choice.num_threads;
+  const int threads = p.num_threads > 0 ? p.num_threads : plan.num_threads;
   const DecodePlan decode = decode_plan(p, isa, threads);
   if (decode.use) return run_decode_plan(p, decode, isa, nullptr, DecodeBuffers{});
   ForwardTiles tiles;
-  tiles.block_q = choice.block_q;
-  tiles.block_k = choice.block_k;
-  tiles.num_threads = p.num_threads > 0 ? p.num_threads : choice.num_threads;
-  const amx::AmxMode amx_mode = amx_of(choice);
+  tiles.block_q = plan.block_q;
+  tiles.block_k = plan.block_k;
+  tiles.num_threads = threads;
+  const std::string kernel = std::string("the ") + to_string(isa) + (plan.amx != amx::AmxMode::off ? " AMX" : "") +
+                             " kernel";  // for errors
+  const amx::AmxMode amx_mode = plan.amx;
   if (amx_mode != amx::AmxMode::off) {
     if (p.dtype != DType::bf16 || p.head_dim % 32 != 0) {
-      throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel +
+      throw Error(ErrorCode::unsupported, "cpu forward: " + kernel +
                                               " expects bf16 inputs with head_dim a multiple of 32, got " +
                                               std::string(to_string(p.dtype)) + " head_dim " +
                                               std::to_string(p.head_dim));
@@ -45,15 +47,15 @@ void forward(const AttentionProblem& p, const KernelChoice& choice) {
       return;
 #endif
     }
-    throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " is not in this build");
+    throw Error(ErrorCode::unsupported, "cpu forward: " + kernel + " is not in this build");
   }
-  const Bf16Dot dot = bf16_dot_of(choice);
+  const Bf16Dot dot = plan.dot;
   if (dot != Bf16Dot::off && p.dtype != DType::bf16) {
-    throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " expects bf16 inputs, got " +
+    throw Error(ErrorCode::unsupported, "cpu forward: " + kernel + " expects bf16 inputs, got " +
                                             std::string(to_string(p.dtype)));
   }
   if (dot == Bf16Dot::native && isa != Isa::avx512bf16 && isa != Isa::amx) {
-    throw Error(ErrorCode::unsupported, "cpu forward: kernel " + choice.kernel + " needs AVX-512 BF16, got ISA " +
+    throw Error(ErrorCode::unsupported, "cpu forward: " + kernel + " needs AVX-512 BF16, got ISA " +
                                             std::string(to_string(isa)));
   }
   switch (isa) {

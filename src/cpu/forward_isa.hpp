@@ -1,6 +1,6 @@
 // forward_isa.hpp — the per-ISA instantiations of the CPU forward kernel.
 //
-// forward.cpp (plain flags) picks one of these from KernelChoice::isa; each is defined in a
+// forward.cpp (plain flags) picks one of these from CpuKernelPlan::isa; each is defined in a
 // file compiled for its instruction set (forward_avx2.cpp, forward_avx512.cpp,
 // forward_bf16_avx2.cpp, forward_bf16_avx512.cpp).
 #pragma once
@@ -10,7 +10,7 @@
 
 namespace fastattn::cpu {
 
-// What the forward kernel needs from a KernelChoice, already resolved.
+// What the forward kernel needs from a CpuKernelPlan, already resolved.
 struct ForwardTiles {
   int block_q = 0;      // query rows per work unit; 0: the kernel's default
   int block_k = 0;      // keys per inner tile; 0: the kernel's default

@@ -151,12 +151,6 @@ double bf16_dot_speed_ratio() {
 #endif
 }
 
-Bf16Dot bf16_dot_of(const KernelChoice& choice) {
-  if (choice.kernel.find(".bf16dot-emulated.") != std::string::npos) return Bf16Dot::emulated;
-  if (choice.kernel.find(".bf16dot.") != std::string::npos) return Bf16Dot::native;
-  return Bf16Dot::off;
-}
-
 amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::string* why) {
   std::string note;
   const amx::AmxMode mode = [&] {
@@ -195,12 +189,6 @@ amx::AmxMode forward_amx_mode(Isa isa, DType dtype, std::int64_t head_dim, std::
   }();
   if (why) *why = note;
   return mode;
-}
-
-amx::AmxMode amx_of(const KernelChoice& choice) {
-  if (choice.kernel.find(".amx-emulated.") != std::string::npos) return amx::AmxMode::emulated;
-  if (choice.isa == to_string(Isa::amx)) return amx::AmxMode::native;
-  return amx::AmxMode::off;
 }
 
 }  // namespace fastattn::cpu

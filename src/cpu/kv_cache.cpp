@@ -69,7 +69,7 @@ std::size_t kv_cache_gather_bytes(const KVCacheProblem& p, std::int64_t max_len)
   return (2 * static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0)) * token_bytes + 63) / 64 * 64;
 }
 
-void kv_cache_gather_forward(const KVCacheProblem& p, const KernelChoice& forward_choice, void* gather,
+void kv_cache_gather_forward(const KVCacheProblem& p, const CpuKernelPlan& forward_plan, void* gather,
                              std::size_t gather_bytes) {
   const AttentionProblem& a = p.attn;
   if (a.total_q == 0) return;
@@ -77,7 +77,7 @@ void kv_cache_gather_forward(const KVCacheProblem& p, const KernelChoice& forwar
   const std::size_t elem = dtype_size(a.dtype);
   const std::int64_t token_elems = a.num_kv_heads * a.head_dim;
   const std::size_t row_bytes = static_cast<std::size_t>(a.head_dim) * elem;
-  const int threads = thread_count(a, forward_choice.num_threads);
+  const int threads = thread_count(a, forward_plan.num_threads);
   for (std::int64_t b = 0; b < a.batch; ++b) {
     const SequenceKeys keys(a, &cache, b);
     const std::int64_t len = keys.length(), first = kv_cache_first_visible(p, len), n = len - first;
@@ -118,7 +118,7 @@ void kv_cache_gather_forward(const KVCacheProblem& p, const KernelChoice& forwar
       s.k = {gk, {n * token_elems, token_elems, a.head_dim}};
       s.v = {gv, {n * token_elems, token_elems, a.head_dim}};
     }
-    forward(s, forward_choice);
+    forward(s, forward_plan);
   }
 }
 

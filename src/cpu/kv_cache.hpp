@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/cpu_backend.hpp"
 #include "fastattn/options.hpp"
 #include "inference/kv_cache_problem.hpp"
 
@@ -28,9 +29,9 @@ std::size_t kv_cache_gather_bytes(const KVCacheProblem& p, std::int64_t max_len)
 
 // The prefill route: per sequence, its visible keys (a paged cache's gathered into `gather`,
 // kv_cache_gather_bytes(p, longest cache) bytes, 64-byte aligned; a contiguous cache's in
-// place), then forward() of that one sequence with `forward_choice` (the dispatcher's
+// place), then forward() of that one sequence with `forward_plan` (the dispatcher's
 // prefill kernel for the call's dtype, head_dim and seqlen_q).
-void kv_cache_gather_forward(const KVCacheProblem& p, const KernelChoice& forward_choice, void* gather,
+void kv_cache_gather_forward(const KVCacheProblem& p, const CpuKernelPlan& forward_plan, void* gather,
                              std::size_t gather_bytes);
 
 }  // namespace fastattn::cpu
