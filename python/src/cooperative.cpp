@@ -70,6 +70,19 @@ nb::dict split_dict(const CooperativeSplit& s) {
   return d;
 }
 
+// The rates under the keys of the `rates` argument (FASTATTN_COOP_RATES' names), and source.
+nb::dict rates_dict(const CooperativeRates& r) {
+  nb::dict d;
+  d["pcie"] = r.pcie_h2d;
+  d["host"] = r.host_read_during_dma;
+  d["cpu"] = r.cpu_attention;
+  d["hbm"] = r.gpu_hbm;
+  d["flops"] = r.gpu_attention_flops;
+  d["cpuflops"] = r.cpu_attention_flops;
+  d["source"] = r.source;
+  return d;
+}
+
 // A step's arrays, imported in argument order so errors name the first bad one.
 struct StepCall {
   ImportedTensors imports;  // declared first: destroyed last
@@ -183,18 +196,7 @@ void register_cooperative(nb::module_& m) {
           "What the last run took (seconds), as a dict.")
       .def(
           "rates",
-          [](const CooperativeStep& step) {
-            const CooperativeRates& r = step.rates();
-            nb::dict d;
-            d["pcie"] = r.pcie_h2d;
-            d["host"] = r.host_read_during_dma;
-            d["cpu"] = r.cpu_attention;
-            d["hbm"] = r.gpu_hbm;
-            d["flops"] = r.gpu_attention_flops;
-            d["cpuflops"] = r.cpu_attention_flops;
-            d["source"] = r.source;
-            return d;
-          },
+          [](const CooperativeStep& step) { return rates_dict(step.rates()); },
           "The rates of the next run's split, as a dict (the keys of the rates argument, and source).");
 
   m.def(
