@@ -159,6 +159,8 @@ TEST(Decode, DispatcherChoosesDecodeForShortQueries) {
 TEST(Decode, FormFollowsDtypeAndIsa) {
   const ScopedEnv no_amx("FASTATTN_CPU_AMX", std::string("off"));
   const ScopedEnv isa_unset("FASTATTN_CPU_ISA", std::nullopt);
+  const ScopedEnv dot_unset("FASTATTN_CPU_BF16_DOT", std::nullopt);
+  const ScopedEnv decode_auto("FASTATTN_CPU_DECODE", std::nullopt);
   const bool avx512 = plan_of(1, 4096, DType::f16).isa.rfind("avx512", 0) == 0;
   if (avx512) {
     EXPECT_NE(plan_of(1, 4096).kernel.find(".widened.bf16."), std::string::npos) << plan_of(1, 4096).kernel;

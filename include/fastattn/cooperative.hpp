@@ -153,9 +153,10 @@ struct CooperativeOptions {
   int cpu_threads = 0;           // threads of the CPU part; 0: OpenMP's default
   std::optional<CooperativeRates> rates;  // absent: measure_cooperative_rates
   // A CooperativeStep checks the rates it started from (measured or given) against its own runs:
-  // when a decode run of the automatic policy, with pages in both host parts, shows the streamed
-  // part's rate (pcie_h2d) or the CPU part's read rate more than 1.5x off the rate in use, both
-  // are replaced by what that run showed. A measurement at start can be disturbed by something
+  // when a decode run of the automatic policy (from the step's second run: the first pays one-off
+  // costs), with pages in both host parts, shows the streamed part's rate (pcie_h2d) or the CPU
+  // part's read rate more than 1.5x off the rate in use, both are replaced by what that run
+  // showed. A part the start rates leave without pages is not observed, so not corrected. A measurement at start can be disturbed by something
   // else on the host (it once read a 7x low CPU rate, and the steps ran 1.8x longer); smaller
   // differences are run-to-run noise and are left alone (docs/long-context.md, "The cost
   // model"). Off: the split is a function of the start rates alone (as for one-shot

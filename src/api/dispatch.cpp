@@ -283,8 +283,7 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
   // (read even when AMX runs, so that a bad FASTATTN_CPU_BF16_DOT is an error either way)
   cpu::Bf16Dot dot = direction == Direction::forward ? cpu::forward_bf16_dot(isa, p.dtype) : cpu::Bf16Dot::off;
   if (amx != cpu::amx::AmxMode::off) dot = cpu::Bf16Dot::off;
-  // What cpu::forward / cpu::backward run; the decode route below replaces the ISA (the decode
-  // kernel's plan is decode_plan(p, isa, threads), made there again from these values).
+  // What cpu::forward / cpu::backward run (the decode route below: its plan and ISA instead).
   cpu::CpuKernelPlan plan;
   plan.isa = isa;
   plan.dot = dot;
@@ -317,6 +316,7 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
       c.block_q = static_cast<int>(decode.rows);
       c.block_k = static_cast<int>(decode.block_k);
       c.reason = decode.reason;
+      plan.decode = decode;
       plan.isa = decode_isa;
       plan.dot = cpu::Bf16Dot::off;
       plan.amx = cpu::amx::AmxMode::off;

@@ -112,8 +112,9 @@ class StepBackend {
 };
 // CooperativeOptions::refine_rates (cost_model.cpp): the rates of the streamed and CPU parts
 // that `times` show for a run with `split` (the step's run number `run`, from 1) replace those
-// in `rates` when either is more than 1.5x off; false (nothing changed) when they are not, or
-// when the run does not show both (prefill, a forced split, a part without pages or not run).
+// in `rates` when either is more than 1.5x off; false (nothing changed) when they are not, for
+// the step's first run (its one-off costs), or when the run does not show both (prefill, a
+// forced split, a part without pages or not run).
 // `source` is the rates' source before any refinement.
 bool refine_cooperative_rates(CooperativeRates& rates, const std::string& source, const CooperativeSplit& split,
                               double page_bytes, const CooperativeStep::Times& times, int run);

@@ -180,8 +180,10 @@ namespace coop {
 
 bool refine_cooperative_rates(CooperativeRates& rates, const std::string& source, const CooperativeSplit& split,
                               double page_bytes, const CooperativeStep::Times& times, int run) {
+  // Not from the first run: it pays one-off costs (the CPU part's thread team, first kernel
+  // loads, scratch pages touched for the first time) that would read as a slow rate.
   if (split.gpu_kernel != CooperativeKernel::kv_cache || split.streamed_pages <= 0 || split.cpu_pages <= 0 ||
-      run < 1) {
+      run < 2) {
     return false;
   }
   // The GPU parts' time holds the device part too (on the same stream, under the first copies):

@@ -262,9 +262,9 @@ class CudaStep final : public StepBackend {
   cudaStream_t copy_ = nullptr;
   cudaEvent_t events_[5] = {};  // copied[2], computed[2], fork of the copy stream
   PartialRunner dev_, stage_, cpu_;
-  std::unique_ptr<WorkerThread> worker_;  // part 3's host thread (host pages only); declared last: stopped first
   std::vector<std::int32_t> cpu_table_;  // host pool block table of the CPU part
   std::int32_t cpu_seqlen_ = 0;
+  std::unique_ptr<WorkerThread> worker_;  // part 3's host thread (host pages only); declared last: stopped first
 };
 
 void CudaStep::run(const StepPlan& plan, const TensorView& q, const TensorView& out, const TensorView* lse,

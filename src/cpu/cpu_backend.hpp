@@ -129,9 +129,9 @@ void run_decode_plan(const AttentionProblem& p, const DecodePlan& plan, Isa isa,
                      const DecodeBuffers& buffers);
 
 // What the dispatcher chose for one CPU forward or backward call (choose_kernel fills it beside
-// the KernelChoice it reports), run as is below. The forward's decode route is decode_plan(p,
-// isa, num_threads), which the dispatcher asked too.
+// the KernelChoice it reports), run as is below.
 struct CpuKernelPlan {
+  DecodePlan decode;                     // forward: decode.use, the decode kernel's plan (on isa)
   Isa isa = Isa::none;                   // the kernel instantiation
   Bf16Dot dot = Bf16Dot::off;            // forward, bf16: the bf16-pair kernel, native or emulated
   amx::AmxMode amx = amx::AmxMode::off;  // bf16: AMX tiles, native or emulated
@@ -139,7 +139,7 @@ struct CpuKernelPlan {
   int num_threads = 0;                   // 0: OpenMP's default (p.num_threads first)
 };
 
-// Run the forward/backward pass of `p` as `plan` says.
+// Run the forward/backward pass of `p` as `plan` says (the forward: plan.decode when it is used).
 void forward(const AttentionProblem& p, const CpuKernelPlan& plan);
 void backward(const AttentionProblem& p, const CpuKernelPlan& plan);
 

@@ -58,12 +58,13 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
   }
   const bool avx512 = isa == Isa::avx512 || isa == Isa::avx512bf16 || isa == Isa::amx;
   // The bf16 forms without AMX, and why (env: FASTATTN_CPU_BF16_DOT, read once here).
-  const bool from_env = env_value(EnvVar::cpu_bf16_dot) != nullptr;
+  const char* env = env_value(EnvVar::cpu_bf16_dot);
+  const bool from_env = env != nullptr && *env != '\0';  // set and not empty, as forward_bf16_dot reads it
   const Bf16Dot dot = from_env ? forward_bf16_dot(isa, p.dtype) : Bf16Dot::native;  // throws on a bad value
   DecodeForm vector_form = DecodeForm::f32_tiles;
   std::string vector_reason;
   if (dot == Bf16Dot::off) {
-    vector_reason = "f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=off)";
+    vector_reason = std::string("f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=") + env + ")";
   } else if (avx512) {
     vector_form = DecodeForm::bf16_widened;
     vector_reason = std::string("bf16 K and V read in place, widened in registers, f32 FMAs for q.k and P V") +

@@ -16,9 +16,8 @@ void forward(const AttentionProblem& p, const CpuKernelPlan& plan) {
                 "cpu forward: expected an ISA this CPU and build run (at most " +
                     std::string(to_string(detect_isa())) + "), got " + to_string(isa));
   }
+  if (plan.decode.use) return run_decode_plan(p, plan.decode, isa, nullptr, DecodeBuffers{});
   const int threads = p.num_threads > 0 ? p.num_threads : plan.num_threads;
-  const DecodePlan decode = decode_plan(p, isa, threads);
-  if (decode.use) return run_decode_plan(p, decode, isa, nullptr, DecodeBuffers{});
   ForwardTiles tiles;
   tiles.block_q = plan.block_q;
   tiles.block_k = plan.block_k;

@@ -14,8 +14,8 @@
 // page b), so any page size works; when page_size is a multiple of kBlockN a tile lies in one
 // page and takes one block-table read, else each row looks its page up. The page numbers of the
 // tile after next are read one iteration ahead (registers), so the block-table read is off the
-// critical path; small pages that divide the tile (16) are read once per page and shared by warp
-// shuffles. Keys at or past the cache length are zero-filled, never read.
+// critical path; small pages that divide the tile (1 to 32 at 64-key tiles, 2 to 64 at 128)
+// are read once per page and shared by warp shuffles. Keys at or past the cache length are zero-filled, never read.
 //
 // Masks: causal / window positions are aligned to each sequence's cache length (bottom-right:
 // query token t sits at key position len - seqlen_q + t); a tile that every row sees whole skips
