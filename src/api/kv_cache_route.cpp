@@ -49,15 +49,17 @@ AttentionProblem planned_attention(const KVCacheProblem& p, std::int64_t max_cac
 void choose_cpu(const KVCacheProblem& p, KVCacheRoute& r) {
   const AttentionProblem a = planned_attention(p, r.max_cache_len);
   r.threads = a.num_threads > 0 ? a.num_threads : omp_get_max_threads();
-  // The decode kernel (decode_plan: seqlen_q <= kDecodeMaxQueries, or FASTATTN_CPU_DECODE),
-  // on the ISA the forward would run it on (dispatch.cpp: AMX only where its tiles run).
-  const cpu::Isa isa = cpu_isa_for(a.dtype);
-  r.decode = cpu::decode_plan(a, isa, r.threads);
-  if (r.decode.use) {
+  // The decode kernel (decode_plan: seqlen_q <= kDecodeMaxQueries, or FASTATTN_CPU_DECODE), as
+  // the dispatcher plans it for the forward of this problem: its plan, on its ISA (AMX only
+  // where its tiles run), and its name.
+  cpu::CpuKernelPlan plan;
+  const KernelChoice named = choose_kernel(a, Direction::forward, Backend::cpu, nullptr, &plan);
+  if (plan.decode.use) {
     r.kernel = KVCacheKernel::cpu_decode;
-    r.isa = isa == cpu::Isa::amx && r.decode.amx != cpu::amx::AmxMode::native ? cpu::Isa::avx512bf16 : isa;
+    r.decode = plan.decode;
+    r.isa = plan.isa;
     r.decode_scratch = cpu::decode_scratch_size(a, r.decode);
-    r.choice = choose_kernel(a, Direction::forward, Backend::cpu);  // the same decode plan, named
+    r.choice = named;
     r.choice.kernel = "cpu.kv_cache." + r.choice.kernel.substr(4);   // cpu.decode... -> cpu.kv_cache.decode...
     r.choice.reason = cache_text(p) + ", K/V rows read through the " +
                       (p.is_paged() ? std::string("block table one page run at a time") : std::string("cache in place")) +

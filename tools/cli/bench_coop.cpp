@@ -284,15 +284,16 @@ int run_cooperative_bench(const BenchArgs& a) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
+    const auto stop_sampler = [&] {
+      stop = true;
+      if (sampler.joinable()) sampler.join();
+    };
     std::vector<double> times, gpu_times, cpu_times;  // the run, and its parts as measured inside it
     const int warm = std::max(1, a.warmup), reps = std::max(3, a.repeats);
     try {
       CooperativeStep step(Q, cache, o);
       for (int i = 0; i < warm + reps; ++i) {
-        if (i == warm) {
-          stop = true;
-          sampler.join();
-        }
+        if (i == warm) stop_sampler();
         const auto t0 = std::chrono::steady_clock::now();
         step.run(Q, 0, O, Lse);
         if (i >= warm) {
@@ -311,13 +312,11 @@ int run_cooperative_bench(const BenchArgs& a) {
                                    {"cpu_attention", r.cpu_attention}, {"source", r.source}};
       }
     } catch (const Error& e) {
-      stop = true;
-      if (sampler.joinable()) sampler.join();
+      stop_sampler();
       fmt::print(stderr, "fastattn bench --cooperative: {}: {}\n", name, e.what());
       return kExitFailed;
     }
-    stop = true;
-    if (sampler.joinable()) sampler.join();
+    stop_sampler();
     std::sort(times.begin(), times.end());
     std::sort(gpu_times.begin(), gpu_times.end());
     std::sort(cpu_times.begin(), cpu_times.end());

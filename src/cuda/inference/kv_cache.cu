@@ -275,7 +275,7 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
       group > 1 ? int_text(group) + " query heads x " + int_text(p.seqlen_q) + " tokens = " + int_text(rows) +
                       " rows per KV head (K/V read once per " + std::to_string(tile.rows) + "-row tile)"
                 : int_text(p.seqlen_q) + " tokens = " + int_text(rows) + " rows per head";
-  const bool small_pages = kp.is_paged() && block_n % kp.page_size == 0 && block_n / kp.page_size <= 64;  // kv_cache_kernel.cuh: TileRows::fetch
+  const bool small_pages = kp.is_paged() && kv_pages_shared_by_shuffles(block_n, kp.page_size);
   const std::string loads =
       !kp.is_paged()                 ? std::string("contiguous cache")
       : kp.page_size % block_n == 0  ? "paged, whole-page tiles (one block-table read per " + std::to_string(block_n) +

@@ -124,7 +124,7 @@ struct TileRows {
         page[it] = first;
         row[it] = in_page + tile_row(it, tid);
       }
-    } else if (T::kBlockN % p.page_size == 0 && T::kBlockN / p.page_size <= 64) {
+    } else if (kv_pages_shared_by_shuffles(T::kBlockN, p.page_size)) {
       // Whole small pages per tile (page size 1..32 at 64-key tiles): the tile starts on a page
       // boundary and holds up to 64 pages; lane i of each warp reads the table entries of pages
       // i and i + 32 once (coalesced) and the copies take theirs by shuffle, instead of every

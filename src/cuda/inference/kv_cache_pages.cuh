@@ -29,6 +29,13 @@ __device__ __forceinline__ int kv_cache_length(const KVCacheParams& p, int b) {
   return static_cast<int>(min(max(n, 0LL), static_cast<long long>(p.capacity)));
 }
 
+// Whether a tile of block_n keys reads its block-table entries once per page and shares them by
+// warp shuffles (kv_cache_kernel.cuh, TileRows::fetch: up to 64 pages, two entries per lane),
+// rather than once per row: page sizes that divide the tile into at most 64 pages.
+__host__ __device__ constexpr bool kv_pages_shared_by_shuffles(int block_n, int page_size) {
+  return page_size > 0 && block_n % page_size == 0 && block_n / page_size <= 64;
+}
+
 // Raw block-table entry: page `page_index` of sequence b (paged caches only), unchecked.
 __device__ __forceinline__ int kv_page_entry(const KVCacheParams& p, int b, int page_index) {
   return p.block_table[static_cast<std::int64_t>(b) * p.block_table_stride + page_index];
