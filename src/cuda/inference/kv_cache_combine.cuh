@@ -4,7 +4,7 @@
 //   lse = log sum_s exp(lse_s),   out = sum_s exp(lse_s - lse) * O_s
 //
 // O_s is normalised by split s's own row sum; a split that saw no key of a row has lse_s = -inf
-// and weight exactly 0 (its O_s is not read); a row no split saw gets out 0 and lse -inf.
+// and weight exactly 0 (its O_s does not enter the sum); a row no split saw gets out 0 and lse -inf.
 // The partials are indexed by packed rows (row = token * group + head within a KV head):
 //   oaccum   (splits, batch, kv_heads, rows, head_dim) f32
 //   lseaccum (splits, batch, kv_heads, rows) f32
@@ -37,9 +37,28 @@ __device__ __forceinline__ void kv_combine_row(const KVCacheParams& p, int batch
   static_assert(kHeadDim % 4 == 0, "rows are read as float4");
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kQuadsPerLane = (kQuads + 31) / 32;
+  constexpr int kBatch = 16 / kQuadsPerLane;  // splits whose partial rows are in flight at once
   const int num_splits = p.num_splits;
   const int64_t split_stride = static_cast<int64_t>(p.batch) * p.num_kv_heads * p.rows;  // rows per split
   const int64_t row0 = (static_cast<int64_t>(batch) * p.num_kv_heads + kv_head) * p.rows + row;
+
+  // The partials of the first kBatch splits are loaded with the lse values, before the weights
+  // are known: all of them are in flight at once, so the merge costs one L2 round trip for up to
+  // kBatch splits instead of one per unrolled group (the fused combine is the serial tail of a
+  // split launch: kv_cache_heuristics.hpp). Every split writes its partial row, so the loads are
+  // of written values; a weight of 0 still skips its row, as before.
+  float4 batch_rows[kBatch][kQuadsPerLane];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const float4* o_row = reinterpret_cast<const float4*>(p.oaccum + (row0 + (s0 + j) * split_stride) * kHeadDim);
+#pragma unroll
+      for (int c = 0; c < kQuadsPerLane; ++c) {
+        const int quad = lane + 32 * c;
+        batch_rows[j][c] = s0 + j < num_splits && quad < kQuads ? __ldcg(o_row + quad) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  };
 
   float max_lse = -INFINITY;
   for (int s = lane; s < num_splits; s += 32) {
@@ -47,6 +66,7 @@ __device__ __forceinline__ void kv_combine_row(const KVCacheParams& p, int batch
     weight[s] = l;
     max_lse = fmaxf(max_lse, l);
   }
+  load_batch(0);
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, offset));
   const bool empty = max_lse == -INFINITY;
@@ -58,23 +78,24 @@ __device__ __forceinline__ void kv_combine_row(const KVCacheParams& p, int batch
   for (int s = lane; s < num_splits; s += 32) weight[s] = empty ? 0.0f : expf(weight[s] - lse);
   __syncwarp();
 
+  // out = sum_s w_s O_s in split order (the same order, and so the same bits, as one load per
+  // split: the fused and the separate combine agree).
   float4 acc[kQuadsPerLane];
 #pragma unroll
   for (int c = 0; c < kQuadsPerLane; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-  for (int s = 0; s < num_splits; ++s) {
-    const float w = weight[s];
-    if (w == 0.0f) continue;  // warp-uniform
-    const float4* o_row = reinterpret_cast<const float4*>(p.oaccum + (row0 + s * split_stride) * kHeadDim);
+  for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
+    if (s0 > 0) load_batch(s0);
 #pragma unroll
-    for (int c = 0; c < kQuadsPerLane; ++c) {
-      const int quad = lane + 32 * c;
-      if (quad < kQuads) {
-        const float4 v = __ldcg(o_row + quad);
-        acc[c].x += w * v.x;
-        acc[c].y += w * v.y;
-        acc[c].z += w * v.z;
-        acc[c].w += w * v.w;
+    for (int j = 0; j < kBatch; ++j) {
+      if (s0 + j >= num_splits) break;
+      const float w = weight[s0 + j];
+      if (w == 0.0f) continue;  // warp-uniform
+#pragma unroll
+      for (int c = 0; c < kQuadsPerLane; ++c) {
+        acc[c].x += w * batch_rows[j][c].x;
+        acc[c].y += w * batch_rows[j][c].y;
+        acc[c].z += w * batch_rows[j][c].z;
+        acc[c].w += w * batch_rows[j][c].w;
       }
     }
   }
