@@ -32,6 +32,13 @@ def render(rows):
     def ratio(other, ms):
         return f"{other / ms:.2f}x" if other else "-"
 
+    def anchored(r):
+        """' ms | GB/s | % of copy | cuDNN ms | flash ms | vs cuDNN | vs flash |' of a row."""
+        cudnn, flash = sdpa.get(key(r) + ("cudnn",)), sdpa.get(key(r) + ("flash",))
+        frac = 100 * r["kv_gbs"] / hbm if hbm else 0
+        return (f" {r['ms']:.4f} | {r['kv_gbs']:.0f} | {frac:.0f} | {cudnn or 0:.4f} | {flash or 0:.4f} | "
+                f"{ratio(cudnn, r['ms'])} | {ratio(flash, r['ms'])} |")
+
     # The second timing of each row (mode decode2) only where the run has one.
     lines += ["One query token, causal, contiguous cache, through forward():", "",
               "| heads q/kv | batch | kv | fastattn ms | K+V GB/s | % of copy | cuDNN ms | flash ms "
@@ -42,12 +49,54 @@ def render(rows):
         if "ms" not in r:
             lines.append(head + f" {r.get('skipped') or r.get('error', '?')} |" + " |" * (8 if again else 7))
             continue
-        cudnn, flash = sdpa.get(key(r) + ("cudnn",)), sdpa.get(key(r) + ("flash",))
-        frac = 100 * r["kv_gbs"] / hbm if hbm else 0
         second = (f" {again[key(r)]['ms']:.4f} |" if key(r) in again else " - |") if again else ""
-        lines.append(head + f" {r['ms']:.4f} | {r['kv_gbs']:.0f} | {frac:.0f} | "
-                     f"{cudnn or 0:.4f} | {flash or 0:.4f} | {ratio(cudnn, r['ms'])} | {ratio(flash, r['ms'])} "
-                     f"|{second} `{r.get('kernel', '')}` |")
+        lines.append(head + anchored(r) + f"{second} `{r.get('kernel', '')}` |")
+
+    # forward() with FASTATTN_CUDA_KV_LOAD=cp_async beside the default: the loads' A/B (in the job
+    # where TMA was the default; cp.async is now).
+    cp = {key(r)[1:]: r for r in ours if r["tag"] == "kv_decode_cpasync" and "ms" in r}
+    if cp:
+        lines += ["", "The same decode rows with cp.async loads (FASTATTN_CUDA_KV_LOAD=cp_async) beside the "
+                  "default above:", "", "| heads q/kv | batch | kv | default ms | cp.async ms | cp.async time / "
+                  "default time | cp.async vs cuDNN | default kernel |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+        for r in sorted((r for r in ours if r["tag"] == "kv_decode" and "ms" in r),
+                        key=lambda r: (r["h"], r["hkv"], r["b"], r["sk"])):
+            c = cp.get(key(r)[1:])
+            if c is None:
+                continue
+            cudnn = sdpa.get(key(r) + ("cudnn",))
+            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {r['ms']:.4f} | {c['ms']:.4f} | "
+                         f"{c['ms'] / r['ms']:.3f} | {ratio(cudnn, c['ms'])} | `{r.get('kernel', '')}` |")
+
+    loads = [r for r in ours if r["tag"] == "kv_loads" and "ms" in r]
+    if loads:
+        lines += ["", "TMA against cp.async loads (the kernel alone; pages shuffled through the block table):", "",
+                  "| heads q/kv | batch | kv | page size | loads | stages | ms | K+V GB/s | kernel |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        for r in loads:
+            size = "contiguous" if r["page_size"] == 0 else str(r["page_size"])
+            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k | {size} | {r.get('load')} | "
+                         f"{r.get('stages')} | {r['ms']:.4f} | {r['kv_gbs']:.0f} | `{r['kernel']}` |")
+
+    graph = [r for r in ours if r["tag"] == "kv_graph" and "ms" in r]
+    if graph:
+        lines += ["", "b1 decode replayed from a CUDA graph (20 calls captured back to back, as a decode loop "
+                  "replays its steps; time per call; fastattn: a KV-cache plan's run on a contiguous cache, "
+                  "SDPA: the same call captured with torch.cuda.graph):", "",
+                  "| heads q/kv | batch | kv | fastattn ms | K+V GB/s | % of copy | cuDNN ms | flash ms | vs cuDNN "
+                  "| vs flash | kernel |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in sorted(graph, key=lambda r: (r["h"], r["hkv"], r["sk"])):
+            lines.append(f"| {r['h']}/{r['hkv']} | {r['b']} | {r['sk'] // 1024}k |" + anchored(r) +
+                         f" `{r.get('kernel', '')}` |")
+
+    floor = [r for r in ours if r["tag"] == "kv_floor" and "ms" in r]
+    if floor:
+        lines += ["", "The floor under one call (CUDA events around each call, as every row here): an empty kernel "
+                  "on the b1 grid (16 x 8 CTAs), then forward() on b1 GQA 32/8 with one 64-key tile per CTA:", "",
+                  "| what | ms | kernel |", "|---|---:|---|"]
+        for r in floor:
+            what = r.get("variant") or f"forward() b1 kv {r['sk']}"
+            lines.append(f"| {what} | {r['ms']:.4f} | `{r.get('kernel', '')}` |")
 
     paged = [r for r in ours if r["tag"] == "kv_paged" and "ms" in r]
     if paged:

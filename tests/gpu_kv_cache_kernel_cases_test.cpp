@@ -86,9 +86,11 @@ HostReference host_problem(const KVCase& c, const KVRun& r) {
 // Runs the case (plan + forward on a non-default stream) and judges it; returns the failures.
 // stages > 0: that K/V ring instead of the plan's (kv_cache_heuristics.hpp: the deep ring).
 // combine: how the splits are merged, when not the plan's (kv_cache_heuristics.hpp: KVCombine).
-// out_bits: when given, receives out's bits.
+// out_bits: when given, receives out's bits. load: those K/V loads instead of the plan's
+// (kv_cache_heuristics.hpp: KVLoad; TMA only where it can serve the case).
 std::string run_and_judge(const KVCase& c, int stages = 0, std::optional<cuda::KVCombine> combine = std::nullopt,
-                          std::vector<std::uint16_t>* out_bits = nullptr) {
+                          std::vector<std::uint16_t>* out_bits = nullptr,
+                          std::optional<cuda::KVLoad> load = std::nullopt) {
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::string failures;
@@ -96,10 +98,11 @@ std::string run_and_judge(const KVCase& c, int stages = 0, std::optional<cuda::K
     const KVRun r = make_inputs(c);
     DeviceCall call(c, r, stream);
     cuda::KVCacheLaunch launch = cuda::kv_cache_plan(call.problem, r.cache.capacity);
-    if (stages > 0 && stages != launch.stages) {
-      launch.stages = stages;
-      cuda::kv_cache_select_kernels(call.problem, launch);  // that ring's kernel
-    }
+    const bool other_ring = stages > 0 && stages != launch.stages;
+    const bool other_load = load && *load != launch.load;
+    if (other_ring) launch.stages = stages;
+    if (other_load) launch.load = *load;
+    if (other_ring || other_load) cuda::kv_cache_select_kernels(call.problem, launch);  // that kernel
     if (combine && launch.num_splits > 1) {
       launch.combine = *combine;
       if (*combine == cuda::KVCombine::separate) launch.counter_bytes = 0;
@@ -275,7 +278,10 @@ void expect_chosen_cases_match(const RingRun& run) {
     if (run.ring != Ring::planned && stages == 0) continue;
     for (const KVCase& c : chosen_cases(d)) {
       if (run.ring == Ring::deep && cuda::kv_row_tile(c.heads / c.kv_heads * c.seqlen_q, d).rows != 16) continue;
-      const std::string failures = run_and_judge(c, stages);
+      // TMA loads have the default and the deep ring (kv_cache_launch.cuh): the reduced one runs cp.async.
+      const std::optional<cuda::KVLoad> load =
+          run.ring == Ring::reduced ? std::optional<cuda::KVLoad>(cuda::KVLoad::cp_async) : std::nullopt;
+      const std::string failures = run_and_judge(c, stages, std::nullopt, nullptr, load);
       EXPECT_TRUE(failures.empty()) << c.describe() << run.label << ":" << failures;
     }
   }
@@ -300,6 +306,39 @@ TEST_F(CudaKVCacheKernel, ReducedRingMatchesFloat64) {
 TEST_F(CudaKVCacheKernel, DeepRingMatchesFloat64) {
 #if FASTATTN_TESTS_CUDA
   expect_chosen_cases_match(kRings[2]);
+#endif
+}
+
+// TMA loads (KVLoad::tma: sm90, the contiguous cache and pages of a multiple of the key tile;
+// taken with FASTATTN_CUDA_KV_LOAD=tma, kv_cache_heuristics.hpp: kKVTmaByDefault) against the
+// plan's cp.async on every chosen case TMA can serve, on the plan's ring and, for 16-row tiles,
+// the deep one: both judged against float64, and the same bits (the same values reach the same
+// MMAs in the same order; only the shared-memory layout differs). Skipped where TMA loads are not
+// available (tma_loads_available: sm90 and a build with sm_90 code).
+TEST_F(CudaKVCacheKernel, TmaLoadsMatchCpAsyncBitwise) {
+#if FASTATTN_TESTS_CUDA
+  int compared = 0;
+  for (int d : build_info().cuda_head_dims) {
+    if (!tma_loads_available(d)) continue;
+    for (const KVCase& c : chosen_cases(d)) {
+      if (c.page_size != 0 && c.page_size % cuda::kv_block_n(d) != 0) continue;  // pages TMA cannot load whole tiles of
+      const bool sixteen_rows = cuda::kv_row_tile(c.heads / c.kv_heads * c.seqlen_q, d).rows == 16;
+      std::vector<int> rings = {0};  // 0: the plan's
+      if (sixteen_rows && cuda::kv_deep_stages(d) != 0) rings.push_back(cuda::kv_deep_stages(d));
+      for (const int stages : rings) {
+        std::vector<std::uint16_t> bits[2];
+        const std::string tma = run_and_judge(c, stages, std::nullopt, &bits[0], cuda::KVLoad::tma);
+        const std::string cp_async = run_and_judge(c, stages, std::nullopt, &bits[1], cuda::KVLoad::cp_async);
+        const std::string ring = stages == 0 ? " plan's ring" : " deep ring";
+        EXPECT_TRUE(tma.empty()) << c.describe() << ring << " TMA:" << tma;
+        EXPECT_TRUE(cp_async.empty()) << c.describe() << ring << " cp.async:" << cp_async;
+        EXPECT_TRUE(bits[0] == bits[1]) << c.describe() << ring << ": TMA and cp.async loads give different bits";
+        ++compared;
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "no TMA loads here (sm90 devices, builds with sm_90 code)";
+  std::printf("[ tma ] %d runs of chosen cases on TMA loads, bitwise equal to cp.async\n", compared);
 #endif
 }
 

@@ -24,16 +24,17 @@
 namespace fastattn::testing::kv_cache_kernel {
 namespace {
 
-// kv_cache_forward captured once in a CUDA graph (append + attention + combine), replayed with
-// seqlens and the block table changed on the device: bitwise equal to eager calls.
-TEST_F(CudaKVCacheKernel, GraphReplayWithChangedSeqlensIsBitwiseEager) {
 #if FASTATTN_TESTS_CUDA
+// kv_cache_forward captured once in a CUDA graph (append + attention + combine), replayed with
+// seqlens and the block table changed on the device: bitwise equal to eager calls. page_size:
+// the cache's; load: the K/V loads the plan must take (FASTATTN_CUDA_KV_LOAD, set by the caller).
+void expect_graph_replay_bitwise_eager(std::int64_t page_size, cuda::KVLoad load) {
   KVCase c;
   c.heads = 32;
   c.kv_heads = 8;
   c.held = std::vector<std::int32_t>{1000, 7, 300};
   c.capacity = 2048;
-  c.page_size = 16;
+  c.page_size = page_size;
   c.seqlen_new = 1;
   c.nan_outside = false;  // the variants below make other slots visible
   const KVRun r = make_inputs(c);
@@ -42,6 +43,7 @@ TEST_F(CudaKVCacheKernel, GraphReplayWithChangedSeqlensIsBitwiseEager) {
   DeviceCall call(c, r, stream);
   const cuda::KVCacheLaunch launch = cuda::kv_cache_plan(call.problem, c.capacity);
   ASSERT_GT(launch.num_splits, 1) << launch.reason << ": the graph should hold the combine too";
+  ASSERT_EQ(launch.load, load) << launch.reason;
   DeviceBuffer scratch(launch.scratch_bytes);
   DeviceBuffer cache_k(r.cache.k), cache_v(r.cache.v);  // the cache before any append
 
@@ -105,6 +107,22 @@ TEST_F(CudaKVCacheKernel, GraphReplayWithChangedSeqlensIsBitwiseEager) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+#endif
+
+TEST_F(CudaKVCacheKernel, GraphReplayWithChangedSeqlensIsBitwiseEager) {
+#if FASTATTN_TESTS_CUDA
+  expect_graph_replay_bitwise_eager(16, cuda::KVLoad::cp_async);
+#endif
+}
+
+// The same on TMA loads (sm90; kv_cache_tma.hpp: the tensor maps are kernel parameters, encoded
+// for the cache's pointers when the graph is captured), pages of 64 tokens.
+TEST_F(CudaKVCacheKernel, GraphReplayOnTmaLoadsIsBitwiseEager) {
+#if FASTATTN_TESTS_CUDA
+  if (!tma_loads_available(128)) GTEST_SKIP() << "no TMA loads here (sm90 devices, builds with sm_90 code)";
+  const ScopedEnv env("FASTATTN_CUDA_KV_LOAD", std::string("tma"));
+  expect_graph_replay_bitwise_eager(64, cuda::KVLoad::tma);
 #endif
 }
 

@@ -41,6 +41,13 @@ inline void cuda_ok(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw Error(ErrorCode::device_error, std::string(what) + ": " + cudaGetErrorString(status));
 }
 
+// Whether device 0 is an sm90 GPU, where the kernel has TMA loads (kv_cache_heuristics.hpp: KVLoad).
+inline bool device_is_sm90() {
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  return prop.major == 9;
+}
+
 // A device buffer with the bytes of a host vector.
 struct DeviceBuffer {
   void* data = nullptr;
@@ -271,6 +278,26 @@ struct DeviceCall {
     cuda_ok(cudaMemcpy(lse.storage(), lse_dev.data, lse.storage_bytes(), cudaMemcpyDeviceToHost), "lse to host");
   }
 };
+
+// Whether a plan takes TMA loads under FASTATTN_CUDA_KV_LOAD=tma (a contiguous cache at
+// head_dim d): an sm90 device, and kernel code compiled for sm_90 in this build (below it the
+// TMA instructions are traps, which would take the context down with them).
+inline bool tma_loads_available(std::int64_t d) {
+  if (!device_is_sm90()) return false;
+  const ScopedEnv env("FASTATTN_CUDA_KV_LOAD", std::string("tma"));
+  KVCase c;
+  c.head_dim = d;
+  c.held = std::vector<std::int32_t>{64};
+  c.capacity = 64;
+  c.page_size = 0;
+  try {
+    const KVRun r = make_inputs(c);
+    DeviceCall call(c, r, nullptr);
+    return cuda::kv_cache_plan(call.problem, r.cache.capacity).load == cuda::KVLoad::tma;
+  } catch (const Error&) {
+    return false;
+  }
+}
 #endif
 
 }  // namespace fastattn::testing::kv_cache_kernel

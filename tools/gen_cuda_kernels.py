@@ -59,7 +59,7 @@ template void run_forward_sm90_dynamic<{ctype}, {head_dim}>(const ForwardParams&
 KV_CACHE = """#include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {{
-template KVCacheKernels kv_cache_kernels<{ctype}, {head_dim}>(int, int, bool);
+template KVCacheKernels kv_cache_kernels<{ctype}, {head_dim}>(int, int, bool, KVLoad);
 }}  // namespace fastattn::cuda
 """
 

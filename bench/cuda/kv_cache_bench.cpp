@@ -12,8 +12,23 @@
 //   decode2     the decode rows again (field "repeat": 2), for the run-to-run spread
 //   decode_hm   the decode rows (tag kv_decode_hm) on K/V stored head-major, [b, hkv, sk, d]
 //               passed as a strided view: the memory order the anchor's SDPA tensors have
+//   loads       the KV-cache kernel with TMA and with cp.async loads forced (tag kv_loads; shapes
+//               TMA serves): contiguous (default and deep ring), page sizes 64 and 256; GQA 32/8
+//               b16 kv 32k, b1 kv 128k, b1 kv 32k; MHA b16 kv 128k
+//   graph       the b1 decode rows (kv 4k, 32k, 128k; GQA 32/8, MHA, GQA 64/8) on the KV-cache
+//               kernel as a plan's run, 20 runs captured in one CUDA graph, time per run (tag
+//               kv_graph; sdpa_anchor.py kv_decode_graph times SDPA the same way)
+//   floor       the floor under one call: an empty kernel between the events (b1's grid, with and
+//               without the ring's shared memory, after a memset node), then forward() on b1
+//               GQA 32/8 with kv 64 (one tile, no split), 1k (16 splits of one tile) and 4k
+//               (tag kv_floor)
+//   decode_cpasync the decode rows with FASTATTN_CUDA_KV_LOAD=cp_async (tag kv_decode_cpasync)
+//   paged_ordered the paged rows at page sizes 1, 16, 64 with the pages in order (tag
+//               kv_paged_ordered): the cost of pages scattered through the pool, apart
+//   one_b1      the decode row b1 kv 32k GQA 32/8 alone (ncu: the kernel's own time)
 //   paged_deep  the paged rows (tag kv_paged_deep) with the 16-row tile's deep 5-stage ring
-//   paged_splits the paged rows (tag kv_paged_splits) with splits forced to two CTAs per SM
+//   paged_splits the paged rows (tag kv_paged_splits) with the contiguous cache's split counts
+//               forced (one CTA per SM: b16 1 split, b1 16), against the paged heuristic's two
 //   stages      the 16-row tile's default 3-stage ring against the deep 5-stage one (one CTA per SM)
 //   one         the decode row b16 kv 32k GQA 32/8 alone (for ncu's DRAM byte count)
 //   one_gqa8    the decode row b1 kv 128k GQA 64/8 alone (ncu: the kernels of a forward() call)
@@ -43,6 +58,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +70,7 @@
 #include "device_fill.hpp"
 #include "fastattn/fastattn.hpp"
 #include "hbm_bandwidth.hpp"
+#include "launch_floor.hpp"
 #include "report_json.hpp"
 
 namespace fastattn::bench {
@@ -105,6 +122,16 @@ struct Shape {
 nlohmann::json shape_row(const char* tag, const Shape& s) {
   return {{"source", "fastattn"}, {"mode", tag}, {"tag", tag}, {"pass", "fwd"}, {"b", s.b}, {"sq", s.sq},
           {"sk", s.sk},           {"h", s.h},    {"hkv", s.hkv}, {"d", s.d},      {"causal", true}, {"dtype", "bf16"}};
+}
+
+// The one-token decode shapes: query/KV heads 32/8, 32/32, 64/8; batch 1, 16, 64; kv 4k,
+// 32k, 128k (in that order).
+std::vector<Shape> decode_shapes() {
+  std::vector<Shape> shapes;
+  for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
+    for (const std::int64_t b : {1, 16, 64})
+      for (const std::int64_t sk : {4096, 32768, 131072}) shapes.push_back({b, 1, sk, h, hkv});
+  return shapes;
 }
 
 double kv_bytes(const Shape& s) { return 4.0 * static_cast<double>(s.b * s.sk * s.hkv * s.d); }
@@ -280,9 +307,11 @@ const char* combine_run_name(CombineRun c) {
 }
 
 void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, double max_seconds, cudaStream_t stream,
-                   const char* tag = "kv_paged", int stages = 0, CombineRun combine = CombineRun::plan_default) {
+                   const char* tag = "kv_paged", int stages = 0, CombineRun combine = CombineRun::plan_default,
+                   bool shuffled = true, std::optional<cuda::KVLoad> load = std::nullopt, int graph_calls = 0) {
   nlohmann::json row = shape_row(tag, s);
   row["page_size"] = page_size;
+  if (!shuffled) row["pages"] = "in order";
   try {
     const std::int64_t d = s.d, per_token = s.hkv * d;
     const bool paged = page_size > 0;
@@ -299,7 +328,7 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
     check(cudaMemcpy(seqlens.data, lens.data(), seqlens.bytes, cudaMemcpyHostToDevice), "seqlens");
     std::vector<std::int32_t> pages(static_cast<std::size_t>(num_pages));
     std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+    if (shuffled) std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
     check(cudaMemcpy(table.data, pages.data(), table.bytes, cudaMemcpyHostToDevice), "block table");
 
     KVCacheProblem p;
@@ -328,10 +357,11 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
     p.max_pages_per_seq = pages_per_seq;
     p.seqlens = static_cast<const std::int32_t*>(seqlens.data);
     cuda::KVCacheLaunch launch = cuda::kv_cache_plan(p, s.sk);
-    if (stages > 0 && stages != launch.stages) {
-      launch.stages = stages;
-      cuda::kv_cache_select_kernels(p, launch);  // the other ring's kernel and its attribute
-    }
+    const bool other_ring = stages > 0 && stages != launch.stages;
+    const bool other_load = load && *load != launch.load;
+    if (other_ring) launch.stages = stages;
+    if (other_load) launch.load = *load;
+    if (other_ring || other_load) cuda::kv_cache_select_kernels(p, launch);  // that kernel and its attribute
     cuda::KVScratch state = cuda::KVScratch::fresh;
     if (combine == CombineRun::separate && launch.num_splits > 1) {
       launch.combine = cuda::KVCombine::separate;
@@ -340,19 +370,87 @@ void run_paged_row(const Shape& s, std::int64_t page_size, double hbm_gbs, doubl
       state = cuda::KVScratch::counters_zeroed;
     }
     DeviceArray scratch(launch.scratch_bytes);
+    if (graph_calls > 0) state = cuda::KVScratch::counters_zeroed;  // a plan's run: no memset node
     if (state == cuda::KVScratch::counters_zeroed) cuda::kv_cache_zero_counters(launch, scratch.data, p.attn.device.index);
-    const perf::cuda::EventTiming t =
-        time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data, state); }, stream, max_seconds);
+    perf::cuda::EventTiming t;
+    if (graph_calls > 0) {
+      // graph_calls runs captured back to back in one CUDA graph, as a decode loop replays its
+      // steps; the events bracket a replay, and each time is divided by graph_calls.
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      try {
+        for (int i = 0; i < graph_calls; ++i) cuda::kv_cache_forward(p, launch, scratch.data, state);
+      } catch (...) {  // end the capture, so the stream serves the next rows
+        cudaStreamEndCapture(stream, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        throw;
+      }
+      check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+      try {
+        check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        t = time_warm([&] { check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); }, stream, max_seconds);
+      } catch (...) {
+        if (exec != nullptr) cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        throw;
+      }
+      t.median_ms /= graph_calls;
+      t.min_ms /= graph_calls;
+      t.mean_ms /= graph_calls;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      row["graph_calls"] = graph_calls;
+    } else {
+      t = time_warm([&] { cuda::kv_cache_forward(p, launch, scratch.data, state); }, stream, max_seconds);
+    }
     if (combine != CombineRun::plan_default) row["combine"] = combine_run_name(combine);
     add_timing(row, t, s, hbm_gbs);
-    row["kernel"] = launch.kernel;
+    // The plan's name and reason; a forced ring or load is in "stages" / "load" and said here.
+    row["kernel"] = launch.kernel + (other_ring || other_load ? " (forced: " + std::string(cuda::kv_load_text(launch.load)) +
+                                                                   ", " + std::to_string(launch.stages) + " stages)"
+                                                             : std::string());
     row["reason"] = launch.reason;
     row["splits"] = launch.num_splits;
     row["stages"] = launch.stages;
+    row["load"] = cuda::kv_load_text(launch.load);
   } catch (const Error& e) {
     row["error"] = e.what();
   }
   emit(row);
+}
+
+// The floor under a one-call timing (mode floor): an empty kernel between the events, with the
+// b1 decode launch's shape (16 x 8 CTAs of 128 threads), without and with the 3-stage ring's
+// shared memory, and after a memset node as an eager split call has one.
+void run_floor_rows(double max_seconds, cudaStream_t stream) {
+  DeviceArray counters(4096);
+  const int ring_smem = cuda::kv_smem_bytes(cuda::kv_row_tile(4, 128), 128, cuda::kv_stages(128));
+  struct Variant {
+    const char* name;
+    int smem;
+    bool memset;
+  };
+  for (const Variant& v : {Variant{"empty", 0, false}, Variant{"empty_ring_smem", ring_smem, false},
+                           Variant{"memset_then_empty", ring_smem, true}}) {
+    nlohmann::json row = {{"source", "fastattn"}, {"tag", "kv_floor"}, {"variant", v.name}, {"grid", "16x8"},
+                          {"smem_bytes", v.smem}};
+    try {
+      const perf::cuda::EventTiming t = time_warm(
+          [&] {
+            if (v.memset) check(cudaMemsetAsync(counters.data, 0, 512, stream), "cudaMemsetAsync");
+            launch_empty(16, 8, v.smem, stream);
+          },
+          stream, max_seconds);
+      row["ms"] = t.median_ms;
+      row["min_ms"] = t.min_ms;
+      row["repeats"] = t.repeats;
+    } catch (const Error& e) {
+      row["error"] = e.what();
+    }
+    emit(row);
+  }
 }
 
 double measure_hbm(double earlier) {
@@ -389,21 +487,13 @@ int run(int argc, char** argv) {
   double hbm = measure_hbm(0);
   for (const std::string& mode : modes) {
     if (mode == "decode") {
-      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
-        for (const std::int64_t b : {1, 16, 64})
-          for (const std::int64_t sk : {4096, 32768, 131072}) run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream);
+      for (const Shape& s : decode_shapes()) run_forward_row("kv_decode", s, hbm, max_seconds, stream);
     } else if (mode == "decode2") {  // the decode rows again, after the anchors: the run-to-run spread
-      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
-        for (const std::int64_t b : {1, 16, 64})
-          for (const std::int64_t sk : {4096, 32768, 131072})
-            run_forward_row("kv_decode", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 2);
+      for (const Shape& s : decode_shapes()) run_forward_row("kv_decode", s, hbm, max_seconds, stream, 2);
     } else if (mode == "decode_hm") {  // the decode rows on head-major K/V (the anchor's layout)
-      for (const auto& [h, hkv] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {32, 32}, {64, 8}})
-        for (const std::int64_t b : {1, 16, 64})
-          for (const std::int64_t sk : {4096, 32768, 131072})
-            run_forward_row("kv_decode_hm", {b, 1, sk, h, hkv}, hbm, max_seconds, stream, 1, true);
-    } else if (mode == "paged_splits") {  // the paged rows at twice the heuristic's CTAs (two per SM)
-      for (const auto& [s, n] : {std::pair<Shape, int>{Shape{16, 1, 32768, 32, 8}, 2}, {Shape{1, 1, 131072, 32, 8}, 33}}) {
+      for (const Shape& s : decode_shapes()) run_forward_row("kv_decode_hm", s, hbm, max_seconds, stream, 1, true);
+    } else if (mode == "paged_splits") {  // the paged rows at the contiguous cache's split counts (one CTA per SM)
+      for (const auto& [s, n] : {std::pair<Shape, int>{Shape{16, 1, 32768, 32, 8}, 1}, {Shape{1, 1, 131072, 32, 8}, 16}}) {
         setenv("FASTATTN_CUDA_NUM_SPLITS", std::to_string(n).c_str(), 1);
         reload_environment();
         for (const std::int64_t page : {0, 1, 16, 64, 256}) run_paged_row(s, page, hbm, max_seconds, stream, "kv_paged_splits");
@@ -445,6 +535,34 @@ int run(int argc, char** argv) {
       run_forward_row("kv_decode", {1, 1, 131072, 64, 8}, hbm, max_seconds, stream);
     } else if (mode == "one") {  // one decode shape, for ncu (DRAM bytes against the K+V bytes)
       run_forward_row("kv_decode", {16, 1, 32768, 32, 8}, hbm, max_seconds, stream);
+    } else if (mode == "floor") {  // one-call floors: empty launches, then forward() with 1 tile per CTA
+      run_floor_rows(max_seconds, stream);
+      for (const std::int64_t sk : {64, 1024, 4096}) run_forward_row("kv_floor", {1, 1, sk, 32, 8}, hbm, max_seconds, stream);
+    } else if (mode == "graph") {  // b1 decode as a graph-replayed decode loop runs it: 20 plan runs per graph
+      for (const Shape& s : decode_shapes())
+        if (s.b == 1)
+          run_paged_row(s, 0, hbm, max_seconds, stream, "kv_graph", 0, CombineRun::plan_default, true, std::nullopt, 20);
+    } else if (mode == "loads") {  // TMA against cp.async loads, where the plan takes TMA (sm90)
+      for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}, Shape{16, 1, 131072, 32, 32},
+                             Shape{1, 1, 32768, 32, 8}})
+        for (const std::int64_t page : {0, 64, 256})
+          for (const cuda::KVLoad load : {cuda::KVLoad::tma, cuda::KVLoad::cp_async})
+            for (const int stages : {0, cuda::kv_deep_stages(128)}) {
+              if (page > 0 && stages > 0) continue;  // the paged split count counts two CTAs per SM: not the deep ring's one
+              run_paged_row(s, page, hbm, max_seconds, stream, "kv_loads", stages, CombineRun::plan_default, true, load);
+            }
+    } else if (mode == "decode_cpasync") {  // the decode rows with FASTATTN_CUDA_KV_LOAD=cp_async
+      setenv("FASTATTN_CUDA_KV_LOAD", "cp_async", 1);
+      reload_environment();
+      for (const Shape& s : decode_shapes()) run_forward_row("kv_decode_cpasync", s, hbm, max_seconds, stream);
+      unsetenv("FASTATTN_CUDA_KV_LOAD");
+      reload_environment();
+    } else if (mode == "paged_ordered") {  // the paged rows with pages in order: what placement costs
+      for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
+        for (const std::int64_t page : {1, 16, 64})
+          run_paged_row(s, page, hbm, max_seconds, stream, "kv_paged_ordered", 0, CombineRun::plan_default, false);
+    } else if (mode == "one_b1") {  // forward() on b1 kv 32k GQA 32/8 alone (ncu: kernel time against the events')
+      run_forward_row("kv_decode", {1, 1, 32768, 32, 8}, hbm, max_seconds, stream);
     } else if (mode == "paged") {
       for (const Shape& s : {Shape{16, 1, 32768, 32, 8}, Shape{1, 1, 131072, 32, 8}})
         for (const std::int64_t page : {0, 1, 16, 64, 256}) run_paged_row(s, page, hbm, max_seconds, stream);
@@ -475,7 +593,7 @@ int run(int argc, char** argv) {
     } else if (mode == "multitoken") {
       for (const std::int64_t sq : {1, 2, 4, 8, 16}) run_forward_row("kv_multitoken", {8, sq, 8192, 32, 8}, hbm, max_seconds, stream);
     } else {
-      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, paged, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, fwd_ab, b1_ab, splits, combine, host)\n", mode.c_str());
+      std::fprintf(stderr, "kv_cache_bench: unknown mode %s (decode, decode_hm, decode_cpasync, loads, floor, graph, paged, paged_ordered, one_b1, paged_deep, paged_splits, multitoken, decode2, stages, one, one_gqa8, fwd_ab, b1_ab, splits, combine, host)\n", mode.c_str());
       return 2;
     }
   }

@@ -68,11 +68,34 @@ MODES = {
                    for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
                    for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9],
                   ("fwd",)),
+    # b1 decode replayed from a CUDA graph of GRAPH_CALLS calls (kv_cache_bench.cpp graph), time per call.
+    "kv_decode_graph": ([("kv_graph", 1, 1, sk, h, hkv, 128, True)
+                         for h, hkv in ((32, 8), (32, 32), (64, 8)) for sk in (4096, 32768, 131072)],
+                        ("fwd",)),
     # Multi-token decode (kv_cache_bench.cpp multitoken): seqlen_q 1..16, b8 kv 8k, GQA 32/8.
     # SDPA's causal mask is top-left aligned, so these rows are timed unmasked (see forward()).
     "kv_multitoken": ([("kv_multitoken", 8, sq, 8192, 32, 8, 128, True) for sq in (1, 2, 4, 8, 16)],
                       ("fwd",)),
 }
+
+
+GRAPH_CALLS = 20  # calls per captured graph in kv_decode_graph (kv_cache_bench.cpp graph: 20)
+
+
+def graph_of(fn, calls):
+    """A function replaying `calls` calls of fn captured in one CUDA graph (warmed up first on a
+    side stream, as torch.cuda.graphs asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph.replay
 
 
 def flash_attn_flops(b, sq, sk, h, d, causal, pass_):
@@ -174,6 +197,9 @@ def run_point(mode, point, pass_, backends, args):
         try:
             with sdpa_kernel(BACKENDS[name]):
                 timed = forward if pass_ == "fwd" else forward_backward
+                calls = GRAPH_CALLS if tag == "kv_graph" else 1
+                if calls > 1:
+                    timed = graph_of(forward, calls)
                 if pass_ == "bwd":  # the backward alone: one forward, its graph kept across calls
                     out = forward()
 
@@ -184,9 +210,12 @@ def run_point(mode, point, pass_, backends, args):
                     warmup=limits.get("warmup", 3), repeats=args.repeats,
                     max_seconds=min(args.max_seconds, limits.get("max_seconds", args.max_seconds)),
                     warm_ms=args.warm_ms)
+            if calls > 1:  # time per call of the replayed graph
+                ms, min_ms = ms / calls, min_ms / calls
+                row["graph_calls"] = calls
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
             row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
-            if tag in ("splitkv", "decode", "kv_decode", "kv_multitoken"):
+            if tag in ("splitkv", "decode", "kv_decode", "kv_multitoken", "kv_graph"):
                 kv_bytes = 2.0 * b * sk * hkv * d * 2
                 row.update(kv_bytes=kv_bytes, kv_gbs=kv_bytes / (ms / 1e3) / 1e9)
         except Exception as e:  # a backend that refuses a shape (or runs out of memory) is a row

@@ -86,9 +86,13 @@ if has ncu; then
   grep -E "dram__bytes|kv_cache_attention|ERR" "$out/ncu.log" | head -6
   # Every kernel of a few forward() calls on b1 kv 128k GQA 64/8 and their times (past the fills
   # and the first warm-up calls).
-  run ncu_gqa8 40 bash -c "ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 40 -c 8 \
+  run ncu_gqa8 40 bash -c "ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 6 -c 8 \
       '$bench_bin' one_gqa8 --max-seconds 0.05 > '$out/ncu_gqa8.log' 2>&1"
   grep -E "^  [a-zA-Z_]|gpu__time_duration|ERR" "$out/ncu_gqa8.log" | head -24
+  # The same on b1 kv 32k GQA 32/8: the kernel's own time against the events' (the call's fixed cost).
+  run ncu_b1 40 bash -c "ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:kv_cache --launch-skip 6 -c 6 \
+      '$bench_bin' one_b1 --max-seconds 0.05 > '$out/ncu_b1.log' 2>&1"
+  grep -E "^  [a-zA-Z_]|gpu__time_duration|dram__bytes|ERR" "$out/ncu_b1.log" | head -30
 fi
 if [ -f "$out/kv.jsonl" ]; then
   python3 bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md" 2>&1 || "$python" bench/render_kv_decode.py "$out/kv.jsonl" --json "$out/kv_decode.json" > "$out/kv.md"

@@ -54,4 +54,26 @@ struct FragmentAddress {
   }
 };
 
+// The same view of a tile stored as 64-column panels (the TMA layout, sm90/tma.cuh): columns
+// 64j .. 64j + 63 of all kPanelRows rows form panel j, kPanelRows x 128 bytes, 1024-byte aligned,
+// with TMA's 128-byte swizzle (chunk c of row r at chunk position c ^ (r % 8), as SwizzledTile
+// within each 128 bytes). Only the row pitch (128 bytes) and the step between 64-column groups
+// (a whole panel) differ from FragmentAddress, so the lane XOR is the same.
+template <int kPanelRows, LanePattern kPattern>
+struct PanelFragmentAddress {
+  static constexpr int kPanelBytes = kPanelRows * 128;
+  uint32_t base;  // tile + lane row offset * 128
+  uint32_t x;     // (lane chunk offset ^ lane % 8) * 16
+
+  __device__ __forceinline__ PanelFragmentAddress(uint32_t tile, int lane) {
+    base = tile + static_cast<uint32_t>(pattern_row<kPattern>(lane) * 128);
+    x = static_cast<uint32_t>((pattern_chunk<kPattern>(lane) ^ (lane % 8)) * 16);
+  }
+  // row0: a multiple of 8; chunk0: even.
+  __device__ __forceinline__ uint32_t at(int row0, int chunk0) const {
+    return base + static_cast<uint32_t>(row0 * 128 + (chunk0 / 8) * kPanelBytes) +
+           (static_cast<uint32_t>((chunk0 & 7) * 16) ^ x);
+  }
+};
+
 }  // namespace fastattn::cuda

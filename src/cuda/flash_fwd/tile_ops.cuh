@@ -28,12 +28,15 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const typename T::Eleme
 // acc_s (kMTiles x kNTilesS n8 tiles) = Q_warp K^T over the whole head_dim. ldmatrix operands
 // and the m16n8k16 fragment layout: the sm80 and sm75 paths (T::Arch::mma is one m16n8k16, or
 // two m16n8k8 on sm75); sm70 has its own (sm70/forward_arch.cuh).
-template <class T>
+// FragQ / FragK: how the Q and K tiles lie in shared memory (fragment_address.cuh; the KV-cache
+// kernel's TMA loads give K as 64-column panels).
+template <class T, class FragQ = FragmentAddress<T::kSmemRowElems, LanePattern::kA>,
+          class FragK = FragmentAddress<T::kSmemRowElems, LanePattern::kB>>
 __device__ __forceinline__ void gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][4], uint32_t sQ,
                                         uint32_t sK, int warp_row0, int lane) {
   // warp_row0 is a multiple of 16, so every A row block starts on a multiple of 8.
-  const FragmentAddress<T::kSmemRowElems, LanePattern::kA> frag_q(sQ, lane);
-  const FragmentAddress<T::kSmemRowElems, LanePattern::kB> frag_k(sK, lane);
+  const FragQ frag_q(sQ, lane);
+  const FragK frag_k(sK, lane);
 #pragma unroll
   for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -62,12 +65,12 @@ __device__ __forceinline__ void gemm_qk(float (&acc_s)[T::kMTiles][T::kNTilesS][
 }
 
 // acc_o (kMTiles x kNTilesO) += P V, with P taken from the S accumulators in registers.
-template <class T>
+template <class T, class FragV = FragmentAddress<T::kSmemRowElems, LanePattern::kBTrans>>
 __device__ __forceinline__ void gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][4],
                                         const float (&p)[T::kMTiles][T::kNTilesS][4], uint32_t sV,
                                         int lane) {
   using E = typename T::Element;
-  const FragmentAddress<T::kSmemRowElems, LanePattern::kBTrans> frag_v(sV, lane);
+  const FragV frag_v(sV, lane);
 #pragma unroll
   for (int kp = 0; kp < T::kKStepsPV; ++kp) {
     uint32_t a[T::kMTiles][4];  // two S n8-tiles form one A k16-tile (see mma.cuh)

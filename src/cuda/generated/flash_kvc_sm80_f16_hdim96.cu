@@ -3,5 +3,5 @@
 #include "cuda/inference/kv_cache_launch.cuh"
 
 namespace fastattn::cuda {
-template KVCacheKernels kv_cache_kernels<__half, 96>(int, int, bool);
+template KVCacheKernels kv_cache_kernels<__half, 96>(int, int, bool, KVLoad);
 }  // namespace fastattn::cuda

@@ -9,9 +9,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "cuda/common/alignment.hpp"
 #include "cuda/common/cuda_check.hpp"
@@ -23,6 +26,9 @@
 #include "cuda/inference/kv_cache_pages.cuh"
 #include "cuda/inference/kv_cache_params.hpp"
 #include "cuda/inference/kv_cache_run.hpp"
+#include "cuda/inference/kv_cache_tma.hpp"
+#include "cuda/sm90/tensor_map.hpp"
+#include "common/environment.hpp"
 #include "fastattn/error.hpp"
 
 namespace fastattn::cuda {
@@ -128,6 +134,10 @@ KVCacheParams make_params(const KVCacheProblem& kp) {
   f.block_table_stride = kp.block_table_stride;
   f.seqlens = kp.seqlens;
   f.page_size = static_cast<int>(kp.page_size);
+  f.page_shift = -1;
+  for (int shift = 0; shift < 31; ++shift) {
+    if ((std::int64_t{1} << shift) == kp.page_size) f.page_shift = shift;
+  }
   f.num_pages = static_cast<int>(kp.num_pages);
   f.capacity = static_cast<int>(kp.capacity());
   f.seqlen_new = static_cast<int>(kp.seqlen_new);
@@ -176,22 +186,23 @@ bool head_dim_compiled(std::int64_t head_dim) {
 }
 
 template <typename Element>
-KVCacheKernels kernels_for_dtype(int head_dim, int rows_per_tile, int stages, bool softcap) {
+KVCacheKernels kernels_for_dtype(int head_dim, int rows_per_tile, int stages, bool softcap, KVLoad load) {
   (void)rows_per_tile;
   (void)stages;
   (void)softcap;
+  (void)load;
   switch (head_dim) {
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_64
-    case 64: return kv_cache_kernels<Element, 64>(rows_per_tile, stages, softcap);
+    case 64: return kv_cache_kernels<Element, 64>(rows_per_tile, stages, softcap, load);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_96
-    case 96: return kv_cache_kernels<Element, 96>(rows_per_tile, stages, softcap);
+    case 96: return kv_cache_kernels<Element, 96>(rows_per_tile, stages, softcap, load);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_128
-    case 128: return kv_cache_kernels<Element, 128>(rows_per_tile, stages, softcap);
+    case 128: return kv_cache_kernels<Element, 128>(rows_per_tile, stages, softcap, load);
 #endif
 #if FASTATTN_CUDA_PATH_SM80 && FASTATTN_CUDA_HDIM_256
-    case 256: return kv_cache_kernels<Element, 256>(rows_per_tile, stages, softcap);
+    case 256: return kv_cache_kernels<Element, 256>(rows_per_tile, stages, softcap, load);
 #endif
     default: break;
   }
@@ -202,6 +213,81 @@ KVCacheKernels kernels_for_dtype(int head_dim, int rows_per_tile, int stages, bo
 // allocation.
 void check_kv_launch(cudaError_t status, const char* kernel) {
   if (status != cudaSuccess) check(status, "cudaLaunchKernel", kernel);
+}
+
+// FASTATTN_CUDA_KV_LOAD (README): unset or empty: the plan's choice; cp_async / tma: forced.
+enum class KVLoadRequest { automatic, cp_async, tma };
+KVLoadRequest kv_load_request() {
+  const char* text = env_value(EnvVar::cuda_kv_load);
+  if (text == nullptr || *text == '\0') return KVLoadRequest::automatic;
+  if (std::strcmp(text, "cp_async") == 0) return KVLoadRequest::cp_async;
+  if (std::strcmp(text, "tma") == 0) return KVLoadRequest::tma;
+  throw Error(ErrorCode::invalid_argument,
+              std::string(env_name(EnvVar::cuda_kv_load)) + ": expected cp_async or tma, got \"" + text + "\"");
+}
+
+// Whether the TMA kernels' code on `device` was compiled for sm_90 or newer (kv_cache_tma.cuh:
+// below, their TMA instructions are traps): the PTX version cudaFuncGetAttributes reports for
+// one of them, cached per device (every kernel unit is compiled for the same architectures).
+bool tma_code_runs_on(const void* tma_kernel, int device) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0: not asked, 1: no, 2: yes
+  if (device >= 0 && device < kDevices) {
+    const int k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) return k == 2;
+  }
+  const DeviceGuard device_guard(device);  // cudaFuncGetAttributes answers for the current device
+  cudaFuncAttributes attributes{};
+  check(cudaFuncGetAttributes(&attributes, tma_kernel), "cudaFuncGetAttributes", "kv_cache_attention_kernel (TMA)");
+  const bool yes = attributes.ptxVersion >= 90;
+  if (device >= 0 && device < kDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
+}
+
+// Why TMA loads cannot serve this cache (kv_cache_heuristics.hpp: KVLoad), in words; empty when
+// they can: an sm90 device, a tile inside one page (the contiguous cache, or pages of a multiple
+// of the key tile), and what cuTensorMapEncodeTiled takes (16-byte aligned base and strides).
+// Whether the build's code for the device is sm_90 is asked separately (tma_code_runs_on).
+std::string kv_tma_decline_reason(const KVCacheProblem& kp, int block_n) {
+  const AttentionProblem& p = kp.attn;
+  const int cc = compute_capability(p.device.index);
+  if (cc / 10 != 9) return "TMA loads are for sm90 devices, this one is sm" + std::to_string(cc);
+  if (kp.page_size < 1 || kp.num_pages < 1 || p.num_kv_heads < 1) return "the cache holds no keys";
+  if (kp.is_paged() && kp.page_size % block_n != 0) {
+    return "page size " + int_text(kp.page_size) + " is not a multiple of the " + std::to_string(block_n) +
+           "-key tile (TMA loads whole tiles from one page)";
+  }
+  // Strides of dimensions of extent 1 are never stepped over (make_kv_tensor_maps replaces them).
+  auto misaligned = [](std::int64_t elements, std::int64_t extent) { return extent > 1 && elements * 2 % 16 != 0; };
+  for (const auto& [t, page_stride, name] :
+       {std::tuple{p.k, kp.k_page_stride, "k cache"}, std::tuple{p.v, kp.v_page_stride, "v cache"}}) {
+    if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0 || misaligned(t.stride.token, kp.page_size) ||
+        misaligned(t.stride.head, p.num_kv_heads) || misaligned(page_stride, kp.num_pages)) {
+      return std::string(name) + ": TMA needs a 16-byte aligned base and 16-byte multiples as strides";
+    }
+  }
+  return {};
+}
+
+// The tensor maps of kv_cache_tma.hpp for K and V (bf16 or f16). A dimension of extent 1 gets a
+// packed stride (a legal multiple of 16 bytes) in place of whatever the view has there.
+KVTensorMaps make_kv_tensor_maps(const KVCacheProblem& kp, int box_rows) {
+  const AttentionProblem& p = kp.attn;
+  KVTensorMaps maps;
+  auto encode = [&](CUtensorMap& map, const void* data, const TokenStrides& s, std::int64_t page_stride,
+                    const char* name) {
+    const std::int64_t token = kp.page_size == 1 ? p.head_dim * 2 : s.token * 2;
+    const std::int64_t head = p.num_kv_heads == 1 ? token * kp.page_size : s.head * 2;
+    const std::int64_t page = kp.num_pages == 1 ? head * p.num_kv_heads : page_stride * 2;
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(kp.page_size),
+                                static_cast<cuuint64_t>(p.num_kv_heads), static_cast<cuuint64_t>(kp.num_pages)};
+    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(token), static_cast<cuuint64_t>(head),
+                                   static_cast<cuuint64_t>(page)};
+    map = sm90::make_box_tensor_map(data, p.dtype == DType::bf16, dims, strides, box_rows, "cuda kv_cache", name);
+  };
+  encode(maps.k, p.k.data, p.k.stride, kp.k_page_stride, "k cache");
+  encode(maps.v, p.v.data, p.v.stride, kp.v_page_stride, "v cache");
+  return maps;
 }
 
 }  // namespace
@@ -226,10 +312,29 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   const KVRowTile tile = kv_row_tile(rows, d);
   const std::int64_t row_blocks = (rows + tile.rows - 1) / tile.rows;
 
-  // The ring that fits the device's opt-in shared memory per block (kv_stages_within).
+  const int block_n = kv_block_n(d);
   const int device = p.device.index;
   const int smem_limit = shared_memory_per_block(device);
-  const int stages = kv_stages_within(tile, d, smem_limit);
+  // Loads: cp.async, or TMA where it can serve the call (kv_tma_decline_reason) on its default
+  // ring when FASTATTN_CUDA_KV_LOAD=tma asks (an error where it cannot serve) or kKVTmaByDefault.
+  // Declining TMA after the kernels are resolved keeps the stages and split count sized for TMA's
+  // shared memory (a little more than cp.async's): fine while TMA is opt-in.
+  const KVLoadRequest request = kv_load_request();
+  std::string not_tma =
+      request == KVLoadRequest::cp_async ? "FASTATTN_CUDA_KV_LOAD=cp_async"
+      : request == KVLoadRequest::automatic && !kKVTmaByDefault
+          ? "cp.async measured faster on the H200 (kKVTmaByDefault; FASTATTN_CUDA_KV_LOAD=tma takes TMA)"
+          : kv_tma_decline_reason(kp, block_n);
+  if (not_tma.empty() && kv_smem_bytes(tile, d, kv_stages(d), KVLoad::tma) > smem_limit) {
+    not_tma = "the TMA kernel's " + std::to_string(kv_smem_bytes(tile, d, kv_stages(d), KVLoad::tma)) +
+              " bytes of shared memory exceed the device's opt-in " + std::to_string(smem_limit);
+  }
+  if (request == KVLoadRequest::tma && !not_tma.empty()) {
+    throw Error(ErrorCode::unsupported, "cuda kv_cache: FASTATTN_CUDA_KV_LOAD=tma, but " + not_tma);
+  }
+  KVLoad load = not_tma.empty() ? KVLoad::tma : KVLoad::cp_async;
+  // The ring that fits the device's opt-in shared memory per block (kv_stages_within).
+  const int stages = kv_stages_within(tile, d, smem_limit, load);
   if (stages == 0) {
     throw Error(ErrorCode::unsupported, "cuda kv_cache: " + kv_smem_decline_reason(tile, d, smem_limit) +
                                             " (device " + std::to_string(device) + ")");
@@ -239,14 +344,14 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   s.units = p.batch * p.num_kv_heads * row_blocks;
   s.multiprocessors = multiprocessor_count(device);
   // 1 contiguous; paged: 2 where two CTAs fit an SM (kv_cache_heuristics.hpp)
-  s.ctas_per_sm = kv_split_slots_per_sm(tile, d, stages, kp.is_paged(), shared_memory_per_multiprocessor(device));
+  s.ctas_per_sm =
+      kv_split_slots_per_sm(tile, d, stages, kp.is_paged(), shared_memory_per_multiprocessor(device), load);
   // Keys a row block sees at most: the longest cache, or a two-sided window's span.
   std::int64_t keys = max_cache_len > 0 ? std::min(max_cache_len, kp.capacity()) : kp.capacity();
   if (p.window_left >= 0 && p.window_right >= 0) {
     const std::int64_t tokens = std::min<std::int64_t>(p.seqlen_q, tile.rows / group + 2);
     keys = std::min(keys, p.window_left + p.window_right + tokens);
   }
-  const int block_n = kv_block_n(d);
   s.tiles = (std::max<std::int64_t>(keys, 0) + block_n - 1) / block_n;
   s.forced = forced_num_splits();
   const KVSplitChoice split = choose_kv_splits(s);
@@ -267,10 +372,20 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
     l.counter_offset = kv_counter_offset(split.splits, p.batch, p.num_kv_heads, rows, p.head_dim);
     l.counter_bytes = kv_counter_bytes(p.batch, p.num_kv_heads, row_blocks);
   }
+  l.load = load;
   kv_cache_select_kernels(kp, l);
+  if (l.load == KVLoad::tma && !tma_code_runs_on(l.kernels.attention, device)) {
+    not_tma = "this build's KV-cache kernels hold no sm_90 code for the device (FASTATTN_CUDA_ARCHS)";
+    if (request == KVLoadRequest::tma) {
+      throw Error(ErrorCode::unsupported, "cuda kv_cache: FASTATTN_CUDA_KV_LOAD=tma, but " + not_tma);
+    }
+    l.load = KVLoad::cp_async;
+    kv_cache_select_kernels(kp, l);
+  }
   l.kernel = std::string("cuda.kv_cache.sm80.") + to_string(p.dtype) + ".d" + std::to_string(d) +
              (group > 1 ? ".gqa" + int_text(group) : "") + ".rows" + std::to_string(tile.rows) +
-             (kp.is_paged() ? ".paged" : "") + (split.splits > 1 ? ".split" + std::to_string(split.splits) : "");
+             (kp.is_paged() ? ".paged" : "") + (l.load == KVLoad::tma ? ".tma" : "") +
+             (split.splits > 1 ? ".split" + std::to_string(split.splits) : "");
   const std::string packing =
       group > 1 ? int_text(group) + " query heads x " + int_text(p.seqlen_q) + " tokens = " + int_text(rows) +
                       " rows per KV head (K/V read once per " + std::to_string(tile.rows) + "-row tile)"
@@ -290,8 +405,12 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
                                                           "the kernel, no gather), "
                                                         : "KV-cache decode kernel, ") +
              "4 warps x " + std::to_string(tile.row_warps) + " row warps / " + std::to_string(tile.key_warps) +
-             " key warps, " + std::to_string(stages) + "-stage cp.async ring of " + std::to_string(block_n) +
-             "-key tiles" +
+             " key warps, " + std::to_string(stages) + "-stage " + kv_load_text(l.load) + " ring of " +
+             std::to_string(block_n) + "-key tiles" +
+             (l.load == KVLoad::tma ? std::string(" (one thread's box loads of whole 64-column panels, an mbarrier "
+                                                  "per stage)")
+              : compute_capability(device) / 10 == 9 ? " (not TMA: " + not_tma + ")"
+                                                     : std::string()) +
              (stages != kv_stages(d) ? " (the " + std::to_string(kv_stages(d)) + "-stage ring's " +
                                            std::to_string(kv_smem_bytes(tile, d, kv_stages(d))) +
                                            " bytes exceed the device's opt-in " + std::to_string(smem_limit) +
@@ -307,8 +426,8 @@ void kv_cache_select_kernels(const KVCacheProblem& kp, KVCacheLaunch& launch) {
   const int d = static_cast<int>(p.head_dim);
   const bool softcap = p.softcap > 0.0f;
   launch.kernels = p.dtype == DType::bf16
-                       ? kernels_for_dtype<__nv_bfloat16>(d, launch.rows_per_tile, launch.stages, softcap)
-                       : kernels_for_dtype<__half>(d, launch.rows_per_tile, launch.stages, softcap);
+                       ? kernels_for_dtype<__nv_bfloat16>(d, launch.rows_per_tile, launch.stages, softcap, launch.load)
+                       : kernels_for_dtype<__half>(d, launch.rows_per_tile, launch.stages, softcap, launch.load);
   const DeviceGuard device_guard(p.device.index);
   check(cudaFuncSetAttribute(launch.kernels.attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              launch.kernels.attention_smem_bytes),
@@ -341,6 +460,10 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
   }
   if (launch.num_splits > 1 && scratch == nullptr) {
     throw Error(ErrorCode::internal, "cuda kv_cache: a split launch needs its scratch");
+  }
+  if (launch.load == KVLoad::tma && (kp.page_size < 1 || (kp.is_paged() && kp.page_size % launch.block_k != 0))) {
+    throw Error(ErrorCode::internal, "cuda kv_cache: TMA loads planned for page size " + int_text(kp.page_size) +
+                                         " (they load whole " + std::to_string(launch.block_k) + "-key tiles of one page)");
   }
   const bool fused = launch.num_splits > 1 && launch.combine == KVCombine::fused;
   if (fused && (launch.counter_bytes == 0 || launch.counter_offset + launch.counter_bytes > launch.scratch_bytes)) {
@@ -375,6 +498,10 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
     }
   }
   if (fused) f.split_counters = reinterpret_cast<int*>(static_cast<unsigned char*>(scratch) + launch.counter_offset);
+  // The tensor maps of a TMA launch, encoded on the host for this call's cache pointers (a
+  // captured graph keeps them: the cache does not move between replays).
+  KVTensorMaps maps{};
+  if (launch.load == KVLoad::tma) maps = make_kv_tensor_maps(kp, launch.block_k);
   // The append runs first on the same stream (the attention reads the new tokens after they
   // land); nothing after it can fail before the attention's launch but the memset and the
   // launch themselves.
@@ -384,7 +511,8 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
     const cudaError_t status = cudaMemsetAsync(f.split_counters, 0, launch.counter_bytes, stream);
     if (status != cudaSuccess) check(status, "cudaMemsetAsync", "kv_cache split counters");
   }
-  void* args[] = {&f};
+  void* args[] = {&f, &maps};
+  void* combine_args[] = {&f};
   // grid = (row blocks * num_splits, kv_heads, batch): the kernel's tile scheduler.
   const dim3 grid(static_cast<unsigned>(f.row_blocks) * static_cast<unsigned>(f.num_splits),
                   static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
@@ -395,8 +523,8 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
     const int per_cta = launch.kernels.combine_rows_per_cta;
     const dim3 combine_grid(static_cast<unsigned>((f.rows + per_cta - 1) / per_cta),
                             static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
-    check_kv_launch(cudaLaunchKernel(launch.kernels.combine, combine_grid, dim3(launch.kernels.combine_threads), args,
-                                     0, stream),
+    check_kv_launch(cudaLaunchKernel(launch.kernels.combine, combine_grid, dim3(launch.kernels.combine_threads),
+                                     combine_args, 0, stream),
                     "kv_cache_combine_kernel");
   }
 }

@@ -38,7 +38,12 @@ struct KVCacheLaunch {
   // kv_deep_stages). Set by kv_cache_plan; a benchmark may pick another ring, then calls
   // kv_cache_select_kernels.
   int stages = 0;
-  KVCacheKernels kernels;         // for rows_per_tile, stages and the call's softcap
+  // How K/V tiles are loaded (kv_cache_heuristics.hpp: KVLoad): cp.async, or TMA with
+  // FASTATTN_CUDA_KV_LOAD=tma where it can serve the cache (kKVTmaByDefault is false). A test or
+  // benchmark may change it (then calls kv_cache_select_kernels): to TMA only where the plan
+  // would take it under FASTATTN_CUDA_KV_LOAD=tma (kv_cache_forward checks the page size only).
+  KVLoad load = KVLoad::cp_async;
+  KVCacheKernels kernels;         // for rows_per_tile, stages, load and the call's softcap
   int device = -1;                // the device kernels' attribute was set on
   std::string kernel;             // e.g. "cuda.kv_cache.sm80.bf16.d128.gqa4.split8"
   std::string reason;             // why this kernel and split count, in one sentence
@@ -48,8 +53,8 @@ struct KVCacheLaunch {
 // max_cache_len: the longest cache the plan will see (sizes num_splits).
 KVCacheLaunch kv_cache_plan(const KVCacheProblem& p, std::int64_t max_cache_len);
 
-// Resolves launch.kernels for launch.rows_per_tile / launch.stages and p's dtype, head_dim and
-// softcap, and sets the attention kernel's shared-memory attribute on p's device (kv_cache_plan
+// Resolves launch.kernels for launch.rows_per_tile / launch.stages / launch.load and p's dtype,
+// head_dim and softcap, and sets the attention kernel's shared-memory attribute on p's device (kv_cache_plan
 // calls it; a benchmark that changes launch.stages calls it again). Throws Error.
 void kv_cache_select_kernels(const KVCacheProblem& p, KVCacheLaunch& launch);
 

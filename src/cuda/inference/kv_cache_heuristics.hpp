@@ -66,16 +66,41 @@ constexpr KVRowTile kv_row_tile(std::int64_t rows, int head_dim) {
   return {128, 4, 2, 1};
 }
 
+// How K/V tiles reach shared memory (kv_cache_kernel.cuh):
+//   cp_async: 16-byte cp.async per thread, any page size (rows gathered from their pages);
+//   tma:      on sm90, one thread issues TMA box loads (sm90/tma.cuh) of whole 64-column panels
+//             of kv_block_n rows, counted on an mbarrier per stage. For tiles that lie in one
+//             page: the contiguous cache, or pages of a multiple of kv_block_n tokens
+//             (kv_cache.cu: kv_tma_decline_reason says when and why not).
+enum class KVLoad { cp_async, tma };
+inline const char* kv_load_text(KVLoad l) { return l == KVLoad::tma ? "TMA" : "cp.async"; }
+// Whether a plan takes TMA loads where they can serve without FASTATTN_CUDA_KV_LOAD=tma. Not
+// now: on the H200 (2026-12-02, docs/inference.md "CUDA decode kernel", TMA loads) they ran
+// 3-11% slower than the cp.async ring at the same depth, the kernel alone (b16 kv 32k GQA 32/8:
+// 0.5294 against 0.4768 ms; MHA b16 kv 128k 8.078 against 7.696 ms), bitwise equal in results.
+constexpr bool kKVTmaByDefault = false;
+
 // Shared memory of a CTA: Q (rows x padded head_dim, 16-bit), then the K/V ring, which the
 // epilogue reuses for the key warps' f32 partials (rows x (head_dim + 8) each, + an lse each).
+// TMA loads add an mbarrier per stage after them, and 1024 bytes to align the ring's panels
+// (TMA's 128-byte swizzle repeats every 1024 bytes; the dynamic shared memory's base is only
+// 16-byte aligned by the language).
 constexpr int kv_row_bytes(int head_dim) { return (head_dim + 63) / 64 * 64 * 2; }
 constexpr int kv_epilogue_bytes(const KVRowTile& t, int head_dim) {
   return t.key_warps * t.rows * (head_dim + 8 + 1) * 4;
 }
-constexpr int kv_smem_bytes(const KVRowTile& t, int head_dim, int stages) {
+constexpr int kv_ring_or_epilogue_bytes(const KVRowTile& t, int head_dim, int stages) {
   const int ring = stages * 2 * kv_block_n(head_dim) * kv_row_bytes(head_dim);
   const int epilogue = kv_epilogue_bytes(t, head_dim);
-  return t.rows * kv_row_bytes(head_dim) + (ring > epilogue ? ring : epilogue);
+  return ring > epilogue ? ring : epilogue;
+}
+// (The extra bytes cost the 64-row tile at head_dim 96 / 128 its second CTA per SM: 2 x 115,736
+// bytes + the reserved 1 KiB each exceed an H200 SM's 233,472; kv_split_slots_per_sm counts the
+// one that fits.)
+constexpr int kv_tma_extra_bytes(int stages) { return 1024 + 8 * stages; }
+constexpr int kv_smem_bytes(const KVRowTile& t, int head_dim, int stages, KVLoad load = KVLoad::cp_async) {
+  return t.rows * kv_row_bytes(head_dim) + kv_ring_or_epilogue_bytes(t, head_dim, stages) +
+         (load == KVLoad::tma ? kv_tma_extra_bytes(stages) : 0);
 }
 // __launch_bounds__ minimum CTAs per SM (kv_cache_kernel.cuh): 2 up to 64 rows with the default
 // ring, 1 at 128 rows (two 16-row tiles per warp: ~230 registers) or with the deep ring.
@@ -86,9 +111,10 @@ constexpr int kv_launch_ctas_per_sm(const KVRowTile& t, int stages) { return t.r
 // anywhere in the pool, and a second CTA per SM hides what those gathers cost where one CTA,
 // even with the deep ring, does not (H200, 2026-12-02, docs/inference.md "Which page sizes are
 // fast": pages of 64 at b1 kv 128k GQA 32/8, 0.1588 ms at 16 splits, 0.1331 ms at 33).
-constexpr int kv_split_slots_per_sm(const KVRowTile& t, int head_dim, int stages, bool paged, int smem_per_sm) {
+constexpr int kv_split_slots_per_sm(const KVRowTile& t, int head_dim, int stages, bool paged, int smem_per_sm,
+                                    KVLoad load = KVLoad::cp_async) {
   if (!paged) return 1;
-  const int resident = smem_per_sm / (kv_smem_bytes(t, head_dim, stages) + kKVSmemReservedPerCta);
+  const int resident = smem_per_sm / (kv_smem_bytes(t, head_dim, stages, load) + kKVSmemReservedPerCta);
   const int bound = kv_launch_ctas_per_sm(t, stages);
   return resident < 1 ? 1 : (resident < bound ? resident : bound);
 }
@@ -103,10 +129,10 @@ constexpr bool kv_stages_valid(const KVRowTile& t, int head_dim, int stages) {
 }
 // The ring kv_cache_plan takes on a device allowing smem_limit bytes per block (opt-in): the
 // default when its CTA fits, else the reduced one when that fits; 0 when neither does.
-constexpr int kv_stages_within(const KVRowTile& t, int head_dim, int smem_limit) {
-  if (kv_smem_bytes(t, head_dim, kv_stages(head_dim)) <= smem_limit) return kv_stages(head_dim);
+constexpr int kv_stages_within(const KVRowTile& t, int head_dim, int smem_limit, KVLoad load = KVLoad::cp_async) {
+  if (kv_smem_bytes(t, head_dim, kv_stages(head_dim), load) <= smem_limit) return kv_stages(head_dim);
   const int reduced = kv_reduced_stages(head_dim);
-  if (reduced != 0 && kv_smem_bytes(t, head_dim, reduced) <= smem_limit) return reduced;
+  if (reduced != 0 && kv_smem_bytes(t, head_dim, reduced, load) <= smem_limit) return reduced;
   return 0;
 }
 // Why no ring of the row tile fits smem_limit bytes (kv_stages_within == 0), in words; empty

@@ -9,13 +9,18 @@
 // softmax, and the key warps' partial results are merged exactly (by their lse) in the
 // epilogue.
 //
-// Loads: a ring of kStages (K, V) tiles of kBlockN keys, filled by cp.async 16-byte gathers.
-// Key t of sequence b is row t % page_size of page block_table[b][t / page_size] (contiguous:
+// Loads: a ring of kStages (K, V) tiles of kBlockN keys, filled one of two ways
+// (kv_cache_heuristics.hpp: KVLoad). cp.async: every thread's 16-byte gathers, a commit group
+// per tile, rows at or past the cache length zero-filled, never read. TMA (sm90, a tile inside
+// one page): thread 0 issues box loads of whole 64-column panels (kv_cache_tma.cuh), counted on
+// the stage's mbarrier; rows past the length that the page holds are loaded and then zeroed in
+// V. Key t of sequence b is row t % page_size of page block_table[b][t / page_size] (contiguous:
 // page b), so any page size works; when page_size is a multiple of kBlockN a tile lies in one
-// page and takes one block-table read, else each row looks its page up. The page numbers of the
-// tile after next are read one iteration ahead (registers), so the block-table read is off the
-// critical path; small pages that divide the tile (1 to 32 at 64-key tiles, 2 to 64 at 128)
-// are read once per page and shared by warp shuffles. Keys at or past the cache length are zero-filled, never read.
+// page and takes one block-table read, else each row looks its page up. The table entries of the
+// tile after next are read one iteration ahead into registers and used (clamped, shuffled) only
+// when that tile is issued, so the block-table read is off the critical path; small pages that
+// divide the tile (1 to 32 at 64-key tiles, 2 to 64 at 128) are read once per page and shared
+// by warp shuffles.
 //
 // Masks: causal / window positions are aligned to each sequence's cache length (bottom-right:
 // query token t sits at key position len - seqlen_q + t); a tile that every row sees whole skips
@@ -26,6 +31,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/mask.hpp"
 #include "cuda/flash_fwd/softmax.cuh"
@@ -34,6 +40,7 @@
 #include "cuda/inference/kv_cache_heuristics.hpp"
 #include "cuda/inference/kv_cache_pages.cuh"
 #include "cuda/inference/kv_cache_params.hpp"
+#include "cuda/inference/kv_cache_tma.cuh"
 #include "cuda/sm80/copy.cuh"
 #include "cuda/sm80/forward_arch.cuh"
 #include "cuda/sm80/mma.cuh"
@@ -42,7 +49,8 @@ namespace fastattn::cuda {
 
 // Tile shapes of one (element, head_dim, row tile); the members tile_ops.cuh's gemm_qk /
 // gemm_pv read are those of ForwardTraits (traits.cuh), for one warp's rows and keys.
-template <typename Element_, int kHeadDim_, int kRows_, int kStages_ = kv_stages(kHeadDim_)>
+template <typename Element_, int kHeadDim_, int kRows_, int kStages_ = kv_stages(kHeadDim_),
+          KVLoad kLoad_ = KVLoad::cp_async>
 struct KVCacheTraits {
   using Element = Element_;
   using Arch = Sm80Forward;
@@ -76,8 +84,24 @@ struct KVCacheTraits {
   static constexpr int kSmemKV = kBlockN * kRowBytes;
   static constexpr int kSmemStage = 2 * kSmemKV;  // K then V
   static constexpr int kOStride = kHeadDim + 8;   // f32 row stride of the epilogue partials
-  static constexpr int kSmemBytes = kv_smem_bytes(kTile, kHeadDim, kStages);
+  // K/V loads (kv_cache_heuristics.hpp: KVLoad). TMA writes a tile as kPanels 64-column panels
+  // of kBlockN 128-byte rows (fragment_address.cuh: PanelFragmentAddress); cp.async writes
+  // SwizzledTile rows of kRowBytes. Either way a tile takes kSmemKV bytes.
+  static constexpr bool kTma = kLoad_ == KVLoad::tma;
+  static constexpr int kPanels = kRowBytes / 128;
+  static constexpr int kPanelBytes = kBlockN * 128;
+  static_assert(kPanels * kPanelBytes == kSmemKV, "panels cover the tile");
+  static constexpr int kKeyRowBytes = kTma ? 128 : kRowBytes;  // from one key row to the next
+  static_assert(kSmemQ % 1024 == 0, "the ring starts on TMA's 1024-byte swizzle period");
+  static constexpr int kSmemBarriers = kSmemQ + kv_ring_or_epilogue_bytes(kTile, kHeadDim, kStages);  // TMA: stage mbarriers
+  static constexpr int kSmemBytes = kv_smem_bytes(kTile, kHeadDim, kStages, kLoad_);
+  static_assert(!kTma || kSmemBytes >= kSmemBarriers + 8 * kStages + 1024, "the barriers and the alignment fit");
   static_assert(kSmemBytes >= kSmemQ + kStages * kSmemStage, "the ring fits");
+  using FragQ = FragmentAddress<kSmemRowElems, LanePattern::kA>;  // Q: cp.async, SwizzledTile rows
+  using FragK = std::conditional_t<kTma, PanelFragmentAddress<kBlockN, LanePattern::kB>,
+                                   FragmentAddress<kSmemRowElems, LanePattern::kB>>;
+  using FragV = std::conditional_t<kTma, PanelFragmentAddress<kBlockN, LanePattern::kBTrans>,
+                                   FragmentAddress<kSmemRowElems, LanePattern::kBTrans>>;
   static_assert(kSmemBytes >= kSmemQ + kKeyWarps * kBlockM * (kOStride + 1) * 4, "the epilogue fits");
   static_assert(kSmemBytes >= kSmemQ + kWarps * kKVMaxSplits * 4, "the fused combine's weights fit");
   static constexpr int kCopyIters = kBlockN * kChunks / kThreads;  // 16-byte copies per thread per tensor
@@ -97,65 +121,99 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 }
 
 // Where this thread's copies of one K/V tile come from: per copy, the page and the row in it.
+// Two steps, an iteration apart: fetch() issues the block-table reads of a tile (raw entries in
+// registers, nothing computed from them) and resolve(), when the tile is issued one main-loop
+// iteration later, clamps the entries and hands them out (by shuffles for small pages). A use
+// of a loaded entry in fetch() itself (the clamp, a shuffle) would stall every warp for a table
+// read each tile, an L2 round trip even with the table lines prefetched: measured at 4% (page
+// size 64, pages in order) to 11% (16) of the contiguous cache's time (H200, 2026-12-02,
+// kv_paged_ordered rows).
 template <class T>
 struct TileRows {
-  int page[T::kCopyIters];
+  enum class Lookup { none, one_page, shared_pages, per_row };
+  int page[T::kCopyIters];  // per_row: raw entries until resolve(); shared_pages: page of the tile
   int row[T::kCopyIters];
+  int entry_lo = 0, entry_hi = 0;  // one_page: the entry; shared_pages: pages lane, lane + 32
+  Lookup lookup = Lookup::none;
 
   // Copy `it` of this thread: (tile row, 16-byte chunk).
   __device__ __forceinline__ static int tile_row(int it, int tid) { return (it * T::kThreads + tid) / T::kChunks; }
   __device__ __forceinline__ static int chunk(int it, int tid) { return (it * T::kThreads + tid) % T::kChunks; }
 
-  // Looks up the pages of tile n (keys n * kBlockN ...) of sequence b with `len` keys.
+  // Reads the block-table entries of tile n (keys n * kBlockN ...) of sequence b with `len` keys.
   __device__ __forceinline__ void fetch(const KVCacheParams& p, int b, int n, int len, bool whole_page_tiles, int tid) {
     const int k0 = n * T::kBlockN;
     if (p.block_table == nullptr) {
+      lookup = Lookup::none;
 #pragma unroll
       for (int it = 0; it < T::kCopyIters; ++it) {
         page[it] = b;
         row[it] = k0 + tile_row(it, tid);
       }
     } else if (whole_page_tiles) {  // the tile lies inside one page: one read, a broadcast
+      lookup = Lookup::one_page;
       const int index = k0 / p.page_size;
-      const int first = kv_page(p, b, index);
+      entry_lo = kv_page_entry(p, b, index);
       const int in_page = k0 - index * p.page_size;
 #pragma unroll
-      for (int it = 0; it < T::kCopyIters; ++it) {
-        page[it] = first;
-        row[it] = in_page + tile_row(it, tid);
-      }
+      for (int it = 0; it < T::kCopyIters; ++it) row[it] = in_page + tile_row(it, tid);
     } else if (kv_pages_shared_by_shuffles(T::kBlockN, p.page_size)) {
       // Whole small pages per tile (page size 1..32 at 64-key tiles): the tile starts on a page
       // boundary and holds up to 64 pages; lane i of each warp reads the table entries of pages
-      // i and i + 32 once (coalesced) and the copies take theirs by shuffle, instead of every
-      // copy reading its own (8 table reads per thread per tile at d 128; L1 hits, but each on
-      // the address path of the tile after next). fetch runs on every thread of the CTA, so the
-      // warps are whole for the shuffles; `pages`, and so the second round, is the same on all.
-      const int pages = T::kBlockN / p.page_size;
-      const int first = k0 / p.page_size;
-      const int used = (len + p.page_size - 1) / p.page_size;  // pages holding keys: never past them
+      // i and i + 32 once (coalesced) and resolve() hands them to the copies by shuffles,
+      // instead of every copy reading its own (8 table reads per thread per tile at d 128).
+      lookup = Lookup::shared_pages;
+      // page_size divides kBlockN, a power of two: shifts, not divisions (about 25 instructions
+      // each, 11 per tile per thread here).
+      const int shift = p.page_shift;
+      const int pages = T::kBlockN >> shift;
+      const int first = k0 >> shift;
+      const int used = (len + p.page_size - 1) >> shift;  // pages holding keys: never past them
       const int lane = tid % 32;
-      const int entry_lo = lane < pages && first + lane < used ? kv_page(p, b, first + lane) : 0;
-      const int entry_hi = lane + 32 < pages && first + lane + 32 < used ? kv_page(p, b, first + lane + 32) : 0;
+      entry_lo = lane < pages && first + lane < used ? kv_page_entry(p, b, first + lane) : 0;
+      entry_hi = lane + 32 < pages && first + lane + 32 < used ? kv_page_entry(p, b, first + lane + 32) : 0;
 #pragma unroll
       for (int it = 0; it < T::kCopyIters; ++it) {
         const int r = tile_row(it, tid);
-        const int j = r / p.page_size;  // page of the tile, < 64; rows past len are not read
-        const int from_lo = __shfl_sync(0xffffffffu, entry_lo, j % 32);
-        const int from_hi = pages > 32 ? __shfl_sync(0xffffffffu, entry_hi, j % 32) : 0;
-        page[it] = j < 32 ? from_lo : from_hi;
-        row[it] = r - j * p.page_size;
+        const int j = r >> shift;  // page of the tile, < 64; rows past len are not read
+        page[it] = j;
+        row[it] = r & (p.page_size - 1);
       }
     } else {
+      lookup = Lookup::per_row;
 #pragma unroll
       for (int it = 0; it < T::kCopyIters; ++it) {
         const int t = k0 + tile_row(it, tid);
         const int index = t < len ? t / p.page_size : 0;  // past the end: not read
-        page[it] = t < len ? kv_page(p, b, index) : 0;
+        page[it] = t < len ? kv_page_entry(p, b, index) : 0;
         row[it] = t - index * p.page_size;
       }
     }
     if (p.block_table != nullptr) prefetch_table(p, b, n + kTablePrefetchTiles, len, tid);
+  }
+
+  // The pages of the fetched tile, clamped (kv_clamp_page). Every thread of the CTA calls it (the
+  // shuffles need whole warps); `lookup` is the same on all of them.
+  __device__ __forceinline__ void resolve(const KVCacheParams& p) {
+    const auto clamp_page = [&](int entry) { return kv_clamp_page(p, entry); };
+    if (lookup == Lookup::one_page) {
+      const int first = clamp_page(entry_lo);
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) page[it] = first;
+    } else if (lookup == Lookup::shared_pages) {
+      const int lo = clamp_page(entry_lo), hi = clamp_page(entry_hi);
+      const bool two_rounds = (T::kBlockN >> p.page_shift) > 32;
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) {
+        const int j = page[it];
+        const int from_lo = __shfl_sync(0xffffffffu, lo, j % 32);
+        const int from_hi = two_rounds ? __shfl_sync(0xffffffffu, hi, j % 32) : 0;
+        page[it] = j < 32 ? from_lo : from_hi;
+      }
+    } else if (lookup == Lookup::per_row) {
+#pragma unroll
+      for (int it = 0; it < T::kCopyIters; ++it) page[it] = clamp_page(page[it]);
+    }
   }
 
   // Prefetches the 128-byte lines of the block-table entries of tile m (if it holds keys), one
@@ -164,21 +222,24 @@ struct TileRows {
     const int k0 = m * T::kBlockN;
     if (k0 >= len) return;
     const std::int32_t* entries = p.block_table + static_cast<int64_t>(b) * p.block_table_stride;
-    const std::int32_t* first = entries + k0 / p.page_size;
-    const std::int32_t* last = entries + (min(k0 + T::kBlockN, len) - 1) / p.page_size;
+    const int last_key = min(k0 + T::kBlockN, len) - 1;
+    const std::int32_t* first = entries + (p.page_shift >= 0 ? k0 >> p.page_shift : k0 / p.page_size);
+    const std::int32_t* last = entries + (p.page_shift >= 0 ? last_key >> p.page_shift : last_key / p.page_size);
     const uintptr_t line = (reinterpret_cast<uintptr_t>(first) & ~uintptr_t{127}) + static_cast<uintptr_t>(tid) * 128;
     const std::int32_t* at = tid == 0 ? first : reinterpret_cast<const std::int32_t*>(line);
     if (at <= last) prefetch_l2(at);
   }
 };
 
-// cp.async of K and V tile n into one stage; rows at or past `len` are zero-filled.
+// cp.async of K and V tile n into one stage (its pages resolved first); rows at or past `len` are
+// zero-filled.
 template <class T>
-__device__ __forceinline__ void issue_kv_tile(const KVCacheParams& p, const TileRows<T>& rows, uint32_t sK,
+__device__ __forceinline__ void issue_kv_tile(const KVCacheParams& p, TileRows<T>& rows, uint32_t sK,
                                               const typename T::Element* k_head, const typename T::Element* v_head,
                                               int n, int len, int tid) {
   using E = typename T::Element;
   const int k0 = n * T::kBlockN;
+  rows.resolve(p);
 #pragma unroll
   for (int it = 0; it < T::kCopyIters; ++it) {
     const int r = TileRows<T>::tile_row(it, tid), c = TileRows<T>::chunk(it, tid);
@@ -191,12 +252,46 @@ __device__ __forceinline__ void issue_kv_tile(const KVCacheParams& p, const Tile
   }
 }
 
+// TMA (KVLoad::tma): K and V tile n into one stage by thread 0's box loads, counted on the
+// stage's barrier `bar`; every thread resolves the tile's page (TileRows: the contiguous cache
+// or one page per tile), thread 0's first row is the tile's first row in that page.
+template <class T>
+__device__ __forceinline__ void issue_kv_tile_tma(const KVCacheParams& p, TileRows<T>& rows, uint32_t sK, uint32_t bar,
+                                                  const KVTensorMaps& maps, int kv_head, int tid) {
+  rows.resolve(p);
+  if (tid == 0) {
+    kv_tma::load_tile<T::kPanels>(bar, sK, sK + T::kSmemKV, T::kPanelBytes, 2 * T::kSmemKV, maps, rows.row[0], kv_head,
+                                  rows.page[0]);
+  }
+}
+
+// TMA loads every row of a tile that its page holds, also past the sequence's length: V rows
+// [first, kBlockN) of the landed tile are zeroed (P is 0 there, but 0 x a NaN in stale cache
+// memory is NaN; K needs nothing: those scores are masked to -inf by assignment). sV: (kPanels x
+// kBlockN, 64) 16-bit panels, 128-byte swizzle. All threads; a CTA barrier follows.
+template <class T>
+__device__ __forceinline__ void zero_tail_rows_tma(uint32_t sV, int first, int tid) {
+  const int count = (T::kBlockN - first) * T::kChunks;
+  for (int idx = tid; idx < count; idx += T::kThreads) {
+    const int r = first + idx / T::kChunks, c = idx % T::kChunks;
+    const uint32_t at = sV + static_cast<uint32_t>((c / 8) * T::kPanelBytes + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
+  }
+  kv_tma::fence_shared_for_async_proxy();  // before the stage's next TMA write
+}
+
 template <class T, bool kSoftcap>
-__global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attention_kernel(const KVCacheParams p) {
+__global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm)
+    kv_cache_attention_kernel(const KVCacheParams p, const __grid_constant__ KVTensorMaps maps) {
   using E = typename T::Element;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // TMA's 128-byte swizzle repeats every 1024 bytes: its panels start on such a boundary
+  // (kv_tma_extra_bytes pays for the shift).
+  unsigned char* smem = smem_raw;
+  if constexpr (T::kTma) smem += (1024u - (sm80::smem_address(smem_raw) & 1023u)) & 1023u;
   const uint32_t sQ = sm80::smem_address(smem);
   const uint32_t sRing = sQ + T::kSmemQ;
+  const uint32_t sBarriers = sQ + T::kSmemBarriers;  // TMA: one mbarrier per stage
 
   // ---- tile scheduler: blockIdx.x = row block * num_splits + split ----------------------------
   const int split = static_cast<int>(blockIdx.x) % p.num_splits;
@@ -254,9 +349,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attent
   OnlineSoftmax<2 * T::kMTiles, T::kNTilesS> softmax;
   softmax.init();
 
+  if constexpr (T::kTma) {
+    if (tid == 0) kv_tma::init_barriers(sBarriers, T::kStages, maps);
+    __syncthreads();
+  }
+
   // ---- prologue: Q with tile 0, then tiles 1 .. kStages - 2, one commit group per tile --------
-  // Groups are committed even when empty, so "tile i landed" is always "all but the newest
-  // kStages - 2 groups done" at the top of iteration i.
+  // cp.async: groups are committed even when empty, so "tile i landed" is always "all but the
+  // newest kStages - 2 groups done" at the top of iteration i. TMA: tile i landed when the
+  // barrier of its stage completes phase i / kStages (parity (i / kStages) & 1).
   TileRows<T> next;  // pages of the next tile to issue
   if (n_tiles > 0) {
     // sQ: (kBlockM, kSmemRowElems) 16-bit, swizzled; packed row r = token * group + head.
@@ -275,30 +376,51 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attent
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) {
     if (s < n_tiles) {
-      issue_kv_tile<T>(p, next, sRing + s * T::kSmemStage, k_head, v_head, n_begin + s, len, tid);
+      if constexpr (T::kTma) {
+        issue_kv_tile_tma<T>(p, next, sRing + s * T::kSmemStage, sBarriers + 8 * s, maps, kv_head, tid);
+      } else {
+        issue_kv_tile<T>(p, next, sRing + s * T::kSmemStage, k_head, v_head, n_begin + s, len, tid);
+      }
       if (s + 1 < n_tiles) next.fetch(p, batch, n_begin + s + 1, len, whole_page_tiles, tid);
     }
+    if constexpr (!T::kTma) sm80::cp_async_commit();
+  }
+  if constexpr (T::kTma) {  // Q is the launch's only cp.async group
     sm80::cp_async_commit();
+    sm80::cp_async_wait<0>();
   }
 
   // ---- main loop ------------------------------------------------------------------------------
   const float exp_scale = fabsf(p.scale_log2);
   for (int i = 0; i < n_tiles; ++i) {
-    sm80::cp_async_wait<T::kStages - 2>();
-    // Tile i (and Q) landed for every thread's copies, and every warp is done with tile i - 1,
-    // whose stage the load below refills.
+    const int k0 = (n_begin + i) * T::kBlockN;
+    if constexpr (T::kTma) {
+      kv_tma::wait(sBarriers + 8 * (i % T::kStages), static_cast<uint32_t>((i / T::kStages) & 1));
+      if (k0 + T::kBlockN > len) {  // CTA-uniform
+        zero_tail_rows_tma<T>(sRing + (i % T::kStages) * T::kSmemStage + T::kSmemKV, max(len - k0, 0), tid);
+      }
+    } else {
+      sm80::cp_async_wait<T::kStages - 2>();
+    }
+    // Tile i (and Q) landed for every thread, and every warp is done with tile i - 1, whose
+    // stage the load below refills.
     __syncthreads();
     const int load = i + T::kStages - 1;
     if (load < n_tiles) {
-      issue_kv_tile<T>(p, next, sRing + (load % T::kStages) * T::kSmemStage, k_head, v_head, n_begin + load, len, tid);
+      const uint32_t stage = sRing + (load % T::kStages) * T::kSmemStage;
+      if constexpr (T::kTma) {
+        issue_kv_tile_tma<T>(p, next, stage, sBarriers + 8 * (load % T::kStages), maps, kv_head, tid);
+      } else {
+        issue_kv_tile<T>(p, next, stage, k_head, v_head, n_begin + load, len, tid);
+      }
       if (load + 1 < n_tiles) next.fetch(p, batch, n_begin + load + 1, len, whole_page_tiles, tid);
     }
-    sm80::cp_async_commit();
+    if constexpr (!T::kTma) sm80::cp_async_commit();
 
-    const int k0 = (n_begin + i) * T::kBlockN;
-    const uint32_t sK = sRing + (i % T::kStages) * T::kSmemStage + key_warp * T::kWarpKeys * T::kRowBytes;
+    // sK: this key warp's kWarpKeys rows of the tile (V at + kSmemKV, the same rows).
+    const uint32_t sK = sRing + (i % T::kStages) * T::kSmemStage + key_warp * T::kWarpKeys * T::kKeyRowBytes;
     float acc_s[T::kMTiles][T::kNTilesS][4];
-    gemm_qk<T>(acc_s, sQ, sK, warp_row0, lane);
+    gemm_qk<T, typename T::FragQ, typename T::FragK>(acc_s, sQ, sK, warp_row0, lane);
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int mt = 0; mt < T::kMTiles; ++mt)
@@ -339,7 +461,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm) kv_cache_attent
         acc_o[mt][nt][2] *= rescale[2 * mt + 1];
         acc_o[mt][nt][3] *= rescale[2 * mt + 1];
       }
-    gemm_pv<T>(acc_o, acc_s, sK + T::kSmemKV, lane);
+    gemm_pv<T, typename T::FragV>(acc_o, acc_s, sK + T::kSmemKV, lane);
   }
   sm80::cp_async_wait<0>();  // only empty groups remain; leave none behind
   __syncthreads();           // every warp is done with the ring: the epilogue reuses it

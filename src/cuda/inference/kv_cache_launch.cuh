@@ -29,22 +29,35 @@ KVCacheKernels kv_cache_kernels_of(bool softcap) {
   return k;
 }
 
-// The kRows-row tile with the ring `stages` (kv_cache_kernels checked it is one of the tile's).
+// The kRows-row tile with the ring `stages` and the loads `load` (kv_cache_kernels checked the
+// ring is one of the tile's; TMA has the default ring and the 16-row tile's deep one).
 template <typename Element, int kHeadDim, int kRows>
-KVCacheKernels kv_cache_kernels_rows(int stages, bool softcap) {
+KVCacheKernels kv_cache_kernels_rows(int stages, bool softcap, KVLoad load) {
   constexpr int kDeep = kv_deep_stages(kHeadDim);
   constexpr int kReduced = kv_reduced_stages(kHeadDim);
   if constexpr (kRows == 16 && kDeep != 0) {
-    if (stages == kDeep) return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(softcap);
+    if (stages == kDeep) {
+      return load == KVLoad::tma
+                 ? kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, 16, kDeep, KVLoad::tma>>(softcap)
+                 : kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, 16, kDeep>>(softcap);
+    }
   }
   if constexpr (kReduced != 0) {
-    if (stages == kReduced) return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows, kReduced>>(softcap);
+    if (stages == kReduced) {
+      if (load == KVLoad::tma) {
+        throw Error(ErrorCode::internal, "kv_cache: no TMA kernel for the reduced " + std::to_string(kReduced) +
+                                             "-stage ring (devices below sm90 take it)");
+      }
+      return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows, kReduced>>(softcap);
+    }
   }
-  return kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows>>(softcap);
+  return load == KVLoad::tma
+             ? kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows, kv_stages(kHeadDim), KVLoad::tma>>(softcap)
+             : kv_cache_kernels_of<KVCacheTraits<Element, kHeadDim, kRows>>(softcap);
 }
 
 template <typename Element, int kHeadDim>
-KVCacheKernels kv_cache_kernels(int rows_per_tile, int stages, bool softcap) {
+KVCacheKernels kv_cache_kernels(int rows_per_tile, int stages, bool softcap, KVLoad load) {
   constexpr int kDeep = kv_deep_stages(kHeadDim);
   constexpr int kReduced = kv_reduced_stages(kHeadDim);
   if (stages != kv_stages(kHeadDim) && !(kReduced != 0 && stages == kReduced) &&
@@ -53,12 +66,12 @@ KVCacheKernels kv_cache_kernels(int rows_per_tile, int stages, bool softcap) {
                                          std::to_string(rows_per_tile) + " rows at head_dim " + std::to_string(kHeadDim));
   }
   switch (rows_per_tile) {
-    case 16: return kv_cache_kernels_rows<Element, kHeadDim, 16>(stages, softcap);
-    case 32: return kv_cache_kernels_rows<Element, kHeadDim, 32>(stages, softcap);
-    case 64: return kv_cache_kernels_rows<Element, kHeadDim, 64>(stages, softcap);
+    case 16: return kv_cache_kernels_rows<Element, kHeadDim, 16>(stages, softcap, load);
+    case 32: return kv_cache_kernels_rows<Element, kHeadDim, 32>(stages, softcap, load);
+    case 64: return kv_cache_kernels_rows<Element, kHeadDim, 64>(stages, softcap, load);
     case 128:
       if constexpr (kv_max_rows_per_tile(kHeadDim) >= 128) {
-        return kv_cache_kernels_rows<Element, kHeadDim, 128>(stages, softcap);
+        return kv_cache_kernels_rows<Element, kHeadDim, 128>(stages, softcap, load);
       }
       break;
     default: break;

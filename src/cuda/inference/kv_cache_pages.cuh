@@ -41,11 +41,12 @@ __device__ __forceinline__ int kv_page_entry(const KVCacheParams& p, int b, int 
   return p.block_table[static_cast<std::int64_t>(b) * p.block_table_stride + page_index];
 }
 
-// Page `page_index` of sequence b for reads (paged caches only, num_pages >= 1), clamped into
-// [0, num_pages): a bad entry reads some page, never outside the cache. The append does not
-// clamp: it skips a bad entry (kv_cache.cu).
-__device__ __forceinline__ int kv_page(const KVCacheParams& p, int b, int page_index) {
-  return min(max(kv_page_entry(p, b, page_index), 0), p.num_pages - 1);
+// A block-table entry made safe for reads (paged caches only, num_pages >= 1): clamped into
+// [0, num_pages), so a bad entry reads some page, never outside the cache. The attention reads
+// the raw entry a main-loop iteration before it clamps it (kv_cache_kernel.cuh, TileRows). The
+// append does not clamp: it skips a bad entry (kv_cache.cu).
+__device__ __forceinline__ int kv_clamp_page(const KVCacheParams& p, int entry) {
+  return min(max(entry, 0), p.num_pages - 1);
 }
 
 }  // namespace fastattn::cuda

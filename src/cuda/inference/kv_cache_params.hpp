@@ -36,6 +36,7 @@ struct KVCacheParams {
   std::int64_t block_table_stride;
   const std::int32_t* seqlens;      // device; null: every sequence holds `capacity` keys (forward())
   int page_size;
+  int page_shift;  // log2(page_size) when it is a power of two, else -1 (the kernel's shifts)
   int num_pages;
   int capacity;    // max_pages_per_seq * page_size
   int seqlen_new;  // appended tokens: the attention sees clamp(seqlens[b] + seqlen_new, 0, capacity) keys

@@ -11,8 +11,8 @@ namespace fastattn::cuda {
 // attention kernel takes. Resolved on the host when the plan is made (kv_cache_plan), which also
 // sets the attention kernel's shared-memory attribute on the plan's device, so a run only
 // launches (cudaLaunchKernel on these pointers). Throws Error(internal) for a row tile or ring
-// the head dim has not.
+// the head dim has not (or TMA loads on the reduced ring).
 template <typename Element, int kHeadDim>
-KVCacheKernels kv_cache_kernels(int rows_per_tile, int stages, bool softcap);
+KVCacheKernels kv_cache_kernels(int rows_per_tile, int stages, bool softcap, KVLoad load);
 
 }  // namespace fastattn::cuda
