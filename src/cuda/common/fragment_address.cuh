@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/smem_layout.cuh"
+
 namespace fastattn::cuda {
 
 // The ldmatrix.x4 lane patterns (lane -> row offset, chunk offset) used by the kernels:
@@ -54,14 +56,12 @@ struct FragmentAddress {
   }
 };
 
-// The same view of a tile stored as 64-column panels (the TMA layout, sm90/tma.cuh): columns
-// 64j .. 64j + 63 of all kPanelRows rows form panel j, kPanelRows x 128 bytes, 1024-byte aligned,
-// with TMA's 128-byte swizzle (chunk c of row r at chunk position c ^ (r % 8), as SwizzledTile
-// within each 128 bytes). Only the row pitch (128 bytes) and the step between 64-column groups
-// (a whole panel) differ from FragmentAddress, so the lane XOR is the same.
+// The same view of a PanelTile (smem_layout.cuh: 64-column panels, the TMA layout). Only the row
+// pitch (128 bytes) and the step between 64-column groups (a whole panel) differ from
+// FragmentAddress, so the lane XOR is the same.
 template <int kPanelRows, LanePattern kPattern>
 struct PanelFragmentAddress {
-  static constexpr int kPanelBytes = kPanelRows * 128;
+  static constexpr int kPanelBytes = PanelTile<kPanelRows>::kPanelBytes;
   uint32_t base;  // tile + lane row offset * 128
   uint32_t x;     // (lane chunk offset ^ lane % 8) * 16
 

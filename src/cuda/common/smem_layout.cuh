@@ -29,6 +29,18 @@ struct SwizzledTile {
   }
 };
 
+// PanelTile (sm90 TMA, SWIZZLE_128B): the tile stored as 64-column panels, panel j holding
+// columns 64j .. 64j + 63 of all kPanelRows rows in kPanelRows x 128 bytes (1024-byte aligned),
+// chunk c of row r at chunk position c ^ (r % 8) within its 128-byte row, as TMA writes it.
+template <int kPanelRows>
+struct PanelTile {
+  static constexpr int kPanelBytes = kPanelRows * 128;
+
+  __device__ __forceinline__ static uint32_t offset(int row, int chunk) {
+    return static_cast<uint32_t>((chunk / 8) * kPanelBytes + row * 128 + (((chunk % 8) ^ (row & 7)) * 16));
+  }
+};
+
 template <int kHeadDim>
 struct PaddedTile {
   static constexpr int kDataChunks = kHeadDim / 8;

@@ -269,25 +269,18 @@ std::string kv_tma_decline_reason(const KVCacheProblem& kp, int block_n) {
   return {};
 }
 
-// The tensor maps of kv_cache_tma.hpp for K and V (bf16 or f16). A dimension of extent 1 gets a
-// packed stride (a legal multiple of 16 bytes) in place of whatever the view has there.
+// The tensor maps of kv_cache_tma.hpp for K and V (bf16 or f16): a cache of pages is a
+// TokenTensor of num_pages "batches" of page_size tokens (tensor_map.hpp, which also gives
+// dimensions of extent 1 a packed stride).
 KVTensorMaps make_kv_tensor_maps(const KVCacheProblem& kp, int box_rows) {
   const AttentionProblem& p = kp.attn;
-  KVTensorMaps maps;
-  auto encode = [&](CUtensorMap& map, const void* data, const TokenStrides& s, std::int64_t page_stride,
-                    const char* name) {
-    const std::int64_t token = kp.page_size == 1 ? p.head_dim * 2 : s.token * 2;
-    const std::int64_t head = p.num_kv_heads == 1 ? token * kp.page_size : s.head * 2;
-    const std::int64_t page = kp.num_pages == 1 ? head * p.num_kv_heads : page_stride * 2;
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(kp.page_size),
-                                static_cast<cuuint64_t>(p.num_kv_heads), static_cast<cuuint64_t>(kp.num_pages)};
-    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(token), static_cast<cuuint64_t>(head),
-                                   static_cast<cuuint64_t>(page)};
-    map = sm90::make_box_tensor_map(data, p.dtype == DType::bf16, dims, strides, box_rows, "cuda kv_cache", name);
+  auto map_of = [&](const void* data, const TokenStrides& s, std::int64_t page_stride, const char* name) {
+    const sm90::TokenTensor t{data, kp.num_pages, kp.page_size, p.num_kv_heads, p.head_dim, page_stride, s.token,
+                              s.head};
+    return sm90::make_token_tensor_map(t, p.dtype == DType::bf16, box_rows, name, "cuda kv_cache");
   };
-  encode(maps.k, p.k.data, p.k.stride, kp.k_page_stride, "k cache");
-  encode(maps.v, p.v.data, p.v.stride, kp.v_page_stride, "v cache");
-  return maps;
+  return {map_of(p.k.data, p.k.stride, kp.k_page_stride, "k cache"),
+          map_of(p.v.data, p.v.stride, kp.v_page_stride, "v cache")};
 }
 
 }  // namespace

@@ -88,8 +88,9 @@ struct KVCacheTraits {
   // of kBlockN 128-byte rows (fragment_address.cuh: PanelFragmentAddress); cp.async writes
   // SwizzledTile rows of kRowBytes. Either way a tile takes kSmemKV bytes.
   static constexpr bool kTma = kLoad_ == KVLoad::tma;
+  using Panels = PanelTile<kBlockN>;  // a K or V tile as TMA writes it
   static constexpr int kPanels = kRowBytes / 128;
-  static constexpr int kPanelBytes = kBlockN * 128;
+  static constexpr int kPanelBytes = Panels::kPanelBytes;
   static_assert(kPanels * kPanelBytes == kSmemKV, "panels cover the tile");
   static constexpr int kKeyRowBytes = kTma ? 128 : kRowBytes;  // from one key row to the next
   static_assert(kSmemQ % 1024 == 0, "the ring starts on TMA's 1024-byte swizzle period");
@@ -152,7 +153,7 @@ struct TileRows {
       }
     } else if (whole_page_tiles) {  // the tile lies inside one page: one read, a broadcast
       lookup = Lookup::one_page;
-      const int index = k0 / p.page_size;
+      const int index = kv_page_index(p, k0);
       entry_lo = kv_page_entry(p, b, index);
       const int in_page = k0 - index * p.page_size;
 #pragma unroll
@@ -163,8 +164,7 @@ struct TileRows {
       // i and i + 32 once (coalesced) and resolve() hands them to the copies by shuffles,
       // instead of every copy reading its own (8 table reads per thread per tile at d 128).
       lookup = Lookup::shared_pages;
-      // page_size divides kBlockN, a power of two: shifts, not divisions (about 25 instructions
-      // each, 11 per tile per thread here).
+      // page_size divides kBlockN, a power of two: shifts (kv_page_index), 11 per tile per thread.
       const int shift = p.page_shift;
       const int pages = T::kBlockN >> shift;
       const int first = k0 >> shift;
@@ -184,7 +184,7 @@ struct TileRows {
 #pragma unroll
       for (int it = 0; it < T::kCopyIters; ++it) {
         const int t = k0 + tile_row(it, tid);
-        const int index = t < len ? t / p.page_size : 0;  // past the end: not read
+        const int index = t < len ? kv_page_index(p, t) : 0;  // past the end: not read
         page[it] = t < len ? kv_page_entry(p, b, index) : 0;
         row[it] = t - index * p.page_size;
       }
@@ -223,8 +223,8 @@ struct TileRows {
     if (k0 >= len) return;
     const std::int32_t* entries = p.block_table + static_cast<int64_t>(b) * p.block_table_stride;
     const int last_key = min(k0 + T::kBlockN, len) - 1;
-    const std::int32_t* first = entries + (p.page_shift >= 0 ? k0 >> p.page_shift : k0 / p.page_size);
-    const std::int32_t* last = entries + (p.page_shift >= 0 ? last_key >> p.page_shift : last_key / p.page_size);
+    const std::int32_t* first = entries + kv_page_index(p, k0);
+    const std::int32_t* last = entries + kv_page_index(p, last_key);
     const uintptr_t line = (reinterpret_cast<uintptr_t>(first) & ~uintptr_t{127}) + static_cast<uintptr_t>(tid) * 128;
     const std::int32_t* at = tid == 0 ? first : reinterpret_cast<const std::int32_t*>(line);
     if (at <= last) prefetch_l2(at);
@@ -274,7 +274,7 @@ __device__ __forceinline__ void zero_tail_rows_tma(uint32_t sV, int first, int t
   const int count = (T::kBlockN - first) * T::kChunks;
   for (int idx = tid; idx < count; idx += T::kThreads) {
     const int r = first + idx / T::kChunks, c = idx % T::kChunks;
-    const uint32_t at = sV + static_cast<uint32_t>((c / 8) * T::kPanelBytes + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+    const uint32_t at = sV + T::Panels::offset(r, c);
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
   }
   kv_tma::fence_shared_for_async_proxy();  // before the stage's next TMA write

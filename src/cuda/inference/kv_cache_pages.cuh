@@ -36,6 +36,12 @@ __host__ __device__ constexpr bool kv_pages_shared_by_shuffles(int block_n, int 
   return page_size > 0 && block_n % page_size == 0 && block_n / page_size <= 64;
 }
 
+// Index of the page holding key t (t / page_size): a shift where page_size is a power of two
+// (KVCacheParams::page_shift; an integer division costs about 25 instructions).
+__device__ __forceinline__ int kv_page_index(const KVCacheParams& p, int t) {
+  return p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
+}
+
 // Raw block-table entry: page `page_index` of sequence b (paged caches only), unchecked.
 __device__ __forceinline__ int kv_page_entry(const KVCacheParams& p, int b, int page_index) {
   return p.block_table[static_cast<std::int64_t>(b) * p.block_table_stride + page_index];

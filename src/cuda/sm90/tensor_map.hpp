@@ -46,29 +46,10 @@ struct TokenTensor {
   std::int64_t batch_stride, token_stride, head_stride;
 };
 
-// A 4-D tensor of 16-bit elements at `data` (dims innermost first; strides of dimensions 1..3 in
-// bytes) in boxes of (64, box_rows, 1, 1), 128-byte swizzle, elements out of bounds read as
-// zeros. A failure throws device_error naming `caller` and `name`, with the strides.
-inline CUtensorMap make_box_tensor_map(const void* data, bool bf16, const cuuint64_t (&dims)[4],
-                                       const cuuint64_t (&strides)[3], int box_rows, const char* caller,
-                                       const char* name) {
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
-  const CUresult r = tensor_map_encoder()(
-      &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(data),
-      dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    throw Error(ErrorCode::device_error,
-                std::string(caller) + ": cuTensorMapEncodeTiled failed for " + name + " (CUresult " +
-                    std::to_string(static_cast<int>(r)) + ", strides in bytes " + std::to_string(strides[0]) + ", " +
-                    std::to_string(strides[1]) + ", " + std::to_string(strides[2]) + ")");
-  }
-  return map;
-}
-
-inline CUtensorMap make_token_tensor_map(const TokenTensor& t, bool bf16, int box_rows, const char* name) {
+// caller: names the operation in the error (the KV-cache kernel's maps are TokenTensors of pages:
+// batch = num_pages, seqlen = page_size).
+inline CUtensorMap make_token_tensor_map(const TokenTensor& t, bool bf16, int box_rows, const char* name,
+                                         const char* caller = "cuda forward (sm90)") {
   constexpr std::int64_t kElem = 2;
   // A dimension of extent 1 gets the packed stride (a legal multiple of 16 bytes) instead of
   // whatever the caller's view has there (possibly 0).
@@ -79,7 +60,20 @@ inline CUtensorMap make_token_tensor_map(const TokenTensor& t, bool bf16, int bo
                               static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(token), static_cast<cuuint64_t>(head),
                                  static_cast<cuuint64_t>(batch)};
-  return make_box_tensor_map(t.data, bf16, dims, strides, box_rows, "cuda forward (sm90)", name);
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = tensor_map_encoder()(
+      &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(t.data),
+      dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    throw Error(ErrorCode::device_error,
+                std::string(caller) + ": cuTensorMapEncodeTiled failed for " + name + " (CUresult " +
+                    std::to_string(static_cast<int>(r)) + ", strides in bytes " + std::to_string(token) + ", " +
+                    std::to_string(head) + ", " + std::to_string(batch) + ")");
+  }
+  return map;
 }
 
 }  // namespace fastattn::cuda::sm90
