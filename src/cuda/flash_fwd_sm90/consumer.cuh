@@ -28,6 +28,7 @@
 #include "cuda/flash_fwd_sm90/tile_scheduler.cuh"
 #include "cuda/sm80/mma.cuh"
 #include "cuda/sm90/mbarrier.cuh"
+#include "cuda/sm90/warpgroup.cuh"
 #include "cuda/sm90/wgmma.cuh"
 
 namespace fastattn::cuda {
@@ -81,6 +82,29 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const u
     sm90::mma_rs_tb<T::kHeadDimTile, E>(acc_o, a[kp], desc_v, 1);
   }
   sm90::warpgroup_commit();
+}
+
+// Named barrier 1: the consumer warpgroups, after zeroing V rows past a varlen sequence's end.
+constexpr int kBarConsumersVTail = 1;
+
+// Varlen only: zeroes the V rows [first_row, kBlockN) of a landed stage, the keys past the
+// sequence's end. The packed tensor map loads the next sequence's tokens there (or zeros past
+// the tensor's end); their P is 0, but 0 x a non-finite value in that other sequence would be
+// NaN in this one. All consumer threads, then a barrier among them: the stage's V is read by
+// every consumer warpgroup's wgmma (the async proxy, hence the fence first). The producer
+// refills the stage only after every consumer released it (v_empty), after its P V.
+// sV: (kBlockN, kHeadDimTile) 16-bit, kPanels panels of kBlockN x 128 bytes, 128-byte swizzle
+// (a whole row is 8 chunks of 16 bytes in any order).
+template <class T>
+__device__ __forceinline__ void zero_v_rows_past_end(uint32_t sV, int first_row, int consumer_tid) {
+  const int count = (T::kBlockN - first_row) * T::kPanels * 8;
+  for (int idx = consumer_tid; idx < count; idx += T::kConsumerThreads) {
+    const int chunk = idx % 8, row = first_row + idx / 8 % (T::kBlockN - first_row), panel = idx / 8 / (T::kBlockN - first_row);
+    const uint32_t at = sV + static_cast<uint32_t>(panel) * T::kPanelBytesKV + static_cast<uint32_t>(row * 128 + chunk * 16);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
+  }
+  sm90::fence_proxy_async_shared();
+  sm90::named_barrier_sync(kBarConsumersVTail, T::kConsumerThreads);
 }
 
 // Per-tile values of the consumer loop.
@@ -139,6 +163,10 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
   float acc_s[1][T::kNTilesS][4];
   uint32_t a[T::kBlockN / 16][4];
   float rescale[2];
+  // Tile 0 (the sequence's last key tile) reaches past a varlen sequence's end: its V rows there
+  // are zeroed before its P V (zero_v_rows_past_end). Uniform over the consumer warpgroups.
+  const bool v_tail = p.cu_seqlens_k != nullptr && key0(0) + T::kBlockN > w.len_k;
+  const int consumer_tid = wg * 128 + warp_in_wg * 32 + lane;
   sm90::mbarrier_wait(smem.q_full(), static_cast<uint32_t>(count.q & 1));
 
   if constexpr (!kOverlap) {
@@ -154,6 +182,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane)) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
       sm90::mbarrier_wait(smem.v_full(stage), parity(i));
+      if (i == 0 && v_tail) zero_v_rows_past_end<T>(smem.v(stage), w.len_k - key0(0), consumer_tid);
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
       sm90::warpgroup_fence();
@@ -184,6 +213,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::warpgroup_fence();
       issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
       sm90::mbarrier_wait(smem.v_full(prev), parity(i - 1));
+      if (i == 1 && v_tail) zero_v_rows_past_end<T>(smem.v(prev), w.len_k - key0(0), consumer_tid);
       sm90::warpgroup_fence();  // each batch its own fence, as ptxas wants (else C7519)
       issue_pv<T>(st.acc_o[0], a, smem.v(prev));
       sm90::warpgroup_wait<1>();  // S_i landed; P_{i-1} V_{i-1} may still run
@@ -200,6 +230,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     }
     const int last = stage_of(tiles - 1);
     sm90::mbarrier_wait(smem.v_full(last), parity(tiles - 1));
+    if (tiles == 1 && v_tail) zero_v_rows_past_end<T>(smem.v(last), w.len_k - key0(0), consumer_tid);
     sm90::fence_registers(st.acc_o[0]);
     sm90::fence_registers(a);
     sm90::warpgroup_fence();
