@@ -45,7 +45,7 @@ TEST(Environment, NamesEveryVariable) {
                                           "FASTATTN_DEVICE_MEMORY_LIMIT", "FASTATTN_CPU_DECODE", "FASTATTN_CPU_DECODE_SPLITS",
                                           "FASTATTN_CUDA_SM90_OVERLAP", "FASTATTN_CUDA_BWD_SM90", "FASTATTN_CUDA_SM90_BWD_DQ",
                                           "FASTATTN_CUDA_SM90_BWD_ORDER", "FASTATTN_CUDA_SM90_SCHEDULER",
-                                          "FASTATTN_CUDA_KV_LOAD"};
+                                          "FASTATTN_CUDA_KV_LOAD", "FASTATTN_CUDA_KV_PDL"};
   ASSERT_EQ(names.size(), kEnvVarCount);
   for (std::size_t i = 0; i < kEnvVarCount; ++i) {
     const auto var = static_cast<EnvVar>(i);

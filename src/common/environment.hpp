@@ -34,8 +34,9 @@ enum class EnvVar {
   cuda_sm90_bwd_order,  // FASTATTN_CUDA_SM90_BWD_ORDER src/cuda/flash_bwd_sm90/plan.hpp
   cuda_sm90_scheduler,  // FASTATTN_CUDA_SM90_SCHEDULER src/cuda/flash_fwd_sm90/plan.hpp
   cuda_kv_load,         // FASTATTN_CUDA_KV_LOAD       src/cuda/inference/kv_cache.cu
+  cuda_kv_pdl,          // FASTATTN_CUDA_KV_PDL        src/cuda/inference/kv_cache.cu
 };
-inline constexpr std::size_t kEnvVarCount = 16;
+inline constexpr std::size_t kEnvVarCount = 17;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -43,6 +43,9 @@ struct KVCacheLaunch {
   // benchmark may change it (then calls kv_cache_select_kernels): to TMA only where the plan
   // would take it under FASTATTN_CUDA_KV_LOAD=tma (kv_cache_forward checks the page size only).
   KVLoad load = KVLoad::cp_async;
+  // A programmatic dependent launch (sm90, unless FASTATTN_CUDA_KV_PDL=0; kv_cache.cu): the
+  // attention's CTAs launch while the kernel before them on the stream finishes.
+  bool pdl = false;
   KVCacheKernels kernels;         // for rows_per_tile, stages, load and the call's softcap
   int device = -1;                // the device kernels' attribute was set on
   std::string kernel;             // e.g. "cuda.kv_cache.sm80.bf16.d128.gqa4.split8"

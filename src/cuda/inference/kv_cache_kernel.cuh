@@ -232,7 +232,11 @@ struct TileRows {
 };
 
 // cp.async of K and V tile n into one stage (its pages resolved first); rows at or past `len` are
-// zero-filled.
+// zero-filled. Kept branch-free: at one CTA per SM (b1 splits, b16 GQA) the kernel streams only
+// as fast as its four warps issue, and a uniform runtime branch per copy here (a switch between
+// cp.async variants) made those calls 20-25% slower (H200, 2026-12-02, docs/inference.md "CUDA
+// decode kernel"). The variants themselves: .L2::128B no change, .L2::256B 8-12% slower at two
+// CTAs per SM and on paged caches.
 template <class T>
 __device__ __forceinline__ void issue_kv_tile(const KVCacheParams& p, TileRows<T>& rows, uint32_t sK,
                                               const typename T::Element* k_head, const typename T::Element* v_head,
@@ -292,6 +296,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm)
   const uint32_t sQ = sm80::smem_address(smem);
   const uint32_t sRing = sQ + T::kSmemQ;
   const uint32_t sBarriers = sQ + T::kSmemBarriers;  // TMA: one mbarrier per stage
+
+  // Launched as a programmatic dependent (KVCacheLaunch::pdl), the CTA may start while the
+  // kernel before it on the stream finishes: it waits here for that grid's completion and memory
+  // before any global read or write (seqlens, block table, Q, K/V, partials, counters), then lets
+  // the next dependent launch (which in turn waits for this grid to complete). Without a
+  // programmatic launch both return at once. PTX ISA: griddepcontrol (sm_90).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 
   // ---- tile scheduler: blockIdx.x = row block * num_splits + split ----------------------------
   const int split = static_cast<int>(blockIdx.x) % p.num_splits;
