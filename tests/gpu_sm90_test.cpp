@@ -14,7 +14,8 @@
 //   * strided views (head-major storage, padded rows, 16-byte aligned as TMA needs) give the
 //     same bits as the contiguous call;
 //   * the grid, persistent and dynamic tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER) give the
-//     same bits, padded and varlen.
+//     same bits, padded and varlen;
+//   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -386,68 +387,82 @@ TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
   }
 }
 
+// Device buffers freed when the scope ends, also on a failed assertion or a throw.
+struct DeviceBuffers {
+  std::vector<void*> all;
+  DeviceBuffers() = default;
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  ~DeviceBuffers() {
+    for (void* p : all) cudaFree(p);
+  }
+  void* upload(const void* host, std::size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    all.push_back(p);
+    EXPECT_EQ(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return p;
+  }
+};
+
 // A varlen sequence's last key tile reaches into the next sequence's tokens (the packed tensor
 // map loads them; consumer.cuh: zero_v_rows_past_end): with +inf and NaN in the next sequence's
-// V, this sequence's output must be finite and bitwise the same as with finite values there
-// (its P is 0 on those keys, and 0 x inf would be NaN). Lengths 100 and 50: not a multiple of
-// any sm90 key tile (128 or 80). Both consumer loops (the overlap and the plain one), causal
-// and not.
+// K and V, the first sequence's output must be finite and bitwise the same as with finite values
+// there (its P is 0 on those keys, and 0 x inf would be NaN). First sequences of 100 keys (one
+// key tile of 128 at d 64 / 96 / 128, two of 80 at d 256) and of 200 (two tiles of 128: the
+// overlapped loop zeroes the tail of tile 0 while tile 1's S runs), each followed by a shorter
+// one; both consumer loops (the overlap exists at d 96 / 128), causal and not.
 TEST_F(CudaSm90, VarlenNonFiniteNextSequenceDoesNotReachThisOne) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
-  const std::vector<std::int32_t> cu = {0, 100, 150};
-  const std::int64_t total = cu.back(), h = 2;
+  const std::int64_t h = 2;
   for (int d : dims_) {
-    const auto q = random_bf16(static_cast<std::size_t>(total * h * d), 21);
-    const auto k = random_bf16(static_cast<std::size_t>(total * h * d), 22);
-    auto v = random_bf16(static_cast<std::size_t>(total * h * d), 23);
-    std::vector<void*> buffers;
-    auto upload = [&](const std::vector<std::uint16_t>& host) {
-      void* ptr = nullptr;
-      EXPECT_EQ(cudaMalloc(&ptr, host.size() * 2), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-      buffers.push_back(ptr);
-      return ptr;
-    };
-    void* cu_dev = nullptr;
-    ASSERT_CUDA(cudaMalloc(&cu_dev, cu.size() * 4));
-    buffers.push_back(cu_dev);
-    ASSERT_CUDA(cudaMemcpy(cu_dev, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
-    auto view = [&](void* data) { return make_tensor(data, DType::bf16, {total, h, d}, Device::cuda(0)); };
-    AttentionOptions o;
-    o.backend = Backend::cuda;
-    o.cu_seqlens_q = make_tensor(cu_dev, DType::i32, {3}, Device::cuda(0));
-    o.cu_seqlens_k = o.cu_seqlens_q;
-    o.max_seqlen_q = o.max_seqlen_k = 100;
-    const TensorView qt = view(upload(q)), kt = view(upload(k));
-    // The first sequence's output (its 100 x h x d values) with V as given.
-    auto first_sequence = [&](const std::vector<std::uint16_t>& values) {
-      const TensorView vt = view(upload(values));
-      const TensorView ot = view(upload(std::vector<std::uint16_t>(q.size(), 0x7fc0)));  // poisoned
-      const KernelChoice c = forward(qt, kt, vt, ot, std::nullopt, o);
-      EXPECT_EQ(c.isa, "sm90") << c.describe();
-      std::vector<std::uint16_t> out(static_cast<std::size_t>(100 * h * d));
-      EXPECT_EQ(cudaMemcpy(out.data(), ot.data, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      return out;
-    };
-    for (const bool causal : {false, true}) {
-      for (const char* overlap : {"1", "0"}) {
-        const ScopedEnv env("FASTATTN_CUDA_SM90_OVERLAP", std::string(overlap));
-        o.causal = causal;
-        const std::vector<std::uint16_t> finite = first_sequence(v);
-        std::vector<std::uint16_t> poisoned_v = v;
-        for (std::int64_t t = 100; t < total; ++t)
-          for (std::int64_t i = 0; i < h * d; ++i) {
-            poisoned_v[static_cast<std::size_t>(t * h * d + i)] = (t + i) % 2 ? 0x7f80 : 0x7fc0;  // +inf, NaN
-          }
-        const std::vector<std::uint16_t> with_inf = first_sequence(poisoned_v);
-        const std::string what = "d=" + std::to_string(d) + (causal ? " causal" : "") + " overlap=" + overlap;
-        EXPECT_EQ(finite, with_inf) << what;
-        std::size_t non_finite = 0;
-        for (std::uint16_t x : with_inf) non_finite += (x & 0x7f80) == 0x7f80;
-        EXPECT_EQ(non_finite, 0u) << what;
+    for (const std::int32_t first : {100, 200}) {
+      const std::vector<std::int32_t> cu = {0, first, first + 60};
+      const std::int64_t total = cu.back();
+      const std::size_t elements = static_cast<std::size_t>(total * h * d);
+      const auto q = random_bf16(elements, 21), k = random_bf16(elements, 22), v = random_bf16(elements, 23);
+      // The next sequence's K and V rows: +inf and NaN in turn.
+      auto poisoned = [&](std::vector<std::uint16_t> x) {
+        for (std::size_t i = static_cast<std::size_t>(first * h * d); i < elements; ++i) x[i] = i % 2 ? 0x7f80 : 0x7fc0;
+        return x;
+      };
+      DeviceBuffers buffers;
+      auto view = [&](const std::vector<std::uint16_t>& host) {
+        return make_tensor(buffers.upload(host.data(), host.size() * 2), DType::bf16, {total, h, d}, Device::cuda(0));
+      };
+      AttentionOptions o;
+      o.backend = Backend::cuda;
+      o.cu_seqlens_q = make_tensor(buffers.upload(cu.data(), cu.size() * 4), DType::i32, {3}, Device::cuda(0));
+      o.cu_seqlens_k = o.cu_seqlens_q;
+      o.max_seqlen_q = o.max_seqlen_k = first;
+      const TensorView qt = view(q);
+      // The first sequence's output (first x h x d values) with K and V as given.
+      auto first_sequence = [&](const TensorView& kt, const TensorView& vt) {
+        const TensorView ot = view(std::vector<std::uint16_t>(elements, 0x7fc0));  // poisoned
+        const KernelChoice c = forward(qt, kt, vt, ot, std::nullopt, o);
+        EXPECT_EQ(c.isa, "sm90") << c.describe();
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<std::uint16_t> out(static_cast<std::size_t>(first * h * d));
+        EXPECT_EQ(cudaMemcpy(out.data(), ot.data, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        return out;
+      };
+      const TensorView k_finite = view(k), v_finite = view(v);
+      const TensorView k_poisoned = view(poisoned(k)), v_poisoned = view(poisoned(v));
+      for (const bool causal : {false, true}) {
+        for (const char* overlap : {"1", "0"}) {
+          const ScopedEnv env("FASTATTN_CUDA_SM90_OVERLAP", std::string(overlap));
+          o.causal = causal;
+          const std::string what = "d=" + std::to_string(d) + " first=" + std::to_string(first) +
+                                   (causal ? " causal" : "") + " overlap=" + overlap;
+          const std::vector<std::uint16_t> finite = first_sequence(k_finite, v_finite);
+          const std::vector<std::uint16_t> with_inf = first_sequence(k_poisoned, v_poisoned);
+          EXPECT_EQ(finite, with_inf) << what;
+          std::size_t non_finite = 0;
+          for (std::uint16_t x : with_inf) non_finite += (x & 0x7f80) == 0x7f80;
+          EXPECT_EQ(non_finite, 0u) << what;
+        }
       }
     }
-    for (void* ptr : buffers) cudaFree(ptr);
   }
 }
 

@@ -30,10 +30,8 @@ command -v cmake >/dev/null || PATH=$PATH:$(dirname "$python")
 export PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 t0=$SECONDS
 status=()
-. "$root/tools/dev/lib.sh"  # has, note, run, load_deps_env
-FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
-load_deps_env
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+. "$root/tools/dev/lib.sh"  # has, note, run, device_tools
+device_tools
 
 for v in $variants; do
   name=${v%%:*} flags=${v#*:}

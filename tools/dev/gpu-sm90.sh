@@ -33,11 +33,9 @@ export PATH
 build=$root/build/sm90
 t0=$SECONDS
 status=()
-. "$root/tools/dev/lib.sh"  # has, note, run, load_deps_env
+. "$root/tools/dev/lib.sh"  # has, note, run, device_tools
 
-FASTATTN_OFFLINE_DEBS=$root/build/debs bash tools/scripts/setup.sh >/dev/null 2>&1
-load_deps_env
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+device_tools
 
 if has build; then
   run build 210 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \

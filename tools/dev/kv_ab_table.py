@@ -27,7 +27,7 @@ def main(directory):
                 cudnn[(r["tag"], r["h"], r["hkv"], r["b"], r["sk"])] = r["ms"]
     times, copy = {}, {}
     for path in sorted(glob.glob(os.path.join(directory, "*.r*.jsonl"))):
-        variant, setting, _ = os.path.basename(path)[: -len(".jsonl")].split(".")
+        variant, setting, _ = os.path.basename(path)[: -len(".jsonl")].rsplit(".", 2)  # names may hold dots
         column = f"{variant}.{setting}"
         for r in rows(path):
             if r.get("kind") == "hbm":

@@ -11,7 +11,9 @@
 //   wait v_full[s]; O += P V: kBlockN / 16 wgmma m64n{head_dim}k16, A from registers (RS), V
 //   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed)
 // With kOverlap (the default) the softmax of tile i runs while tile i - 1's P V is on the tensor
-// cores (consume() below). Not yet here (docs/cuda.md): pingpong ordering of the two consumer
+// cores (consume() below). Varlen (kVarlen): before the P V of a sequence's last key tile, its
+// V rows past the sequence's end are zeroed and the consumer warpgroups meet on named barrier 1
+// (zero_v_rows_past_end). Not yet here (docs/cuda.md): pingpong ordering of the two consumer
 // warpgroups.
 #pragma once
 
@@ -21,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/common/fragments.cuh"
+#include "cuda/common/smem_layout.cuh"
 #include "cuda/flash_fwd/params.hpp"
 #include "cuda/flash_fwd/softmax.cuh"
 #include "cuda/flash_fwd/tile_ops.cuh"
@@ -94,13 +97,13 @@ constexpr int kBarConsumersVTail = 1;
 // every consumer warpgroup's wgmma (the async proxy, hence the fence first). The producer
 // refills the stage only after every consumer released it (v_empty), after its P V.
 // sV: (kBlockN, kHeadDimTile) 16-bit, kPanels panels of kBlockN x 128 bytes, 128-byte swizzle
-// (a whole row is 8 chunks of 16 bytes in any order).
+// (PanelTile, the layout TMA writes).
 template <class T>
 __device__ __forceinline__ void zero_v_rows_past_end(uint32_t sV, int first_row, int consumer_tid) {
-  const int count = (T::kBlockN - first_row) * T::kPanels * 8;
-  for (int idx = consumer_tid; idx < count; idx += T::kConsumerThreads) {
-    const int chunk = idx % 8, row = first_row + idx / 8 % (T::kBlockN - first_row), panel = idx / 8 / (T::kBlockN - first_row);
-    const uint32_t at = sV + static_cast<uint32_t>(panel) * T::kPanelBytesKV + static_cast<uint32_t>(row * 128 + chunk * 16);
+  constexpr int kChunks = T::kPanels * 8;  // 16-byte chunks of a row
+  const int rows = T::kBlockN - first_row;
+  for (int idx = consumer_tid; idx < rows * kChunks; idx += T::kConsumerThreads) {
+    const uint32_t at = sV + PanelTile<T::kBlockN>::offset(first_row + idx / kChunks, idx % kChunks);
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
   }
   sm90::fence_proxy_async_shared();
@@ -146,7 +149,8 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
 //          O += P_{i-1} V_{i-1}, wait for S_i alone (wait_group 1), release K_i, softmax of S_i
 //          while the P V runs, wait for it, release V_{i-1}, rescale O, pack P_i; last, O += P V of the
 //          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
-template <class T, bool kSoftcap, bool kOverlap>
+// kVarlen: cu_seqlens batches (kernel.cuh); the padded kernels compile without the V-tail code.
+template <class T, bool kSoftcap, bool kOverlap, bool kVarlen>
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
                                         const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
                                         int lane) {
@@ -165,7 +169,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
   float rescale[2];
   // Tile 0 (the sequence's last key tile) reaches past a varlen sequence's end: its V rows there
   // are zeroed before its P V (zero_v_rows_past_end). Uniform over the consumer warpgroups.
-  const bool v_tail = p.cu_seqlens_k != nullptr && key0(0) + T::kBlockN > w.len_k;
+  const bool v_tail = kVarlen && key0(0) + T::kBlockN > w.len_k;
   const int consumer_tid = wg * 128 + warp_in_wg * 32 + lane;
   sm90::mbarrier_wait(smem.q_full(), static_cast<uint32_t>(count.q & 1));
 

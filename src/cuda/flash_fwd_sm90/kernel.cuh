@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
       const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
       Sm90ConsumerState<T> state;
-      consume<T, kSoftcap, kOverlap>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
+      consume<T, kSoftcap, kOverlap, kVarlen>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
       store_output_sm90<T, kVarlen>(state, p, w, warpgroup - 1, warp_in_wg, lane);
     }
   }

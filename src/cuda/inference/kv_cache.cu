@@ -211,8 +211,8 @@ KVCacheKernels kernels_for_dtype(int head_dim, int rows_per_tile, int stages, bo
 
 // A launch's status; the error text (a std::string) is built only on failure, so a run makes no
 // allocation.
-void check_kv_launch(cudaError_t status, const char* kernel) {
-  if (status != cudaSuccess) check(status, "cudaLaunchKernel", kernel);
+void check_kv_launch(cudaError_t status, const char* api, const char* kernel) {
+  if (status != cudaSuccess) check(status, api, kernel);
 }
 
 // FASTATTN_CUDA_KV_LOAD (README): unset or empty: the plan's choice; cp_async / tma: forced.
@@ -227,7 +227,7 @@ KVLoadRequest kv_load_request() {
 }
 
 // FASTATTN_CUDA_KV_PDL (README): 0: a plain launch; 1, or unset: a programmatic dependent
-// launch where the device has it (sm90: KVCacheLaunch::pdl).
+// launch where the device has it (compute capability 9.0 or newer: KVCacheLaunch::pdl).
 bool kv_pdl_request() {
   const char* text = env_value(EnvVar::cuda_kv_pdl);
   if (text == nullptr || *text == '\0' || std::strcmp(text, "1") == 0) return true;
@@ -380,8 +380,9 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   l.load = load;
   // Programmatic dependent launch (sm90): the CTAs launch while the kernel before them on the
   // stream finishes and wait for it at their first instruction (kv_cache_kernel.cuh), which
-  // hides the launch in a graph-replayed decode loop: H200, 2026-12-02, b1 decode in graphs of
-  // 20 plan runs, 1-3% less time per call (docs/inference.md "CUDA decode kernel").
+  // hides the launch gap in a graph-replayed decode loop: H200, 2026-12-02, b1 decode in graphs
+  // of 20 plan runs, 2-7% less time per call (1-3% on another H200; docs/inference.md
+  // "Programmatic dependent launch").
   const bool pdl_asked = kv_pdl_request() && compute_capability(device) >= 90;
   kv_cache_select_kernels(kp, l);
   l.pdl = pdl_asked && sm90_code_runs_on(l.kernels.attention, device);
@@ -539,11 +540,12 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    check_kv_launch(cudaLaunchKernelExC(&config, launch.kernels.attention, args), "kv_cache_attention_kernel");
+    check_kv_launch(cudaLaunchKernelExC(&config, launch.kernels.attention, args), "cudaLaunchKernelExC",
+                    "kv_cache_attention_kernel");
   } else {
     check_kv_launch(cudaLaunchKernel(launch.kernels.attention, grid, dim3(launch.kernels.attention_threads), args,
                                      static_cast<std::size_t>(launch.kernels.attention_smem_bytes), stream),
-                    "kv_cache_attention_kernel");
+                    "cudaLaunchKernel", "kv_cache_attention_kernel");
   }
   if (launch.num_splits > 1 && !fused) {
     const int per_cta = launch.kernels.combine_rows_per_cta;
@@ -551,7 +553,7 @@ void kv_cache_forward(const KVCacheProblem& kp, const KVCacheLaunch& launch, voi
                             static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.batch));
     check_kv_launch(cudaLaunchKernel(launch.kernels.combine, combine_grid, dim3(launch.kernels.combine_threads),
                                      combine_args, 0, stream),
-                    "kv_cache_combine_kernel");
+                    "cudaLaunchKernel", "kv_cache_combine_kernel");
   }
 }
 
