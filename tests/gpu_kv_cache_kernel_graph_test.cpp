@@ -1,6 +1,7 @@
 // gpu_kv_cache_kernel_graph_test.cpp — the CUDA KV-cache kernels (src/cuda/inference/kv_cache.hpp)
 // in a CUDA graph, label `gpu`: kv_cache_forward captured once (append + attention + combine) and
-// replayed with seqlens and the block table changed on the device, bitwise equal to eager calls.
+// replayed with seqlens and the block table changed on the device, bitwise equal to eager calls
+// (with the programmatic dependent launch, the sm90 default, and without it).
 // The device case is gpu_kv_cache_kernel_support.hpp's; the float64 checks are in
 // gpu_kv_cache_kernel_cases_test.cpp.
 #include <gtest/gtest.h>
@@ -123,6 +124,42 @@ TEST_F(CudaKVCacheKernel, GraphReplayOnTmaLoadsIsBitwiseEager) {
   if (!tma_loads_available(128)) GTEST_SKIP() << "no TMA loads here (sm90 devices, builds with sm_90 code)";
   const ScopedEnv env("FASTATTN_CUDA_KV_LOAD", std::string("tma"));
   expect_graph_replay_bitwise_eager(64, cuda::KVLoad::tma);
+#endif
+}
+
+// The programmatic dependent launch (kv_cache.cu: KVCacheLaunch::pdl): planned on an sm90
+// device whose build has sm_90 code (what TMA loads need as well), named in the reason, never
+// with FASTATTN_CUDA_KV_PDL=0 (under which graph replay is bitwise eager too); another value is
+// an error naming the variable.
+TEST_F(CudaKVCacheKernel, ProgrammaticLaunchIsPlannedOnSm90AndSwitchesOff) {
+#if FASTATTN_TESTS_CUDA
+  KVCase c;
+  c.held = std::vector<std::int32_t>{300, 7};
+  c.capacity = 512;
+  c.page_size = 16;
+  const KVRun r = make_inputs(c);
+  DeviceCall call(c, r, nullptr);
+  const cuda::KVCacheLaunch automatic = cuda::kv_cache_plan(call.problem, c.capacity);
+  const bool named = automatic.reason.find("programmatic dependent") != std::string::npos;
+  EXPECT_EQ(named, automatic.pdl) << automatic.reason;
+  if (device_is_sm90()) {
+    EXPECT_EQ(automatic.pdl, tma_loads_available(c.head_dim)) << automatic.reason;
+  }
+  {
+    const ScopedEnv off("FASTATTN_CUDA_KV_PDL", std::string("0"));
+    const cuda::KVCacheLaunch plain = cuda::kv_cache_plan(call.problem, c.capacity);
+    EXPECT_FALSE(plain.pdl) << plain.reason;
+    EXPECT_EQ(plain.reason.find("programmatic dependent"), std::string::npos) << plain.reason;
+    expect_graph_replay_bitwise_eager(16, cuda::KVLoad::cp_async);
+  }
+  const ScopedEnv bad("FASTATTN_CUDA_KV_PDL", std::string("2"));
+  try {
+    (void)cuda::kv_cache_plan(call.problem, c.capacity);
+    ADD_FAILURE() << "FASTATTN_CUDA_KV_PDL=2 was planned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("FASTATTN_CUDA_KV_PDL"), std::string::npos) << e.what();
+  }
 #endif
 }
 
