@@ -6,7 +6,8 @@
 # fastattn_gpu_tests and fastattn_kv_cache_bench in build/carry):
 #   BIN_DIR=<abs path of build/carry> STAGES="test bench anchor" bash tools/dev/gpu-kvcache.sh
 # Without BIN_DIR the build stage builds them on the device (cmake, 16 cores, ~150 s).
-# Environment: STAGES (default "build test bench anchor"; also bench2 ab sanitize ncu), BIN_DIR,
+# (A/B of kernel variants or env settings: tools/dev/gpu-kv-ab.sh.)
+# Environment: STAGES (default "build test bench anchor"; also bench2 sanitize ncu), BIN_DIR,
 # GTEST_FILTER (KV-cache suites), GTEST_FILTER2 (forward() suites), HEAD_DIMS (64;128),
 # TEST_S / TEST2_S (the test steps' caps, 70 / 50 s), BENCH_MODES (decode combine paged host), ANCHOR_MODES (kv_decode; also kv_multitoken), MAX_SECONDS (per row, 0.2), BUDGET_S (230; the stages'
 # caps: test 70 + test_forward 50 + bench 50 + anchor 45 s).
@@ -70,17 +71,6 @@ if has anchor; then
 fi
 if has bench2; then  # the decode rows again after the anchors: the run-to-run spread
   run bench2 40 bash -c "'$bench_bin' decode2 --max-seconds $max_seconds >> '$out/kv.jsonl' 2>> '$out/bench.err'"
-fi
-if has ab; then  # A/B: the bench modes AB_MODES once per setting of AB_SETTINGS, each in its own process
-  # AB_SETTINGS: space-separated name=ENV=value (e.g. "base plain=FASTATTN_CUDA_KV_PDL=0");
-  # a bare name runs without one. Rows go to ab_<name>.jsonl.
-  for setting in ${AB_SETTINGS:-base}; do
-    name=${setting%%=*}
-    assign=$([ "$setting" = "$name" ] && echo "" || echo "${setting#*=}")
-    # shellcheck disable=SC2086
-    run "ab_$name" ${AB_S:-40} bash -c "env $assign '$bench_bin' ${AB_MODES:-decode graph} --max-seconds $max_seconds \
-        > '$out/ab_$name.jsonl' 2>> '$out/bench.err'"
-  done
 fi
 if has sanitize; then
   # SANITIZE_FILTER: the suites under memcheck (default: forced splits, the fused combine, graph
