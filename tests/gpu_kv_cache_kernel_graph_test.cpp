@@ -127,7 +127,7 @@ TEST_F(CudaKVCacheKernel, GraphReplayOnTmaLoadsIsBitwiseEager) {
 #endif
 }
 
-// The programmatic dependent launch (kv_cache.cu: KVCacheLaunch::pdl): planned on an sm90
+// The programmatic dependent launch (kv_cache_plan.cu: KVCacheLaunch::pdl): planned on an sm90
 // device whose build has sm_90 code (what TMA loads need as well), named in the reason, never
 // with FASTATTN_CUDA_KV_PDL=0 (under which graph replay is bitwise eager too); another value is
 // an error naming the variable.

@@ -33,8 +33,8 @@ enum class EnvVar {
   cuda_sm90_bwd_dq,     // FASTATTN_CUDA_SM90_BWD_DQ   src/cuda/flash_bwd_sm90/plan.hpp
   cuda_sm90_bwd_order,  // FASTATTN_CUDA_SM90_BWD_ORDER src/cuda/flash_bwd_sm90/plan.hpp
   cuda_sm90_scheduler,  // FASTATTN_CUDA_SM90_SCHEDULER src/cuda/flash_fwd_sm90/plan.hpp
-  cuda_kv_load,         // FASTATTN_CUDA_KV_LOAD       src/cuda/inference/kv_cache.cu
-  cuda_kv_pdl,          // FASTATTN_CUDA_KV_PDL        src/cuda/inference/kv_cache.cu
+  cuda_kv_load,         // FASTATTN_CUDA_KV_LOAD       src/cuda/inference/kv_cache_plan.cu
+  cuda_kv_pdl,          // FASTATTN_CUDA_KV_PDL        src/cuda/inference/kv_cache_plan.cu
 };
 inline constexpr std::size_t kEnvVarCount = 17;
 

@@ -43,7 +43,7 @@ struct KVCacheLaunch {
   // benchmark may change it (then calls kv_cache_select_kernels): to TMA only where the plan
   // would take it under FASTATTN_CUDA_KV_LOAD=tma (kv_cache_forward checks the page size only).
   KVLoad load = KVLoad::cp_async;
-  // A programmatic dependent launch (sm90, unless FASTATTN_CUDA_KV_PDL=0; kv_cache.cu): the
+  // A programmatic dependent launch (sm90, unless FASTATTN_CUDA_KV_PDL=0; kv_cache_plan.cu): the
   // attention's CTAs launch while the kernel before them on the stream finishes.
   bool pdl = false;
   KVCacheKernels kernels;         // for rows_per_tile, stages, load and the call's softcap
@@ -55,6 +55,10 @@ struct KVCacheLaunch {
 // Plans from the shape in p (its seqlens / block_table pointers are not read);
 // max_cache_len: the longest cache the plan will see (sizes num_splits).
 KVCacheLaunch kv_cache_plan(const KVCacheProblem& p, std::int64_t max_cache_len);
+
+// The shape limits of the kernels' grid and 32-bit positions; throws unsupported naming them
+// (kv_cache_plan and kv_cache_forward check them).
+void kv_cache_check_limits(const KVCacheProblem& p);
 
 // Resolves launch.kernels for launch.rows_per_tile / launch.stages / launch.load and p's dtype,
 // head_dim and softcap, and sets the attention kernel's shared-memory attribute on p's device (kv_cache_plan

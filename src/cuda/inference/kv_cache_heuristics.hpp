@@ -71,7 +71,7 @@ constexpr KVRowTile kv_row_tile(std::int64_t rows, int head_dim) {
 //   tma:      on sm90, one thread issues TMA box loads (sm90/tma.cuh) of whole 64-column panels
 //             of kv_block_n rows, counted on an mbarrier per stage. For tiles that lie in one
 //             page: the contiguous cache, or pages of a multiple of kv_block_n tokens
-//             (kv_cache.cu: kv_tma_decline_reason says when and why not).
+//             (kv_cache_plan.cu: kv_tma_decline_reason says when and why not).
 enum class KVLoad { cp_async, tma };
 inline const char* kv_load_text(KVLoad l) { return l == KVLoad::tma ? "TMA" : "cp.async"; }
 // Whether a plan takes TMA loads where they can serve without FASTATTN_CUDA_KV_LOAD=tma. Not

@@ -30,7 +30,7 @@ __device__ __forceinline__ int kv_cache_length(const KVCacheParams& p, int b) {
 }
 
 // Whether a tile of block_n keys reads its block-table entries once per page and shares them by
-// warp shuffles (kv_cache_kernel.cuh, TileRows::fetch: up to 64 pages, two entries per lane),
+// warp shuffles (kv_cache_loads.cuh, TileRows::fetch: up to 64 pages, two entries per lane),
 // rather than once per row: page sizes that divide the tile into at most 64 pages.
 __host__ __device__ constexpr bool kv_pages_shared_by_shuffles(int block_n, int page_size) {
   return page_size > 0 && block_n % page_size == 0 && block_n / page_size <= 64;
@@ -49,7 +49,7 @@ __device__ __forceinline__ int kv_page_entry(const KVCacheParams& p, int b, int 
 
 // A block-table entry made safe for reads (paged caches only, num_pages >= 1): clamped into
 // [0, num_pages), so a bad entry reads some page, never outside the cache. The attention reads
-// the raw entry a main-loop iteration before it clamps it (kv_cache_kernel.cuh, TileRows). The
+// the raw entry a main-loop iteration before it clamps it (kv_cache_loads.cuh, TileRows). The
 // append does not clamp: it skips a bad entry (kv_cache.cu).
 __device__ __forceinline__ int kv_clamp_page(const KVCacheParams& p, int entry) {
   return min(max(entry, 0), p.num_pages - 1);

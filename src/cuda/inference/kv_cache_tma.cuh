@@ -4,7 +4,7 @@
 // The kernel lives in the sm80 units, which are compiled for every architecture of
 // FASTATTN_CUDA_ARCHS_SM80; these instructions need sm_90, so below it they compile to a trap.
 // The plan takes TMA only where the kernel's code on the device was compiled for sm_90 or
-// newer (kv_cache.cu: cudaFuncGetAttributes' ptxVersion).
+// newer (kv_cache_plan.cu: cudaFuncGetAttributes' ptxVersion).
 #pragma once
 
 #include <cuda.h>
