@@ -165,17 +165,7 @@ __global__ void __launch_bounds__(T::kThreads, 2) flash_forward_kernel(const For
     bool max_moved = false;
 #pragma unroll
     for (int r = 0; r < 2 * T::kMTiles; ++r) max_moved |= rescale[r] != 1.0f;
-    if (__any_sync(0xffffffffu, max_moved)) {
-#pragma unroll
-      for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < T::kNTilesO; ++nt) {
-          acc_o[mt][nt][0] *= rescale[2 * mt];
-          acc_o[mt][nt][1] *= rescale[2 * mt];
-          acc_o[mt][nt][2] *= rescale[2 * mt + 1];
-          acc_o[mt][nt][3] *= rescale[2 * mt + 1];
-        }
-    }
+    if (__any_sync(0xffffffffu, max_moved)) rescale_output<T>(acc_o, rescale);
 
     pipe.land();
     __syncthreads();  // V[n] landed; every warp is done with K[n]

@@ -133,15 +133,7 @@ __global__ void __launch_bounds__(T::kThreads) flash_decode_kernel(const Forward
                                 lane);
     float rescale[2 * T::kMTiles];
     softmax.update(acc_s, rescale, fabsf(p.scale_log2));
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < T::kNTilesO; ++nt) {
-        acc_o[mt][nt][0] *= rescale[2 * mt];
-        acc_o[mt][nt][1] *= rescale[2 * mt];
-        acc_o[mt][nt][2] *= rescale[2 * mt + 1];
-        acc_o[mt][nt][3] *= rescale[2 * mt + 1];
-      }
+    rescale_output<T>(acc_o, rescale);
     gemm_pv<T>(acc_o, acc_s, sK + T::kSmemK, lane);
     __syncthreads();  // every warp is done with stage i % kStages before it is refilled
   }

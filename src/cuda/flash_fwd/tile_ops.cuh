@@ -96,23 +96,20 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[T::kMTiles][T::kNTilesO][
 }
 
 // Scores for the softmax, which applies the log2-domain scale itself (softmax.cuh, folded into
-// the exponent's FFMA): soft-cap (its scale is log2 e), or the raw score negated when the
-// softmax scale is negative (exp_scale = |scale_log2|), then the mask (kMasked: partial
-// tiles). For a partial tile each row's visible keys are one interval [lo, hi] (mask.hpp),
-// compared in 32 bits.
-template <class T, bool kSoftcap, bool kMasked>
-__device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T::kNTilesS][4],
-                                                    const ForwardParams& p, int q_row0, int k0, int len_k,
-                                                    int diagonal, int window_left, int window_right, int lane) {
-  using A = typename T::Arch;  // accumulator fragment coordinates
+// the exponent's FFMA): soft-capped, softcap * tanh(s * softcap_pre_scale) (the softmax scale is
+// then log2 e), or negated when the softmax scale is negative (exp_scale = |scale_log2|). The
+// forward kernels and the KV-cache kernel (kv_cache_tile.cuh) share it.
+template <class T, bool kSoftcap>
+__device__ __forceinline__ void cap_or_negate_scores(float (&acc_s)[T::kMTiles][T::kNTilesS][4], float softcap,
+                                                     float softcap_pre_scale, float scale_log2) {
   if constexpr (kSoftcap) {
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
       for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = p.softcap * tanhf(acc_s[mt][nt][e] * p.softcap_pre_scale);
-  } else if (p.scale_log2 < 0.0f) {  // uniform: a branch around the loop, not a select per score
+        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = softcap * tanhf(acc_s[mt][nt][e] * softcap_pre_scale);
+  } else if (scale_log2 < 0.0f) {  // uniform: a branch around the loop, not a select per score
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)
 #pragma unroll
@@ -120,6 +117,32 @@ __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = -acc_s[mt][nt][e];
   }
+}
+
+// O scaled by the online softmax's per-row factors (OnlineSoftmax::update's rescale): factor 2 mt
+// for the fragment's rows lane / 4 of MMA tile mt, 2 mt + 1 for rows lane / 4 + 8.
+template <class T>
+__device__ __forceinline__ void rescale_output(float (&acc_o)[T::kMTiles][T::kNTilesO][4],
+                                               const float (&rescale)[2 * T::kMTiles]) {
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesO; ++nt) {
+      acc_o[mt][nt][0] *= rescale[2 * mt];
+      acc_o[mt][nt][1] *= rescale[2 * mt];
+      acc_o[mt][nt][2] *= rescale[2 * mt + 1];
+      acc_o[mt][nt][3] *= rescale[2 * mt + 1];
+    }
+}
+
+// The scores (cap_or_negate_scores), then the mask (kMasked: partial tiles). For a partial tile
+// each row's visible keys are one interval [lo, hi] (mask.hpp), compared in 32 bits.
+template <class T, bool kSoftcap, bool kMasked>
+__device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T::kNTilesS][4],
+                                                    const ForwardParams& p, int q_row0, int k0, int len_k,
+                                                    int diagonal, int window_left, int window_right, int lane) {
+  using A = typename T::Arch;  // accumulator fragment coordinates
+  cap_or_negate_scores<T, kSoftcap>(acc_s, p.softcap, p.softcap_pre_scale, p.scale_log2);
   if constexpr (kMasked) {
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt)

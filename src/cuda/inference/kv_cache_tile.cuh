@@ -74,21 +74,7 @@ __device__ __forceinline__ void attend_kv_tile(const KVCacheParams& p, const Uni
                                                float exp_scale) {
   float acc_s[T::kMTiles][T::kNTilesS][4];
   gemm_qk<T, typename T::FragQ, typename T::FragK>(acc_s, sQ, sK, warp_row0, lane);
-  if constexpr (kSoftcap) {
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < T::kNTilesS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = p.softcap * tanhf(acc_s[mt][nt][e] * p.softcap_pre_scale);
-  } else if (p.scale_log2 < 0.0f) {  // the softmax takes |scale|: negate the scores instead
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < T::kNTilesS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = -acc_s[mt][nt][e];
-  }
+  cap_or_negate_scores<T, kSoftcap>(acc_s, p.softcap, p.softcap_pre_scale, p.scale_log2);
   if (u.mask.classify(u.t_first, u.t_last + 1, k0, k0 + T::kBlockN) != TileClass::full) {
     const int j0 = k0 + key_warp * T::kWarpKeys + 2 * (lane % 4);
 #pragma unroll
@@ -105,15 +91,7 @@ __device__ __forceinline__ void attend_kv_tile(const KVCacheParams& p, const Uni
   }
   float rescale[2 * T::kMTiles];
   softmax.update(acc_s, rescale, exp_scale);
-#pragma unroll
-  for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < T::kNTilesO; ++nt) {
-      acc_o[mt][nt][0] *= rescale[2 * mt];
-      acc_o[mt][nt][1] *= rescale[2 * mt];
-      acc_o[mt][nt][2] *= rescale[2 * mt + 1];
-      acc_o[mt][nt][3] *= rescale[2 * mt + 1];
-    }
+  rescale_output<T>(acc_o, rescale);
   gemm_pv<T, typename T::FragV>(acc_o, acc_s, sK + T::kSmemKV, lane);
 }
 
