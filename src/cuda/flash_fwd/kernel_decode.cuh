@@ -81,12 +81,7 @@ __global__ void __launch_bounds__(T::kThreads) flash_decode_kernel(const Forward
   const int warp_row0 = warp * T::kWarpRows;
 
   float acc_o[T::kMTiles][T::kNTilesO][4];
-#pragma unroll
-  for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < T::kNTilesO; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][nt][e] = 0.0f;
+  clear_output<T>(acc_o);
   OnlineSoftmax<2 * T::kMTiles, T::kNTilesS> softmax;
   softmax.init();
 

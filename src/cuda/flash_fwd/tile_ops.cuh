@@ -119,6 +119,17 @@ __device__ __forceinline__ void cap_or_negate_scores(float (&acc_s)[T::kMTiles][
   }
 }
 
+// O zeroed before a row block's first key tile.
+template <class T>
+__device__ __forceinline__ void clear_output(float (&acc_o)[T::kMTiles][T::kNTilesO][4]) {
+#pragma unroll
+  for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kNTilesO; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][nt][e] = 0.0f;
+}
+
 // O scaled by the online softmax's per-row factors (OnlineSoftmax::update's rescale): factor 2 mt
 // for the fragment's rows lane / 4 of MMA tile mt, 2 mt + 1 for rows lane / 4 + 8.
 template <class T>

@@ -96,8 +96,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinCtasPerSm)
   in_page.set(p, kv_head, tid);
 
   float acc_o[T::kMTiles][T::kNTilesO][4];
+  clear_output<T>(acc_o);
   KVSoftmax<T> softmax;
-  clear_accumulators<T>(acc_o, softmax);
+  softmax.init();
 
   if constexpr (T::kTma) {
     if (tid == 0) kv_tma::init_barriers(sBarriers, T::kStages, maps);

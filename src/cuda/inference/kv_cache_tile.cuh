@@ -35,21 +35,6 @@ struct UnitRows {
   int key_lo[2 * T::kMTiles], key_hi[2 * T::kMTiles];
 
   __device__ __forceinline__ void init(const KVCacheParams& p, int batch, int r0, int r1, int warp_row0, int lane) {
-    init_tiles(p, batch, r0, r1);
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = min(r0 + warp_row0 + mt * 16 + lane / 4 + half * 8, p.rows - 1);
-        const int64_t d = r / p.group + mask.offset;
-        key_lo[2 * mt + half] = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, d - p.window_left)) : 0;
-        key_hi[2 * mt + half] =
-            p.window_right >= 0 ? static_cast<int>(min(static_cast<int64_t>(len) - 1, d + p.window_right)) : len - 1;
-      }
-  }
-
-  // Length, mask and key tiles only.
-  __device__ __forceinline__ void init_tiles(const KVCacheParams& p, int batch, int r0, int r1) {
     len = kv_cache_length(p, batch);
     mask.left = p.window_left;
     mask.right = p.window_right;
@@ -60,6 +45,16 @@ struct UnitRows {
     const int64_t key_begin = mask.key_begin(t_first), key_end = mask.key_end(t_last + 1);
     n_begin = static_cast<int>(key_begin / T::kBlockN);
     n_end = key_begin < key_end ? static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN) : n_begin;
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = min(r0 + warp_row0 + mt * 16 + lane / 4 + half * 8, p.rows - 1);
+        const int64_t d = r / p.group + mask.offset;
+        key_lo[2 * mt + half] = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, d - p.window_left)) : 0;
+        key_hi[2 * mt + half] =
+            p.window_right >= 0 ? static_cast<int>(min(static_cast<int64_t>(len) - 1, d + p.window_right)) : len - 1;
+      }
   }
 };
 
@@ -93,17 +88,6 @@ __device__ __forceinline__ void attend_kv_tile(const KVCacheParams& p, const Uni
   softmax.update(acc_s, rescale, exp_scale);
   rescale_output<T>(acc_o, rescale);
   gemm_pv<T, typename T::FragV>(acc_o, acc_s, sK + T::kSmemKV, lane);
-}
-
-template <class T>
-__device__ __forceinline__ void clear_accumulators(float (&acc_o)[T::kMTiles][T::kNTilesO][4], KVSoftmax<T>& softmax) {
-#pragma unroll
-  for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < T::kNTilesO; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][nt][e] = 0.0f;
-  softmax.init();
 }
 
 // Epilogue, step 1: this warp's rows normalised by its own row sums, and their lse, to shared
