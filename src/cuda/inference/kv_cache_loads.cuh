@@ -25,12 +25,13 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
 }
 
-// This thread's copies of a K/V tile at chunk c, rows r0 + it * kRowStep of the tile. A tile in one
-// page (the contiguous cache: page b; pages of a multiple of kBlockN tokens:
+// This thread's copies of a K/V tile at chunk c, rows r0 + it * kRowStep of the tile. A tile in
+// one page (the contiguous cache: page b; pages of a multiple of kBlockN tokens:
 // TileRows::Lookup::one_page): rows first + r0 + it * kRowStep of the page (issue()); a tile of
-// small pages (shared_pages): each copy's page and row in it (issue_pages()). From pointers set once per (KV head) (set()), a tile's sources are a 64-bit
-// offset of the page and its first row, then one 64-bit add per copy, and its destinations lie
-// at constant offsets from dst0 (the swizzle repeats every 8 rows). The general path
+// small pages (shared_pages): each copy's page and row in it (issue_pages()). From pointers set
+// once per KV head (set()), a one-page tile's sources are a 64-bit offset of the page and its
+// first row, then one 64-bit add per copy; the destinations lie at constant offsets from dst0
+// (the swizzle repeats every 8 rows). The general path
 // (issue_kv_tile over TileRows) computes page * page stride + row * token stride per copy,
 // 64-bit, and selects a safe address for rows past the length: about 100 instructions for the
 // 16 copies of a d-128 tile against about 50 here, and at one CTA per SM the stream is as fast as
