@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# gpu-sm90-ab.sh — A/B of the sm90 forward's runtime choices in one device call (issue 15): one
+# build (gpu-sm90.sh's build and sass stages), then issue 15's bar sweep (cuda_bench sweep90)
+# once per variant and round beside PyTorch SDPA's cuDNN and flash rows of the same job, the
+# sm90 tests under the variants' settings, and compute-sanitizer on the small set.
+#   carry ["build/debs"]; command: OUT=$OUT VARIANTS="..." bash tools/dev/gpu-sm90-ab.sh
+# VARIANTS: space-separated "name:ENV=value,ENV=value" ("name:" for the defaults), e.g.
+#   "base: order:FASTATTN_CUDA_SM90_WG_ORDER=1 wide:FASTATTN_CUDA_SM90_BLOCK_N=176"
+# ROUNDS (default 2): each round runs every variant once, in order (rows tagged sm90-NAME-rK).
+# TEST_ENV (default: every variant's settings at once) and TEST_FILTER (default CudaSm90.*):
+# the tests' run; SANITIZE_FILTER (default CudaSm90.SmallShapesMatchFloat64; "" skips) runs
+# under memcheck, racecheck and synccheck with TEST_ENV. PROBE (default 1): ncu's launch
+# statistics of SDPA's cuDNN kernels on three short rows (tools/dev/profile/sdpa_launch_probe.py).
+# SWEEP (default 1; 0 skips the sweeps), TEST_S (default 150: the tests' time limit),
+# HEAD_DIMS (default "64;128;256"), BUDGET_S (default 540). $OUT: summary.txt, build.log,
+# sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, probe.txt.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 2
+out=${OUT:-/tmp/fastattn_out}
+mkdir -p "$out"
+budget=${BUDGET_S:-540}
+t0=$SECONDS
+status=()
+stages="ab"
+. "$root/tools/dev/lib.sh"  # has, note, run, device_tools
+
+OUT=$out STAGES="build sass" HEAD_DIMS=${HEAD_DIMS:-"64;128;256"} TARGETS="fastattn_gpu_tests fastattn_cuda_bench" \
+  BUDGET_S=$((budget - 120)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
+exec > >(tee -a "$out/summary.txt") 2>&1
+python=/opt/torch/.venv/bin/python3
+[ -x "$python" ] || python=python3
+load_deps_env
+build=$root/build/sm90
+bench=$build/bench/cuda/fastattn_cuda_bench
+[ -x "$bench" ] || { echo "no bench binary: see build.log"; tail -20 "$out/build.log"; exit 3; }
+variants=${VARIANTS:-"base:"}
+
+# The settings of one variant as `env` arguments.
+settings() { local spec=${1#*:}; [ -n "$spec" ] && tr ',' ' ' <<< "$spec"; }
+
+all_settings=""
+for v in $variants; do all_settings+=" $(settings "$v")"; done
+test_env=${TEST_ENV-$all_settings}
+run tests "${TEST_S:-150}" bash -c "env $test_env '$build/tests/fastattn_gpu_tests' --gtest_brief=1 \
+    --gtest_filter='${TEST_FILTER:-CudaSm90.*}' > '$out/tests.log' 2>&1"
+tail -3 "$out/tests.log"
+grep -B2 -A10 "Failure" "$out/tests.log" | head -30
+
+if [ "${SWEEP:-1}" = 1 ]; then
+run sweep_sdpa 60 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py sweep90 --backends cudnn,flash --no-gemm --repeats 10 --max-seconds 2 > '$out/sweep.jsonl' 2>> '$out/bench.err'"
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for v in $variants; do
+    name=${v%%:*}
+    run "sweep_${name}_r$round" 40 bash -c "env $(settings "$v") '$bench' sweep90 --repeats 10 --max-seconds 2 |
+        sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-$name-r$round\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  done
+done
+"$python" bench/cuda/sweep_sm90.py "$out/sweep.jsonl" --out "$out/sweep.json" > "$out/sweep.txt" 2>&1
+tail -n 40 "$out/sweep.txt"
+fi
+
+if [ -n "${SANITIZE_FILTER-CudaSm90.SmallShapesMatchFloat64}" ]; then
+  for tool in memcheck racecheck synccheck; do
+    run "$tool" 60 bash -c "env $test_env compute-sanitizer --tool $tool --error-exitcode 9 '$build/tests/fastattn_gpu_tests' \
+        --gtest_filter='${SANITIZE_FILTER-CudaSm90.SmallShapesMatchFloat64}' >> '$out/sanitize.log' 2>&1"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY" "$out/sanitize.log" | tail -1
+  done
+fi
+if [ "${PROBE:-1}" = 1 ]; then
+  run probe 60 bash -c "ncu --section LaunchStats --section Occupancy --section SpeedOfLight -k regex:'sdpa|fmha|flash|attn' \
+      '$python' tools/dev/profile/sdpa_launch_probe.py > '$out/probe.txt' 2>&1"
+  grep -E "^  [a-z_].*\(|Grid Size|Block Size|Registers Per|Dynamic Shared|Duration|Waves Per" "$out/probe.txt" | head -60
+fi
+echo "== stages"
+printf '%s\n' "${status[@]}"
