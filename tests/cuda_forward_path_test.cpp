@@ -132,19 +132,72 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
   EXPECT_FALSE(cuda::sm90_overlap_fits(256));  // it spilled (plan.hpp)
-  // The scheduler: persistent for short tiles (<= 12 key tiles per query tile on average), grid
-  // for long ones, unless FASTATTN_CUDA_SM90_SCHEDULER says (grid, persistent or dynamic); a bad
-  // value names the variable.
-  EXPECT_EQ(plan.sm90_key_tiles, 64);
+  // The scheduler (plan.hpp: sm90_persistent_max_key_tiles): persistent up to 32 key tiles per
+  // query tile on average for the overlap kernels, 64 for the plain loop without a mask, 4 with a
+  // causal one; grid above, unless FASTATTN_CUDA_SM90_SCHEDULER says (grid, persistent or
+  // dynamic); a bad value names the variable. d = 128 at 8k keys takes the wide key tile: 47
+  // tiles of 176.
+  EXPECT_EQ(plan.blocks.block_n, cuda::kSm90WideBlockN);
+  EXPECT_EQ(plan.sm90_key_tiles, 47);
   EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_FALSE(plan.sm90_wg_order);
   EXPECT_NE(cuda::describe_plan(plan).find("one CTA per tile"), std::string::npos) << cuda::describe_plan(plan);
+  EXPECT_NE(cuda::describe_plan(plan).find("128x176 tiles"), std::string::npos) << cuda::describe_plan(plan);
   cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;
   causal2k.window_right = 0;
   EXPECT_EQ(cuda::plan_forward(causal2k).sm90_key_tiles, 8);
   EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  EXPECT_TRUE(cuda::plan_forward(causal2k).sm90_wg_order);  // ordered issue under persistent
   EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("persistent CTAs"), std::string::npos);
-  EXPECT_EQ(cuda::plan_forward(plain2k).sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("issuing their GEMMs in turn"), std::string::npos);
+  EXPECT_EQ(cuda::plan_forward(plain2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);  // 16 key tiles
+  EXPECT_EQ(cuda::plan_forward(plain2k).blocks.block_n, 128);  // the wide tile does not pay at 2k keys
   EXPECT_EQ(cuda::plan_forward(hopper(16, 16, 1024, 1024, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  cuda::ForwardShape causal16k = hopper(1, 16, 16384, 16384, 128);
+  causal16k.window_right = 0;
+  EXPECT_EQ(cuda::plan_forward(causal16k).sm90_key_tiles, 64);
+  EXPECT_EQ(cuda::plan_forward(causal16k).sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_EQ(cuda::plan_forward(causal16k).blocks.block_n, 128);  // masked: never the wide tile
+  EXPECT_FALSE(cuda::plan_forward(causal16k).sm90_wg_order);
+  // The plain loop (d = 64): persistent up to 64 key tiles without a mask, 4 with a causal one.
+  cuda::ForwardShape causal64 = hopper(8, 32, 2048, 2048, 64), plain64 = causal64;
+  causal64.window_right = 0;
+  EXPECT_EQ(cuda::plan_forward(plain64).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  EXPECT_EQ(cuda::plan_forward(causal64).sm90_scheduler, cuda::Sm90Scheduler::grid);
+  EXPECT_FALSE(cuda::plan_forward(plain64).sm90_wg_order);  // no overlap kernel at d = 64
+  // The wide key tile: where the cost model says it pays (plan.hpp: sm90_wide_tile_pays), at
+  // d = 128 only, never with a soft-cap, varlen or a mask; FASTATTN_CUDA_SM90_BLOCK_N forces.
+  EXPECT_FALSE(cuda::sm90_wide_tile_pays(2048));
+  EXPECT_FALSE(cuda::sm90_wide_tile_pays(4096));  // 24 x 176 = 4224 keys
+  EXPECT_TRUE(cuda::sm90_wide_tile_pays(8192));
+  EXPECT_TRUE(cuda::sm90_wide_tile_pays(32768));
+  EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(128, cuda::kSm90WideBlockN), 128), 232448);
+  {
+    cuda::ForwardShape capped = hopper(2, 16, 8192, 8192, 128);
+    capped.softcap = true;
+    EXPECT_EQ(cuda::plan_forward(capped).blocks.block_n, 128);
+    EXPECT_EQ(cuda::sm90_wide_block_n(128, 8192, /*masked=*/false, /*varlen=*/true, /*softcap=*/false), 0);
+    EXPECT_EQ(cuda::sm90_wide_block_n(128, 8192, false, false, false), cuda::kSm90WideBlockN);
+    EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 8192, 8192, 64)).blocks.block_n, 128);
+    ScopedEnv narrow(cuda::kSm90BlockNEnv, "128");
+    EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)).blocks.block_n, 128);
+    ScopedEnv wide(cuda::kSm90BlockNEnv, "176");
+    EXPECT_EQ(cuda::plan_forward(plain2k).blocks.block_n, cuda::kSm90WideBlockN);
+    EXPECT_EQ(cuda::plan_forward(causal2k).blocks.block_n, 128);
+    EXPECT_EQ(cuda::plan_forward(capped).blocks.block_n, 128);
+    ScopedEnv bad(cuda::kSm90BlockNEnv, "192");
+    expect_error([&] { cuda::plan_forward(plain2k); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BLOCK_N");
+  }
+  {
+    // The ordered issue: forced on or off; a bad value names the variable.
+    ScopedEnv off(cuda::kSm90WgOrderEnv, "0");
+    EXPECT_FALSE(cuda::plan_forward(causal2k).sm90_wg_order);
+    ScopedEnv on(cuda::kSm90WgOrderEnv, "1");
+    EXPECT_TRUE(cuda::plan_forward(causal16k).sm90_wg_order);
+    EXPECT_FALSE(cuda::plan_forward(plain64).sm90_wg_order);  // overlap kernels only
+    ScopedEnv bad(cuda::kSm90WgOrderEnv, "yes");
+    expect_error([&] { cuda::plan_forward(causal2k); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_WG_ORDER");
+  }
   {
     ScopedEnv persistent(cuda::kSm90SchedulerEnv, "persistent");
     EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 8192, 8192, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);

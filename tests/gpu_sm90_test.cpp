@@ -14,19 +14,24 @@
 //   * strided views (head-major storage, padded rows, 16-byte aligned as TMA needs) give the
 //     same bits as the contiguous call;
 //   * the grid, persistent and dynamic tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER) give the
-//     same bits, padded and varlen;
+//     same bits, padded and varlen; so does the ordered GEMM issue (FASTATTN_CUDA_SM90_WG_ORDER);
+//   * the wide key tile (FASTATTN_CUDA_SM90_BLOCK_N=176) against float64, and the calls it does
+//     not serve;
 //   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/flash_fwd_sm90/plan.hpp"
@@ -281,14 +286,16 @@ std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
-// One causal bf16 call run under each scheduler (plan.hpp: Sm90Scheduler): the output bits of
-// each, in the order of kSchedulers. Padded (b 2, s 1000, 8 query heads on 2 KV heads), or with
-// `varlen` packed sequences of lengths 1000, 0, 1 and 777 (cu_seqlens; tiles past a sequence's
-// end, an empty sequence).
+// One bf16 call run under each of several environment settings: the output bits and the kernel
+// choice of each, in order. Padded (b 2, s 1000, 8 query heads on 2 KV heads), or with `varlen`
+// packed sequences of lengths 1000, 0, 1 and 777 (cu_seqlens; tiles past a sequence's end, an
+// empty sequence); causal or no mask.
+using EnvSetting = std::vector<std::pair<const char*, std::string>>;
 constexpr const char* kSchedulers[] = {"grid", "persistent", "dynamic"};
-struct SchedulerBits {
-  std::vector<std::vector<std::uint16_t>> out;  // per scheduler
-  SchedulerBits(int d, bool varlen) {
+struct SettingBits {
+  std::vector<std::vector<std::uint16_t>> out;  // per setting
+  std::vector<KernelChoice> choices;
+  SettingBits(int d, bool varlen, bool causal, const std::vector<EnvSetting>& settings) {
     const std::vector<std::int32_t> lens = {1000, 0, 1, 777};
     std::vector<std::int32_t> cu = {0};
     for (std::int32_t n : lens) cu.push_back(cu.back() + n);
@@ -305,7 +312,7 @@ struct SchedulerBits {
     };
     AttentionOptions o;
     o.backend = Backend::cuda;
-    o.causal = true;
+    o.causal = causal;
     // Varlen: [total, h, d] views (batch 1 of the packed tokens) and cu_seqlens on the device.
     auto view = [&](void* data, std::int64_t heads) {
       return varlen ? make_tensor(data, DType::bf16, {s, heads, d}, Device::cuda(0))
@@ -322,14 +329,13 @@ struct SchedulerBits {
       o.max_seqlen_q = 1000;
       o.max_seqlen_k = 1000;
     }
-    for (const char* scheduler : kSchedulers) {
-      const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+    for (const EnvSetting& setting : settings) {
+      std::vector<std::unique_ptr<ScopedEnv>> env;
+      for (const auto& [name, value] : setting) env.push_back(std::make_unique<ScopedEnv>(name, value));
       std::vector<std::uint16_t> poison(q.size(), 0x7fc0);
       const TensorView ot = view(upload(poison), h);
-      const KernelChoice c = forward(qt, kt, vt, ot, std::nullopt, o);
-      EXPECT_EQ(c.isa, "sm90") << scheduler << ": " << c.describe();
-      EXPECT_NE(c.reason.find(std::string(scheduler) == "grid" ? "one CTA per tile" : "persistent CTAs"),
-                std::string::npos) << c.describe();
+      choices.push_back(forward(qt, kt, vt, ot, std::nullopt, o));
+      EXPECT_EQ(choices.back().isa, "sm90") << choices.back().describe();
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<std::uint16_t> bits(q.size());
       EXPECT_EQ(cudaMemcpy(bits.data(), ot.data, bits.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -378,11 +384,74 @@ TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
       expect_sm90("b=1 sq=700 sk=900 h=3 hkv=3" + hd + " dtype=bf16 mask=window wl=100 wr=30");
       expect_varlen("lens_q=1,700,0,130,64 lens_k=900,700,3,1,640 h=4 hkv=2" + hd + " dtype=f16 mask=causal");
     }
+    std::vector<EnvSetting> settings;
+    for (const char* scheduler : kSchedulers) settings.push_back({{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}});
     for (const bool varlen : {false, true}) {
-      const SchedulerBits bits(d, varlen);
+      const SettingBits bits(d, varlen, /*causal=*/true, settings);
       ASSERT_EQ(bits.out.size(), 3u);
+      for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_NE(bits.choices[i].reason.find(i == 0 ? "one CTA per tile" : "persistent CTAs"), std::string::npos)
+            << bits.choices[i].describe();
+      }
       EXPECT_EQ(bits.out[0], bits.out[1]) << "grid vs persistent, d=" << d << (varlen ? " varlen" : "");
       EXPECT_EQ(bits.out[0], bits.out[2]) << "grid vs dynamic, d=" << d << (varlen ? " varlen" : "");
+    }
+  }
+}
+
+// The ordered GEMM issue of the two consumer warpgroups (plan.hpp: sm90_wg_order) changes when a
+// warpgroup issues, not what it computes: the same bits with and without it, under both
+// schedulers, padded and varlen, causal and not (the overlap kernels: d 96 and 128).
+TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    if (!cuda::sm90_overlap_fits(d)) continue;
+    for (const char* scheduler : {"grid", "persistent"}) {
+      const std::vector<EnvSetting> settings = {
+          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"}},
+          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"}}};
+      for (const bool varlen : {false, true}) {
+        for (const bool causal : {false, true}) {
+          const SettingBits bits(d, varlen, causal, settings);
+          ASSERT_EQ(bits.out.size(), 2u);
+          EXPECT_EQ(bits.choices[0].reason.find("in turn"), std::string::npos) << bits.choices[0].describe();
+          EXPECT_NE(bits.choices[1].reason.find("issuing their GEMMs in turn"), std::string::npos)
+              << bits.choices[1].describe();
+          EXPECT_EQ(bits.out[0], bits.out[1]) << "d=" << d << " " << scheduler << (varlen ? " varlen" : "")
+                                              << (causal ? " causal" : "");
+        }
+      }
+    }
+  }
+}
+
+// The wide key tile (128 x 176 at d 128, plan.hpp: kSm90WideBlockN), forced on shapes the default
+// rule gives 128 keys, against float64: key counts around and below one tile (1, 17, 175, 176,
+// 177), seqlen_q != seqlen_k both ways, GQA 7:1, large logits, both dtypes, both schedulers;
+// and the calls it does not serve (a mask, a soft-cap) keep 128 keys.
+TEST_F(CudaSm90, WideKeyTileMatchesFloat64) {
+  if (std::find(dims_.begin(), dims_.end(), 128) == dims_.end()) GTEST_SKIP() << "no d 128 in this build";
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  const ScopedEnv wide("FASTATTN_CUDA_SM90_BLOCK_N", std::string("176"));
+  auto expect_tile = [](const std::string& text, const char* tile) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
+    EXPECT_NE(r.forward_choice.reason.find(tile), std::string::npos) << text << "\n" << r.forward_choice.describe();
+  };
+  for (const char* scheduler : {"grid", "persistent"}) {
+    const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+    for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
+      const std::string t = std::string(" d=128") + dtype;
+      for (const char* sk : {"1", "17", "175", "176", "177", "1000"}) {
+        expect_tile(std::string("b=2 sq=130 h=3 hkv=3 mask=none sk=") + sk + t, "128x176 tiles");
+      }
+      expect_tile("b=1 sq=4097 sk=4097 h=2 hkv=1" + t + " mask=none", "128x176 tiles");
+      expect_tile("b=1 sq=65 sk=1000 h=2 hkv=2" + t + " mask=none", "128x176 tiles");
+      expect_tile("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=none", "128x176 tiles");  // GQA 7:1
+      expect_tile("b=1 sq=129 sk=4099 h=2 hkv=2" + t + " mask=none qk_std=4", "128x176 tiles");
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal", "128x128 tiles");
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none softcap=30", "128x128 tiles");
     }
   }
 }

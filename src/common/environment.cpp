@@ -18,6 +18,7 @@ constexpr const char* kNames[kEnvVarCount] = {
     "FASTATTN_CUDA_SM90_OVERLAP", "FASTATTN_CUDA_BWD_SM90",       "FASTATTN_CUDA_SM90_BWD_DQ",
     "FASTATTN_CUDA_SM90_BWD_ORDER",
     "FASTATTN_CUDA_SM90_SCHEDULER", "FASTATTN_CUDA_KV_LOAD",      "FASTATTN_CUDA_KV_PDL",
+    "FASTATTN_CUDA_SM90_BLOCK_N", "FASTATTN_CUDA_SM90_WG_ORDER",
 };
 
 std::mutex g_mutex;  // serialises installing snapshots

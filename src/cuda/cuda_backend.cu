@@ -335,6 +335,7 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.path_forced = !request.automatic;
   s.query_group = packed_query_group(call);
   s.varlen = p.is_varlen();
+  s.softcap = p.softcap > 0.0f;
   s.tma_describes = sm90_tma_describes(p);
   s.query_tokens = call.seqlen_q;
   if (forward_uses_kv_cache_kernel(s.path, s.varlen, s.query_tokens)) s.kv_cache_unfit = kv_cache_forward_decline(call);
@@ -380,7 +381,12 @@ void forward(const AttentionProblem& call, const ForwardPlan& plan) {
     f.lseaccum = scratch.at<float>(split_lse_offset(plan.num_splits, p.num_heads, p.total_q, p.head_dim));
   }
   if (plan.path == ForwardPath::sm90) {
-    Sm90LaunchChoice sm90{plan.sm90_overlap, plan.sm90_scheduler, plan.multiprocessors};
+    Sm90LaunchChoice sm90;
+    sm90.overlap = plan.sm90_overlap;
+    sm90.wg_order = plan.sm90_wg_order;
+    sm90.block_n = plan.blocks.block_n == kSm90WideBlockN ? kSm90WideBlockN : 0;
+    sm90.scheduler = plan.sm90_scheduler;
+    sm90.multiprocessors = plan.multiprocessors;
     if (plan.sm90_scheduler == Sm90Scheduler::dynamic) sm90.tile_counter = scratch.data();  // plan.hpp
     if (p.dtype == DType::bf16) {
       forward_sm90<__nv_bfloat16>(f, sm90, p.head_dim, stream);

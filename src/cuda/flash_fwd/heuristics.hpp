@@ -60,6 +60,7 @@ struct ForwardShape {
   bool path_forced = false;  // by FASTATTN_CUDA_PATH
   std::int64_t query_group = 1;  // query heads packed as rows per KV head (query_groups.hpp)
   bool varlen = false;
+  bool softcap = false;
   bool tma_describes = true;  // q, k, v: layouts TMA can load (flash_fwd_sm90/plan.hpp)
   // The KV-cache route (forward_uses_kv_cache_kernel): the call's seqlen_q before GQA packing,
   // and, when non-empty, why the KV-cache kernel's row tile fits no ring of it in the device's
@@ -91,6 +92,7 @@ struct ForwardPlan {
   std::string sm90_declined;
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
+  bool sm90_wg_order = false;  // sm90 overlap plans: the consumer warpgroups issue GEMMs in turn
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   ForwardKernel kernel = ForwardKernel::flash;
@@ -180,9 +182,10 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
   return {};
 }
 
-inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
+// block_n: 0 for the head dim's key tile, else the wide one (plan.hpp: sm90_wide_block_n).
+inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n) {
   ForwardPlan plan;
-  const Sm90ForwardBlocks b = sm90_forward_blocks(s.head_dim);
+  const Sm90ForwardBlocks b = sm90_forward_blocks(s.head_dim, block_n);
   plan.path = ForwardPath::sm90;
   plan.path_forced = s.path_forced;
   plan.blocks = {b.block_m, b.block_n, b.threads};
@@ -199,12 +202,25 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   // A mask bounded on one side only (causal) shows a query tile half the keys on average.
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
-  plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles);
-  // The dynamic scheduler's tile counter lives in the call's scratch (zeroed per launch).
-  if (plan.sm90_scheduler == Sm90Scheduler::dynamic) plan.workspace_bytes = kSm90TileCounterBytes;
+  plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, one_sided);
+  plan.sm90_wg_order = plan.sm90_overlap && sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent);
+  if (plan.sm90_scheduler == Sm90Scheduler::dynamic) {
+    plan.workspace_bytes = kSm90TileCounterBytes;  // its tile counter, zeroed per launch
+    plan.sm90_wg_order = false;                    // no ordered dynamic kernel is compiled
+  }
   const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
   plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
   return plan;
+}
+
+inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
+  // Causal (either alignment) and windows are masks; the wide key tile serves neither.
+  const bool masked = s.window_left >= 0 || s.window_right >= 0;
+  const int wide = sm90_wide_block_n(s.head_dim, s.seqlen_k, masked, s.varlen, s.softcap);
+  if (wide == 0) return plan_forward_sm90(s, 0);
+  const ForwardPlan plan = plan_forward_sm90(s, wide);
+  // The dynamic scheduler's kernels have the default tile only.
+  return plan.sm90_scheduler == Sm90Scheduler::dynamic ? plan_forward_sm90(s, 0) : plan;
 }
 
 // The route (5. above), then the flash plan: the one function that chooses a forward kernel.
@@ -302,6 +318,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
+           (plan.sm90_wg_order ? ", the consumer warpgroups issuing their GEMMs in turn" : "") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent

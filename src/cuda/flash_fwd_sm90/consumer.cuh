@@ -13,8 +13,8 @@
 // With kOverlap (the default) the softmax of tile i runs while tile i - 1's P V is on the tensor
 // cores (consume() below). Varlen (kVarlen): before the P V of a sequence's last key tile, its
 // V rows past the sequence's end are zeroed and the consumer warpgroups meet on named barrier 1
-// (zero_v_rows_past_end). Not yet here (docs/cuda.md): pingpong ordering of the two consumer
-// warpgroups.
+// (zero_v_rows_past_end). kWgOrder (overlap, two consumer warpgroups): the warpgroups issue
+// their GEMMs in turn (wg_order_* below).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -110,6 +110,27 @@ __device__ __forceinline__ void zero_v_rows_past_end(uint32_t sV, int first_row,
   sm90::named_barrier_sync(kBarConsumersVTail, T::kConsumerThreads);
 }
 
+// Ordered GEMM issue (plan.hpp: sm90_wg_order; FA3's warp scheduler barriers). Named barrier
+// 2 + w is warpgroup w's turn: it syncs there (128 threads) before issuing its S = Q K^T (and,
+// in the loop, the previous tile's P V after it), and the other warpgroup's arrival (128 more)
+// hands it the turn. Warpgroup 1 arrives once at the start, so warpgroup 0 goes first; after
+// that each issue hands the turn over, so a warpgroup's softmax runs while the other's GEMMs
+// hold the tensor cores instead of both issuing at once. Both warpgroups take the same number
+// of turns per tile (the same key tiles), so the barriers pair up across tiles; the last
+// arrival of the CTA is never waited for.
+constexpr int kBarWgTurn0 = 2;
+template <class T>
+__device__ __forceinline__ void wg_order_start(int wg) {
+  static_assert(T::kConsumerWarpgroups == 2, "ordered issue between two consumer warpgroups");
+  if (wg == 1) sm90::named_barrier_arrive(kBarWgTurn0, 2 * sm90::kWarpgroupThreads);
+}
+__device__ __forceinline__ void wg_order_wait_turn(int wg) {
+  sm90::named_barrier_sync(kBarWgTurn0 + wg, 2 * sm90::kWarpgroupThreads);
+}
+__device__ __forceinline__ void wg_order_pass_turn(int wg) {
+  sm90::named_barrier_arrive(kBarWgTurn0 + 1 - wg, 2 * sm90::kWarpgroupThreads);
+}
+
 // Per-tile values of the consumer loop.
 struct Sm90TileMask {
   int q_row0, diagonal, window_left, window_right;
@@ -118,12 +139,13 @@ struct Sm90TileMask {
 
 // Mask (partial tiles) and online softmax of one S tile in place; rescale: per row, the factor
 // O must be multiplied by before this tile's P V. Returns whether any row of the warp moved.
-template <class T, bool kSoftcap>
+// kMayMask = false: the tile is known full (no mask code compiled).
+template <class T, bool kSoftcap, bool kMayMask = true>
 __device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&acc_s)[1][T::kNTilesS][4],
                                              float (&rescale)[2], const ForwardParams& p, const Sm90TileWork& w,
                                              const Sm90TileMask& m, int k0, int lane) {
   using Tile = typename T::WarpTile;
-  const bool masked = w.mask.classify(w.q0, w.q1, k0, k0 + T::kBlockN) != TileClass::full;
+  const bool masked = kMayMask && w.mask.classify(w.q0, w.q1, k0, k0 + T::kBlockN) != TileClass::full;
   scale_and_mask<Tile, kSoftcap>(acc_s, p, masked, m.q_row0, k0, w.len_k, m.diagonal, m.window_left, m.window_right,
                                  lane);
   st.softmax.update(acc_s, rescale, m.exp_scale);
@@ -150,7 +172,7 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
 //          while the P V runs, wait for it, release V_{i-1}, rescale O, pack P_i; last, O += P V of the
 //          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
 // kVarlen: cu_seqlens batches (kernel.cuh); the padded kernels compile without the V-tail code.
-template <class T, bool kSoftcap, bool kOverlap, bool kVarlen>
+template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false>
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
                                         const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
                                         int lane) {
@@ -197,9 +219,12 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
+    static_assert(!kWgOrder || kOverlap, "ordered issue: overlap loop only");
     sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
+    if constexpr (kWgOrder) wg_order_wait_turn(wg);
     sm90::warpgroup_fence();
     issue_qk<T>(acc_s[0], smem.q(), smem.k(stage_of(0)), wg);
+    if constexpr (kWgOrder) wg_order_pass_turn(wg);
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(acc_s[0]);
     sm90::mbarrier_arrive(smem.k_empty(stage_of(0)));
@@ -209,6 +234,13 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     for (int i = 1; i < tiles; ++i) {
       const int stage = stage_of(i), prev = stage_of(i - 1);
       sm90::mbarrier_wait(smem.k_full(stage), parity(i));
+      if constexpr (kWgOrder) {
+        // Both operands ready before the turn is taken: the V tail's barrier among the consumer
+        // warpgroups must not be met inside a turn (the other warpgroup waits for the turn).
+        sm90::mbarrier_wait(smem.v_full(prev), parity(i - 1));
+        if (i == 1 && v_tail) zero_v_rows_past_end<T>(smem.v(prev), w.len_k - key0(0), consumer_tid);
+        wg_order_wait_turn(wg);
+      }
       // P_{i-1} and the rescaled O are final before the fence: wgmma.fence orders register
       // writes before it, and the compiler may not sink the packing past it (else ptxas injects a
       // warpgroup.arrive, C7519).
@@ -216,15 +248,20 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::fence_registers(a);
       sm90::warpgroup_fence();
       issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
-      sm90::mbarrier_wait(smem.v_full(prev), parity(i - 1));
-      if (i == 1 && v_tail) zero_v_rows_past_end<T>(smem.v(prev), w.len_k - key0(0), consumer_tid);
+      if constexpr (!kWgOrder) {
+        sm90::mbarrier_wait(smem.v_full(prev), parity(i - 1));
+        if (i == 1 && v_tail) zero_v_rows_past_end<T>(smem.v(prev), w.len_k - key0(0), consumer_tid);
+      }
       sm90::warpgroup_fence();  // each batch its own fence, as ptxas wants (else C7519)
       issue_pv<T>(st.acc_o[0], a, smem.v(prev));
+      if constexpr (kWgOrder) wg_order_pass_turn(wg);
       sm90::warpgroup_wait<1>();  // S_i landed; P_{i-1} V_{i-1} may still run
       sm90::fence_registers(acc_s[0]);
       sm90::mbarrier_arrive(smem.k_empty(stage));
       if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
-      const bool moved = softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane);
+      // The wide tile serves unmasked calls only (plan.hpp), where tile 0 (the last key tile)
+      // is the only one that can be partial.
+      const bool moved = softmax_tile<T, kSoftcap, !T::kUnmaskedCallsOnly>(st, acc_s, rescale, p, w, m, key0(i), lane);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);

@@ -28,7 +28,8 @@
 namespace fastattn::cuda {
 
 // kVarlen: cu_seqlens batches (tile_scheduler.cuh); false compiles the padded kernel as before.
-template <class T, bool kSoftcap, bool kOverlap, bool kVarlen>
+// kWgOrder (overlap only): the consumer warpgroups issue their GEMMs in turn (consumer.cuh).
+template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ Sm90TileSchedule sched,
                               const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -60,10 +61,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   } else {
     sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
+    if constexpr (kWgOrder) wg_order_start<T>(warpgroup - 1);
     for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
       const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
       Sm90ConsumerState<T> state;
-      consume<T, kSoftcap, kOverlap, kVarlen>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
+      consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
       store_output_sm90<T, kVarlen>(state, p, w, warpgroup - 1, warp_in_wg, lane);
     }
   }

@@ -19,14 +19,19 @@
 
 namespace fastattn::cuda {
 
-// The kernel of one (softcap, overlap) pair, padded or varlen.
+// The kernel of one (softcap, overlap, wg_order) choice, padded or varlen.
+// The wide key tile (T::kUnmaskedCallsOnly) has no soft-cap kernels (plan.hpp).
 template <class T, bool kVarlen>
-auto sm90_forward_kernel(bool softcap, bool overlap) {
-  auto kernel = softcap ? flash_forward_sm90_kernel<T, true, false, kVarlen>
+auto sm90_forward_kernel(bool softcap, bool overlap, bool wg_order) {
+  constexpr bool kCap = !T::kUnmaskedCallsOnly;  // whether soft-cap kernels are compiled
+  auto kernel = softcap ? flash_forward_sm90_kernel<T, kCap, false, kVarlen>
                         : flash_forward_sm90_kernel<T, false, false, kVarlen>;
   if constexpr (sm90_overlap_fits(T::kHeadDim)) {  // no spilling overlap kernels compiled otherwise
-    if (overlap) {
-      kernel = softcap ? flash_forward_sm90_kernel<T, true, true, kVarlen>
+    if (overlap && wg_order) {
+      kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen, true>
+                       : flash_forward_sm90_kernel<T, false, true, kVarlen, true>;
+    } else if (overlap) {
+      kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen>
                        : flash_forward_sm90_kernel<T, false, true, kVarlen>;
     }
   }
@@ -49,7 +54,7 @@ struct Sm90ForwardSetup {
   CUtensorMap map_q, map_k, map_v;
   Sm90TileSchedule schedule;
   dim3 grid;
-  bool overlap, softcap, varlen;
+  bool overlap, wg_order, softcap, varlen;
   std::string name;
 };
 
@@ -74,6 +79,7 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
       {p.v, batch, tokens_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
   s.overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
+  s.wg_order = s.overlap && choice.wg_order;
   s.softcap = p.softcap > 0.0f;
   // The L2 size sets the persistent schedule's head sections (tile_scheduler.cuh).
   int device = 0, l2_bytes = 0;
@@ -82,9 +88,23 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, l2_bytes);
   s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
   s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
-           std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.varlen ? ", varlen" : "") + ", " +
+           std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.wg_order ? ", wg order" : "") + (s.varlen ? ", varlen" : "") + ", " +
            to_string(choice.scheduler) + ">";
   return s;
+}
+
+// One traits' launch (the head dim's key tile or the wide one).
+template <class T>
+void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
+  const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
+  auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap, s.wg_order);
+  if constexpr (kSm90Varlen && T::kBlockN != kSm90WideBlockN) {  // switched off: no varlen kernel compiled
+    if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap, s.wg_order);
+  }
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
+        "cudaFuncSetAttribute", s.name);
+  kernel<<<s.grid, T::kThreads, T::kSmemBytes, stream>>>(p, s.schedule, s.map_q, s.map_k, s.map_v);
+  check_launch(s.name);
 }
 
 template <typename Element, int kHeadDim>
@@ -92,16 +112,16 @@ void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cu
   if (!sm90_forward_has_work(p)) return;
   // The dynamic scheduler's kernels are in units of their own (launch_dynamic.cuh).
   if (choice.scheduler == Sm90Scheduler::dynamic) return run_forward_sm90_dynamic<Element, kHeadDim>(p, choice, stream);
-  using T = Sm90ForwardTraits<kHeadDim, Element>;
-  const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
-  auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap);
-  if constexpr (kSm90Varlen) {  // switched off: no varlen kernel compiled
-    if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap);
+  if constexpr (sm90_wide_tile_compiled(kHeadDim)) {
+    if (choice.block_n == kSm90WideBlockN) {
+      // The plan never asks for these (plan.hpp); the wide kernel's loop has no mask code.
+      if (p.cu_seqlens_q != nullptr || p.softcap > 0.0f || p.window_left >= 0 || p.window_right >= 0) {
+        throw Error(ErrorCode::internal, "cuda forward (sm90): the wide key tile serves no varlen, soft-capped or masked call");
+      }
+      return launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element, kSm90WideBlockN>>(p, choice, stream);
+    }
   }
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
-        "cudaFuncSetAttribute", s.name);
-  kernel<<<s.grid, T::kThreads, T::kSmemBytes, stream>>>(p, s.schedule, s.map_q, s.map_k, s.map_v);
-  check_launch(s.name);
+  launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element>>(p, choice, stream);
 }
 
 }  // namespace fastattn::cuda

@@ -40,7 +40,9 @@ void run_forward_sm90_dynamic(const ForwardParams& p, const Sm90LaunchChoice& ch
   if (choice.tile_counter == nullptr) {  // the plan's workspace (heuristics.hpp) holds it
     throw Error(ErrorCode::internal, "cuda forward (sm90): the dynamic scheduler got no tile counter");
   }
-  const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
+  Sm90LaunchChoice plain = choice;
+  plain.wg_order = false;  // the dynamic kernels issue unordered (the plan never asks otherwise)
+  const Sm90ForwardSetup s = sm90_forward_setup<T>(p, plain);
   if (s.schedule.num_tiles > std::numeric_limits<int>::max()) {  // kernel_dynamic.cuh decodes in 32 bits
     throw Error(ErrorCode::unsupported, "cuda forward (sm90): the dynamic tile scheduler takes at most 2^31 - 1 tiles, got " +
                                             std::to_string(s.schedule.num_tiles) + " (" + kSm90SchedulerEnv + "=dynamic)");

@@ -39,10 +39,64 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 // stages of 80 keys fill 226 KiB of the 227 KiB of shared memory (FA3 uses 128 x 80 at d = 256
 // too). First shapes (FA3 uses 192 x 128 at d = 64 and 128 x 176 at d = 128 non-causal:
 // docs/cuda.md); measured in docs/cuda.md.
-constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim) {
-  return head_dim <= 64    ? Sm90ForwardBlocks{192, 128, 3, 512}
-         : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, 2, 384}
-                           : Sm90ForwardBlocks{128, 80, 2, 384};
+// block_n (0: the head dim's default above) selects a wider key tile where one is compiled
+// (sm90_wide_block_n below).
+constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block_n = 0) {
+  const Sm90ForwardBlocks b = head_dim <= 64    ? Sm90ForwardBlocks{192, 128, 3, 512}
+                              : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, 2, 384}
+                                                : Sm90ForwardBlocks{128, 80, 2, 384};
+  return block_n > 0 ? Sm90ForwardBlocks{b.block_m, block_n, b.stages, b.threads} : b;
+}
+
+// The wide key tile: 128 x 176 at d = 128 (FA3's non-causal d = 128 shape, hopper/tile_size.h):
+// a third fewer key tiles per query tile, so a third less per-tile work (barrier waits, the
+// softmax's row reductions, the pipeline's turns) for the same GEMMs, but the last tile of a
+// sequence is padded to 176 keys. Q plus two (K, V) stages of 176 keys are 210 KiB of shared
+// memory. Served: padded calls at d = 128 with no mask (a causal mask's diagonal tiles are
+// partial either way, and FA3 keeps 128 there too), no soft-cap (its wide overlap loop spilled
+// 76-84 bytes) and not varlen: no kernel of theirs is compiled. Chosen where the model
+//   time ~ key tiles x (block_n + kSm90KeyTileCost)
+// says it is at least 1% faster than 128 keys: kSm90KeyTileCost = 16 keys' worth of work per
+// tile fits the A/B of 2026-12-02 (docs/cuda.md): the wide tile gained 0.8-1.7% at s8k-32k and
+// lost 2.4% at s4k (24 tiles of 176 = 4224 keys for 4096). FASTATTN_CUDA_SM90_BLOCK_N=128 or 176
+// forces one where the wide one is served (A/B measurements).
+constexpr int kSm90WideBlockN = 176;
+constexpr std::int64_t kSm90KeyTileCost = 16;
+constexpr const char* kSm90BlockNEnv = "FASTATTN_CUDA_SM90_BLOCK_N";
+constexpr bool sm90_wide_tile_compiled(std::int64_t head_dim) { return head_dim == 128; }
+constexpr bool sm90_wide_tile_pays(std::int64_t seqlen_k) {
+  const std::int64_t narrow = (seqlen_k + 127) / 128 * (128 + kSm90KeyTileCost);
+  const std::int64_t wide = (seqlen_k + kSm90WideBlockN - 1) / kSm90WideBlockN * (kSm90WideBlockN + kSm90KeyTileCost);
+  return 100 * wide <= 99 * narrow;
+}
+// The key tile of a call: kSm90WideBlockN, or 0 for the head dim's own.
+inline int sm90_wide_block_n(std::int64_t head_dim, std::int64_t seqlen_k, bool masked, bool varlen, bool softcap) {
+  const char* text = env_value(EnvVar::cuda_sm90_block_n);
+  const bool unset = text == nullptr || *text == '\0';
+  if (!unset && std::string(text) != "128" && std::string(text) != "176") {
+    throw Error(ErrorCode::invalid_argument, std::string(kSm90BlockNEnv) + ": expected 128 or 176, got \"" + text + "\"");
+  }
+  if (!sm90_wide_tile_compiled(head_dim) || masked || varlen || softcap) return 0;
+  const bool wide = unset ? sm90_wide_tile_pays(seqlen_k) : std::string(text) == "176";
+  return wide ? kSm90WideBlockN : 0;
+}
+
+// Ordered GEMM issue between the two consumer warpgroups (consumer.cuh): a warpgroup issues its
+// S = Q K^T and O += P V only in its turn, handed over by named barriers, so the two do not
+// issue at once and one's softmax runs while the other's GEMMs hold the tensor cores (FA3's
+// warp scheduler barriers, the "pingpong" of the paper, section 3.1). Overlap kernels only.
+// Default: under the persistent scheduler (A/B of 2026-12-02, docs/cuda.md: persistent with the
+// order 1-12% faster than without on every d128 row, e.g. s4k 0.947x cuDNN against 0.869x; under
+// grid it gained at s512-2k but lost 0.5-1.1% from s8k, where grid is the default).
+// FASTATTN_CUDA_SM90_WG_ORDER=1 / =0 forces it on / off (A/B measurements).
+constexpr const char* kSm90WgOrderEnv = "FASTATTN_CUDA_SM90_WG_ORDER";
+inline bool sm90_wg_order(bool persistent) {
+  const char* text = env_value(EnvVar::cuda_sm90_wg_order);
+  const bool unset = text == nullptr || *text == '\0';
+  if (!unset && std::string(text) != "0" && std::string(text) != "1") {
+    throw Error(ErrorCode::invalid_argument, std::string(kSm90WgOrderEnv) + ": expected 0 or 1, got \"" + text + "\"");
+  }
+  return unset ? persistent : std::string(text) == "1";
 }
 
 // The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
@@ -84,28 +138,41 @@ inline bool sm90_overlap(std::int64_t head_dim) {
 //               no CTA idles while others still hold several long tiles (FA3's causal scheduler
 //               does the same). Needs kSm90TileCounterBytes of scratch, zeroed on the call's
 //               stream before the launch (cudaMemsetAsync: graph-capturable).
-// Default (measured on the H200, 2026-12-01, docs/cuda.md, one job, both schedulers beside cuDNN):
-// persistent when a query tile visits at most kSm90PersistentMaxKeyTiles key tiles on average
-// (short sequences: the per-CTA prologue and epilogue are a large part of a tile, and persistent
-// was 4-34% faster at s512/1k, 7% at d128 s2k causal), grid otherwise (long tiles: the static stride
-// leaves CTAs unevenly loaded under a causal mask when fewer (head, batch) pairs than SMs share a
-// query-block rank, and the head sections read more K/V at once; grid was up to 20% faster there,
-// 72% at d256 s16k causal b1 h8). dynamic is not measured yet and never the default.
-// FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent|dynamic forces one.
+// Default (measured on the H200, 2026-12-02, docs/cuda.md "Scheduler, order and key tile", one
+// job, every combination of scheduler, ordered issue and key tile beside cuDNN): persistent when a
+// query tile visits at most sm90_persistent_max_key_tiles() key tiles on average, grid otherwise.
+//   overlap kernels (d = 96, 128), which issue in order under persistent (sm90_wg_order): up to
+//     32 (persistent and ordered was 1-12% faster than grid up to there: d128 s4k non-causal
+//     0.947x cuDNN against 0.944x, GQA 32/8 s4k causal 0.980x against 0.913x, s8k causal 0.998x
+//     against 0.992x; grid from 64: s16k causal b1 1.060x against 0.884x, s16k 1.010x against
+//     1.001x);
+//   plain-loop kernels (d = 64, 256) with no mask or a two-sided window: up to 64 (d64 s2k
+//     1.007x against 0.944x, s8k 1.107x against 1.087x; s16k (128 tiles) grid 1.164x, 1.157x);
+//   plain-loop kernels under a one-sided (causal) mask: up to 4 (d64 s1k causal 0.708x against
+//     0.606x; from s2k (8) grid: 0.788x against 0.767x, d256 s4k 0.886x against 0.840x).
+// Under a causal mask the static stride loads CTAs unevenly when few (head, batch) pairs share a
+// query-block rank (d256 s16k causal b1 h8: grid 1.064x, persistent 0.622x). dynamic is never
+// the default (the A/B of 2026-12-01). FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent|dynamic
+// forces one.
 enum class Sm90Scheduler { grid, persistent, dynamic };
 constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
-constexpr std::int64_t kSm90PersistentMaxKeyTiles = 12;
+constexpr std::int64_t sm90_persistent_max_key_tiles(bool overlap, bool one_sided_mask) {
+  return overlap ? 32 : one_sided_mask ? 4 : 64;
+}
 // The dynamic scheduler's scratch: one 64-bit tile counter, in a 256-byte aligned block (the
 // workspace layout's alignment, scratch_align.hpp).
 constexpr std::size_t kSm90TileCounterBytes = 256;
 inline const char* to_string(Sm90Scheduler s) {
   return s == Sm90Scheduler::grid ? "grid" : s == Sm90Scheduler::persistent ? "persistent" : "dynamic";
 }
-// average_key_tiles: key tiles one query tile visits, on average over the query tiles.
-inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles) {
+// average_key_tiles: key tiles one query tile visits, on average over the query tiles; overlap:
+// the overlap kernels run (sm90_overlap); one_sided_mask: a causal mask (a window bounded on one
+// side only).
+inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles, bool overlap, bool one_sided_mask) {
   const char* text = env_value(EnvVar::cuda_sm90_scheduler);
   if (text == nullptr || *text == '\0') {
-    return average_key_tiles <= kSm90PersistentMaxKeyTiles ? Sm90Scheduler::persistent : Sm90Scheduler::grid;
+    return average_key_tiles <= sm90_persistent_max_key_tiles(overlap, one_sided_mask) ? Sm90Scheduler::persistent
+                                                                                        : Sm90Scheduler::grid;
   }
   const std::string value(text);
   if (value == "grid") return Sm90Scheduler::grid;
@@ -126,6 +193,8 @@ constexpr bool kSm90Varlen = true;
 // the launcher (launch.cuh) follows it and reads no environment of its own.
 struct Sm90LaunchChoice {
   bool overlap = true;
+  bool wg_order = false;  // overlap kernels: the consumer warpgroups issue their GEMMs in turn
+  int block_n = 0;        // 0: the head dim's key tile; kSm90WideBlockN: the wide one
   Sm90Scheduler scheduler = Sm90Scheduler::persistent;
   int multiprocessors = 1;  // persistent, dynamic: the grid
   // dynamic: kSm90TileCounterBytes of device scratch for the tile counter (the launcher zeroes

@@ -19,14 +19,18 @@
 
 namespace fastattn::cuda {
 
-template <int kHeadDim_, typename Element_>
+// kBlockN_ (0: the head dim's default) selects the wide key tile (plan.hpp: kSm90WideBlockN).
+template <int kHeadDim_, typename Element_, int kBlockN_ = 0>
 struct Sm90ForwardTraits {
   using Element = Element_;
-  static constexpr Sm90ForwardBlocks kBlocks = sm90_forward_blocks(kHeadDim_);
+  static constexpr Sm90ForwardBlocks kBlocks = sm90_forward_blocks(kHeadDim_, kBlockN_);
   static constexpr int kHeadDim = kHeadDim_;  // of the tensors
   static constexpr int kHeadDimTile = static_cast<int>(sm90_tile_head_dim(kHeadDim_));  // of the tiles (plan.hpp)
   static constexpr int kBlockM = kBlocks.block_m;
   static constexpr int kBlockN = kBlocks.block_n;
+  // The wide key tile serves calls without a mask only (plan.hpp: sm90_wide_block_n): of a
+  // query tile's key tiles only the last (visited first) can be partial.
+  static constexpr bool kUnmaskedCallsOnly = kBlockN_ == kSm90WideBlockN;
   static constexpr int kStages = kBlocks.stages;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
