@@ -11,7 +11,7 @@
 # the tests' run; SANITIZE_FILTER (default CudaSm90.SmallShapesMatchFloat64; "" skips) runs
 # under memcheck, racecheck and synccheck with TEST_ENV. PROBE (default 1): ncu's launch
 # statistics of SDPA's cuDNN kernels on three short rows (tools/dev/profile/sdpa_launch_probe.py).
-# SWEEP (default 1; 0 skips the sweeps), TEST_S (default 150: the tests' time limit),
+# BUILD_STAGES (default "build sass": gpu-sm90.sh's stages first), SWEEP (default 1; 0 skips the sweeps), TEST_S (default 150: the tests' time limit),
 # HEAD_DIMS (default "64;128;256"), BUDGET_S (default 540). $OUT: summary.txt, build.log,
 # sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, probe.txt.
 set -uo pipefail
@@ -25,7 +25,7 @@ status=()
 stages="ab"
 . "$root/tools/dev/lib.sh"  # has, note, run, device_tools
 
-OUT=$out STAGES="build sass" HEAD_DIMS=${HEAD_DIMS:-"64;128;256"} TARGETS="fastattn_gpu_tests fastattn_cuda_bench" \
+OUT=$out STAGES=${BUILD_STAGES:-"build sass"} HEAD_DIMS=${HEAD_DIMS:-"64;128;256"} TARGETS="fastattn_gpu_tests fastattn_cuda_bench" \
   BUDGET_S=$((budget - 120)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
 exec > >(tee -a "$out/summary.txt") 2>&1
 python=/opt/torch/.venv/bin/python3
