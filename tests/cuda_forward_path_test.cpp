@@ -149,7 +149,7 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(cuda::plan_forward(causal2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);
   EXPECT_TRUE(cuda::plan_forward(causal2k).sm90_wg_order);  // ordered issue under persistent
   EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("persistent CTAs"), std::string::npos);
-  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("issuing their GEMMs in turn"), std::string::npos);
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal2k)).find("alternating their GEMM issue"), std::string::npos);
   EXPECT_EQ(cuda::plan_forward(plain2k).sm90_scheduler, cuda::Sm90Scheduler::persistent);  // 16 key tiles
   EXPECT_EQ(cuda::plan_forward(plain2k).blocks.block_n, 128);  // the wide tile does not pay at 2k keys
   EXPECT_EQ(cuda::plan_forward(hopper(16, 16, 1024, 1024, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
@@ -169,6 +169,8 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   // d = 128 only, never with a soft-cap, varlen or a mask; FASTATTN_CUDA_SM90_BLOCK_N forces.
   EXPECT_FALSE(cuda::sm90_wide_tile_pays(2048));
   EXPECT_FALSE(cuda::sm90_wide_tile_pays(4096));  // 24 x 176 = 4224 keys
+  EXPECT_FALSE(cuda::sm90_wide_tile_pays(300));   // the model would take it; below 8k it is not measured
+  EXPECT_FALSE(cuda::sm90_wide_tile_pays(6144));
   EXPECT_TRUE(cuda::sm90_wide_tile_pays(8192));
   EXPECT_TRUE(cuda::sm90_wide_tile_pays(32768));
   EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(128, cuda::kSm90WideBlockN), 128), 232448);
@@ -197,6 +199,8 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
     EXPECT_FALSE(cuda::plan_forward(plain64).sm90_wg_order);  // overlap kernels only
     ScopedEnv bad(cuda::kSm90WgOrderEnv, "yes");
     expect_error([&] { cuda::plan_forward(causal2k); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_WG_ORDER");
+    // Checked for calls without the overlap kernels too.
+    expect_error([&] { cuda::plan_forward(plain64); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_WG_ORDER");
   }
   {
     ScopedEnv persistent(cuda::kSm90SchedulerEnv, "persistent");

@@ -203,7 +203,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n) {
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, one_sided);
-  plan.sm90_wg_order = plan.sm90_overlap && sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent);
+  // The variable is checked for every sm90 call, also those without the overlap kernels.
+  plan.sm90_wg_order = sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap;
   if (plan.sm90_scheduler == Sm90Scheduler::dynamic) {
     plan.workspace_bytes = kSm90TileCounterBytes;  // its tile counter, zeroed per launch
     plan.sm90_wg_order = false;                    // no ordered dynamic kernel is compiled
@@ -318,7 +319,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
-           (plan.sm90_wg_order ? ", the consumer warpgroups issuing their GEMMs in turn" : "") +
+           (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent

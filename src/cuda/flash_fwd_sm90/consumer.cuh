@@ -176,6 +176,7 @@ template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = f
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
                                         const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
                                         int lane) {
+  static_assert(!kWgOrder || kOverlap, "ordered issue: overlap loop only");
   clear_accumulator(st.acc_o);
   st.softmax.init();
   if (!w.has_keys()) return;
@@ -219,7 +220,6 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
-    static_assert(!kWgOrder || kOverlap, "ordered issue: overlap loop only");
     sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
     if constexpr (kWgOrder) wg_order_wait_turn(wg);
     sm90::warpgroup_fence();

@@ -88,17 +88,25 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, l2_bytes);
   s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
   s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
-           std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.wg_order ? ", wg order" : "") + (s.varlen ? ", varlen" : "") + ", " +
-           to_string(choice.scheduler) + ">";
+           std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.wg_order ? ", wg order" : "") +
+           (s.varlen ? ", varlen" : "") + ", " + to_string(choice.scheduler) + ">";
   return s;
 }
 
 // One traits' launch (the head dim's key tile or the wide one).
 template <class T>
 void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
+  if constexpr (T::kUnmaskedCallsOnly) {
+    // The plan never asks for these (plan.hpp): no varlen or soft-cap kernel of the wide tile is
+    // compiled (sm90_forward_kernel would pick one without the soft-cap), and its loop has no
+    // mask code.
+    if (p.cu_seqlens_q != nullptr || p.softcap > 0.0f || p.window_left >= 0 || p.window_right >= 0) {
+      throw Error(ErrorCode::internal, "cuda forward (sm90): the wide key tile serves no varlen, soft-capped or masked call");
+    }
+  }
   const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
   auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap, s.wg_order);
-  if constexpr (kSm90Varlen && T::kBlockN != kSm90WideBlockN) {  // switched off: no varlen kernel compiled
+  if constexpr (kSm90Varlen && !T::kUnmaskedCallsOnly) {  // switched off: no varlen kernel compiled
     if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap, s.wg_order);
   }
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
@@ -114,10 +122,6 @@ void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cu
   if (choice.scheduler == Sm90Scheduler::dynamic) return run_forward_sm90_dynamic<Element, kHeadDim>(p, choice, stream);
   if constexpr (sm90_wide_tile_compiled(kHeadDim)) {
     if (choice.block_n == kSm90WideBlockN) {
-      // The plan never asks for these (plan.hpp); the wide kernel's loop has no mask code.
-      if (p.cu_seqlens_q != nullptr || p.softcap > 0.0f || p.window_left >= 0 || p.window_right >= 0) {
-        throw Error(ErrorCode::internal, "cuda forward (sm90): the wide key tile serves no varlen, soft-capped or masked call");
-      }
       return launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element, kSm90WideBlockN>>(p, choice, stream);
     }
   }

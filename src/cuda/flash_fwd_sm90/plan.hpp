@@ -54,20 +54,24 @@ constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block
 // sequence is padded to 176 keys. Q plus two (K, V) stages of 176 keys are 210 KiB of shared
 // memory. Served: padded calls at d = 128 with no mask (a causal mask's diagonal tiles are
 // partial either way, and FA3 keeps 128 there too), no soft-cap (its wide overlap loop spilled
-// 76-84 bytes) and not varlen: no kernel of theirs is compiled. Chosen where the model
+// 76-84 bytes) and not varlen: no kernel of theirs is compiled. Chosen from kSm90WideMinKeys
+// keys (the range where it was measured faster) where the model
 //   time ~ key tiles x (block_n + kSm90KeyTileCost)
 // says it is at least 1% faster than 128 keys: kSm90KeyTileCost = 16 keys' worth of work per
 // tile fits the A/B of 2026-12-02 (docs/cuda.md): the wide tile gained 0.8-1.7% at s8k-32k and
-// lost 2.4% at s4k (24 tiles of 176 = 4224 keys for 4096). FASTATTN_CUDA_SM90_BLOCK_N=128 or 176
-// forces one where the wide one is served (A/B measurements).
+// lost 2.4% at s4k (24 tiles of 176 = 4224 keys for 4096), 2-4% at s512/1k. Below 8k the model
+// would pick it at many lengths that are not powers of two (e.g. 300 keys: 2 tiles of 176
+// against 3 of 128), none of them measured, so it does not. FASTATTN_CUDA_SM90_BLOCK_N=128 or
+// 176 forces one where the wide one is served (A/B measurements).
 constexpr int kSm90WideBlockN = 176;
 constexpr std::int64_t kSm90KeyTileCost = 16;
+constexpr std::int64_t kSm90WideMinKeys = 8192;
 constexpr const char* kSm90BlockNEnv = "FASTATTN_CUDA_SM90_BLOCK_N";
 constexpr bool sm90_wide_tile_compiled(std::int64_t head_dim) { return head_dim == 128; }
 constexpr bool sm90_wide_tile_pays(std::int64_t seqlen_k) {
   const std::int64_t narrow = (seqlen_k + 127) / 128 * (128 + kSm90KeyTileCost);
   const std::int64_t wide = (seqlen_k + kSm90WideBlockN - 1) / kSm90WideBlockN * (kSm90WideBlockN + kSm90KeyTileCost);
-  return 100 * wide <= 99 * narrow;
+  return seqlen_k >= kSm90WideMinKeys && 100 * wide <= 99 * narrow;
 }
 // The key tile of a call: kSm90WideBlockN, or 0 for the head dim's own.
 inline int sm90_wide_block_n(std::int64_t head_dim, std::int64_t seqlen_k, bool masked, bool varlen, bool softcap) {
@@ -87,7 +91,8 @@ inline int sm90_wide_block_n(std::int64_t head_dim, std::int64_t seqlen_k, bool 
 // warp scheduler barriers, the "pingpong" of the paper, section 3.1). Overlap kernels only.
 // Default: under the persistent scheduler (A/B of 2026-12-02, docs/cuda.md: persistent with the
 // order 1-12% faster than without on every d128 row, e.g. s4k 0.947x cuDNN against 0.869x; under
-// grid it gained at s512-2k but lost 0.5-1.1% from s8k, where grid is the default).
+// grid it gained at s512-2k but lost 0.5-1.1% from s8k, where grid is the default). d = 96 runs
+// the d = 128 kernel on padded tiles and follows its rules; it was not in the sweep.
 // FASTATTN_CUDA_SM90_WG_ORDER=1 / =0 forces it on / off (A/B measurements).
 constexpr const char* kSm90WgOrderEnv = "FASTATTN_CUDA_SM90_WG_ORDER";
 inline bool sm90_wg_order(bool persistent) {
