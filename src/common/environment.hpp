@@ -14,6 +14,7 @@
 #include <string>
 
 #include "fastattn/environment.hpp"
+#include "fastattn/error.hpp"
 
 namespace fastattn {
 
@@ -63,5 +64,18 @@ const EnvironmentSnapshot& environment();
 
 // environment().get(var): the current raw value, nullptr when unset.
 inline const char* env_value(EnvVar var) { return environment().get(var); }
+
+// A two-valued environment variable (from the process's snapshot):
+// `on_value` -> true, `off_value` -> false, unset or empty -> `unset`; anything else is an
+// invalid_argument error naming the variable.
+inline bool env_switch(EnvVar var, const char* on_value, const char* off_value, bool unset) {
+  const char* name = env_name(var);
+  const char* v = env_value(var);
+  if (v == nullptr || *v == '\0') return unset;
+  if (std::string(v) == on_value) return true;
+  if (std::string(v) == off_value) return false;
+  throw Error(ErrorCode::invalid_argument, std::string(name) + ": expected `" + on_value + "` or `" + off_value +
+                                               "`, got `" + v + "`");
+}
 
 }  // namespace fastattn

@@ -88,19 +88,6 @@ constexpr int backward_smem_bytes(const BackwardBlocks& b, int head_dim, bool pa
          2 * b.block_m * backward_row_bytes(b.block_n, padded_rows) + 2 * b.stages * b.block_m * 4;
 }
 
-// A two-valued environment variable (from the process's snapshot, common/environment.hpp):
-// `on_value` -> true, `off_value` -> false, unset or empty -> `unset`; anything else is an
-// invalid_argument error naming the variable.
-inline bool env_switch(EnvVar var, const char* on_value, const char* off_value, bool unset) {
-  const char* name = env_name(var);
-  const char* v = env_value(var);
-  if (v == nullptr || *v == '\0') return unset;
-  if (std::string(v) == on_value) return true;
-  if (std::string(v) == off_value) return false;
-  throw Error(ErrorCode::invalid_argument, std::string(name) + ": expected `" + on_value + "` or `" + off_value +
-                                               "`, got `" + v + "`");
-}
-
 // FASTATTN_CUDA_BWD_BLOCKS=small takes the small configuration on any GPU (tests run it on
 // large ones); unset or `default`: by the shared-memory limit.
 inline bool small_backward_blocks_forced() { return env_switch(EnvVar::cuda_bwd_blocks, "small", "default", false); }

@@ -75,14 +75,9 @@ constexpr bool sm90_wide_tile_pays(std::int64_t seqlen_k) {
 }
 // The key tile of a call: kSm90WideBlockN, or 0 for the head dim's own.
 inline int sm90_wide_block_n(std::int64_t head_dim, std::int64_t seqlen_k, bool masked, bool varlen, bool softcap) {
-  const char* text = env_value(EnvVar::cuda_sm90_block_n);
-  const bool unset = text == nullptr || *text == '\0';
-  if (!unset && std::string(text) != "128" && std::string(text) != "176") {
-    throw Error(ErrorCode::invalid_argument, std::string(kSm90BlockNEnv) + ": expected 128 or 176, got \"" + text + "\"");
-  }
-  if (!sm90_wide_tile_compiled(head_dim) || masked || varlen || softcap) return 0;
-  const bool wide = unset ? sm90_wide_tile_pays(seqlen_k) : std::string(text) == "176";
-  return wide ? kSm90WideBlockN : 0;
+  // Checked for every call (env_switch throws on a bad value), also those the wide tile does not serve.
+  const bool wide = env_switch(EnvVar::cuda_sm90_block_n, "176", "128", sm90_wide_tile_pays(seqlen_k));
+  return wide && sm90_wide_tile_compiled(head_dim) && !masked && !varlen && !softcap ? kSm90WideBlockN : 0;
 }
 
 // Ordered GEMM issue between the two consumer warpgroups (consumer.cuh): a warpgroup issues its
@@ -96,12 +91,7 @@ inline int sm90_wide_block_n(std::int64_t head_dim, std::int64_t seqlen_k, bool 
 // FASTATTN_CUDA_SM90_WG_ORDER=1 / =0 forces it on / off (A/B measurements).
 constexpr const char* kSm90WgOrderEnv = "FASTATTN_CUDA_SM90_WG_ORDER";
 inline bool sm90_wg_order(bool persistent) {
-  const char* text = env_value(EnvVar::cuda_sm90_wg_order);
-  const bool unset = text == nullptr || *text == '\0';
-  if (!unset && std::string(text) != "0" && std::string(text) != "1") {
-    throw Error(ErrorCode::invalid_argument, std::string(kSm90WgOrderEnv) + ": expected 0 or 1, got \"" + text + "\"");
-  }
-  return unset ? persistent : std::string(text) == "1";
+  return env_switch(EnvVar::cuda_sm90_wg_order, "1", "0", persistent);
 }
 
 // The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
@@ -118,12 +108,7 @@ constexpr bool sm90_overlap_fits(std::int64_t head_dim) {
   return sm90_forward_blocks(head_dim).block_m == 128 && head_dim <= 128;
 }
 inline bool sm90_overlap(std::int64_t head_dim) {
-  const char* text = env_value(EnvVar::cuda_sm90_overlap);
-  const bool unset = text == nullptr || *text == '\0';
-  if (!unset && std::string(text) != "0" && std::string(text) != "1") {
-    throw Error(ErrorCode::invalid_argument, std::string(kSm90OverlapEnv) + ": expected 0 or 1, got \"" + text + "\"");
-  }
-  return sm90_overlap_fits(head_dim) && (unset || std::string(text) == "1");
+  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim);
 }
 
 // Which tiles a CTA runs (tile_scheduler.cuh):

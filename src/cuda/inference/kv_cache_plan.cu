@@ -76,13 +76,7 @@ KVLoadRequest kv_load_request() {
 
 // FASTATTN_CUDA_KV_PDL (README): 0: a plain launch; 1, or unset: a programmatic dependent
 // launch where the device has it (compute capability 9.0 or newer: KVCacheLaunch::pdl).
-bool kv_pdl_request() {
-  const char* text = env_value(EnvVar::cuda_kv_pdl);
-  if (text == nullptr || *text == '\0' || std::strcmp(text, "1") == 0) return true;
-  if (std::strcmp(text, "0") == 0) return false;
-  throw Error(ErrorCode::invalid_argument,
-              std::string(env_name(EnvVar::cuda_kv_pdl)) + ": expected 0 or 1, got \"" + text + "\"");
-}
+bool kv_pdl_request() { return env_switch(EnvVar::cuda_kv_pdl, "1", "0", true); }
 
 // Whether the KV-cache kernels' code on `device` was compiled for sm_90 or newer: below, the TMA
 // kernels' TMA instructions are traps (kv_cache_tma.cuh) and the kernels do not wait on a
