@@ -16,6 +16,8 @@
 //   * varlen batches (kSm90BackwardVarlen; written without a GPU): lengths 0, 1, 63, 65, 1000,
 //     seqlen_q != seqlen_k per sequence, causal both alignments, windows, GQA, soft-cap, every
 //     built head dim, both dQ reductions, deterministic bitwise over 10 runs;
+//   * varlen: +inf / NaN in the next sequence's Q, K, V, dO, out and lse leave a sequence's
+//     gradients unchanged (written without a GPU);
 //   * calls it does not serve (not opted in, head dims without a unit; varlen when
 //     kSm90BackwardVarlen is sm80) run the sm80 backward and the reason says why;
 //   * d = 96 (d = 128's tile on zero-padded columns) and d = 256 (its own tile: 64 keys, the MMA
@@ -30,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +61,14 @@ class CudaSm90Backward : public GpuTest {
     }
     if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 128) in this build";
     opt_in_.emplace("FASTATTN_CUDA_BWD_SM90", std::string("1"));
+  }
+  // dims_ and the built d = 96 / 256 that kSm90BackwardHeadDims serves (the varlen tests).
+  std::vector<int> all_dims() const {
+    std::vector<int> dims = dims_;
+    for (int d : build_info().cuda_head_dims) {
+      if ((d == 96 || d == 256) && cuda::sm90_backward_has_head_dim(d)) dims.push_back(d);
+    }
+    return dims;
   }
   std::vector<int> dims_;
   std::optional<ScopedEnv> opt_in_;
@@ -418,13 +429,9 @@ std::vector<std::string> varlen_shapes(int d, const char* dtype) {
 
 TEST_F(CudaSm90Backward, VarlenMatchesFloat64) {
   if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
-  std::vector<int> dims = dims_;
-  for (int d : build_info().cuda_head_dims) {
-    if ((d == 96 || d == 256) && cuda::sm90_backward_has_head_dim(d)) dims.push_back(d);
-  }
   for (const char* dq : {"atomic", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
-    for (int d : dims) {
+    for (int d : all_dims()) {
       for (const std::string& text : varlen_shapes(d, d == 128 ? "bf16" : "f16")) expect_sm90_backward(text);
     }
   }
@@ -439,6 +446,63 @@ TEST_F(CudaSm90Backward, VarlenDeterministicIsBitwiseRepeatable) {
                                " dtype=bf16 mask=causal det=1 lens_q=700,1,300 lens_k=900,65,0";
       expect_sm90_backward(text);
       expect_bitwise_repeatable(text, std::string(dq) + " ");
+    }
+  }
+}
+
+// A CTA's tiles reach past its sequence's end into the next sequence's tokens (the packed
+// tensor maps load them; consumer.cuh: zero_key_rows_past_end, zero_query_rows_past_end). With
+// +inf and NaN in the next sequence's Q, K, V, dO, out and lse, the first sequence's dq, dk and
+// dv must be finite and bitwise those of finite values there (their P and dS are 0 on those
+// rows, and 0 x inf would be NaN). Deterministic mode, so dQ's adds have one order. First
+// sequences of 100 and 200 tokens: each ends inside a key block (128 keys; d = 256: 64) and a
+// query block (64), and is followed by one of 60; GQA 2:1, so a CTA meets the last query block
+// once per query head; causal and not; both dQ reductions; every built head dim.
+TEST_F(CudaSm90Backward, VarlenNonFiniteNextSequenceDoesNotReachThisOne) {
+  if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
+  const double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric_limits<double>::quiet_NaN();
+  for (const char* dq : {"atomic", "bulk"}) {
+    const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
+    for (int d : all_dims()) {
+      for (const std::int64_t first : {100, 200}) {
+        for (const char* mask : {"none", "causal"}) {
+          const std::string lens = std::to_string(first) + ",60";
+          const std::string text = "lens_q=" + lens + " lens_k=" + lens + " h=2 hkv=1 d=" + std::to_string(d) +
+                                   " dtype=bf16 mask=" + mask + " det=1";
+          const std::string what = std::string(dq) + " " + text;
+          harness::CaseData data(harness::parse_case(text));
+          const reference::ForwardResult ref = reference::forward_f64(data.problem());
+          data.set_forward_outputs(ref.out, ref.lse);
+          const std::int64_t total = data.total_q();  // = total_k
+          // The bits of the first sequence's gradient rows (tokens [0, first) of [total, heads, d]).
+          auto first_gradients = [&] {
+            const KernelChoice c = data.run_backward(Backend::cuda);
+            EXPECT_EQ(c.isa, "sm90") << what << "\n" << c.describe();
+            std::vector<std::uint32_t> bits;
+            for (const harness::HostTensor* g : {&data.dq, &data.dk, &data.dv}) {
+              for (std::int64_t i = 0; i < g->numel() / total * first; ++i) bits.push_back(g->bits(i));
+            }
+            return bits;
+          };
+          const std::vector<std::uint32_t> finite = first_gradients();
+          // The second sequence's tokens: +inf and NaN in turn (lse [h, total_q]: its columns).
+          for (harness::HostTensor* t : {&data.q, &data.k, &data.v, &data.dout, &data.out}) {
+            const std::int64_t row = t->numel() / total;
+            for (std::int64_t i = first * row; i < t->numel(); ++i) t->set(i, i % 2 ? kInf : kNaN);
+          }
+          for (std::int64_t i = 0; i < data.lse.numel(); ++i) {
+            if (i % total >= first) data.lse.set(i, i % 2 ? kInf : kNaN);
+          }
+          const std::vector<std::uint32_t> poisoned = first_gradients();
+          std::size_t non_finite = 0;
+          for (std::uint32_t x : finite) non_finite += (x & 0x7f80u) == 0x7f80u;  // bf16 inf / NaN
+          EXPECT_EQ(non_finite, 0u) << what << ": finite inputs";
+          non_finite = 0;
+          for (std::uint32_t x : poisoned) non_finite += (x & 0x7f80u) == 0x7f80u;
+          EXPECT_EQ(non_finite, 0u) << what;
+          EXPECT_TRUE(finite == poisoned) << what << ": the next sequence's values changed this one's gradients";
+        }
+      }
     }
   }
 }

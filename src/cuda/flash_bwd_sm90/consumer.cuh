@@ -17,6 +17,8 @@
 //   named barrier: both warpgroups' dS^T halves are in sdS
 //   dQ_wg = dS K      (64 x d/2: the warpgroup's columns, traits.cuh) wgmma SS, dS^T and K MN-major
 //   wait dV/dK -> release stage s; wait dQ -> dq_writer.cuh adds it to the fp32 accumulator
+// Varlen (T::kVarlen): key rows past the sequence zeroed in sK, sV once per CTA, query rows past
+// it in the last query block's stage, before the GEMMs (zero_*_rows_past_end below).
 // Register pins (sm90::fence_registers) keep the compiler from touching an accumulator or A
 // fragment while a wgmma owns it (ptxas otherwise serialises the wgmma, C7510/C7519).
 #pragma once
@@ -42,7 +44,8 @@ namespace fastattn::cuda {
 // Named barriers of the sm90 backward (0 is __syncthreads).
 enum Sm90BwdBarrier : int {
   kBarDsReady = 1,     // both MMA warpgroups wrote their dS^T rows (kMmaThreads)
-  kBarWarpgroup0 = 2,  // bulk dQ and deterministic modes: one per MMA warpgroup (128)
+  kBarWarpgroup0 = 2,  // bulk dQ and deterministic modes: one per MMA warpgroup (128), 2 and 3
+  kBarRowsZeroed = 4,  // varlen: both MMA warpgroups zeroed a tile's rows past the sequence (kMmaThreads)
 };
 
 template <class T>
@@ -260,13 +263,71 @@ __device__ __forceinline__ void store_ds(uint32_t s_ds, const uint32_t (&a_ds)[T
   sm90::fence_proxy_async_shared();
 }
 
+// Varlen only (T::kVarlen). TMA rows do not stop at a sequence's end: the packed [total tokens,
+// heads, d] maps load the next sequence's tokens into a tile's rows past it (zeros only past
+// the last token). The mask makes P and dS 0 there (keys: -inf scores; queries: lse +inf, D 0),
+// but 0 x inf is NaN, so a non-finite value in the next sequence would reach this one's
+// gradients: dP^T = V dO^T on a key row past the end (dS = 0 x inf), dQ += dS K through K's
+// rows past it, dV += P^T dO and dK += dS^T Q through a query row past it; and a non-finite Q
+// or K row makes S^T NaN, which the mask replaces on key rows but not on query columns (there
+// P = exp2(NaN - inf) = NaN). So those rows of K, V (once per CTA) and of Q, dO
+// (the stage of a sequence's last query block) are zeroed in shared memory before any wgmma
+// reads them, as the forward zeroes V (flash_fwd_sm90/consumer.cuh: zero_v_rows_past_end).
+//
+// Rows [first_row, kRows) of a landed 16-bit tile (kRows, kSmemCols), 128-byte swizzled in
+// kPanels panels of kRows rows (layout.hpp: sw128_offset, the layout TMA writes): every MMA
+// thread (tid in [0, kMmaThreads)) stores whole 16-byte chunks; a row's kPanels * 8 chunks sit
+// at permuted places within it, and all of them are zeroed (d = 96: the zero padding too).
+template <class T, int kRows>
+__device__ __forceinline__ void zero_tile_rows(uint32_t tile, int first_row, int tid) {
+  constexpr uint32_t kChunks = T::kPanels * 8;  // 16-byte chunks of a row (a power of two)
+#pragma unroll 1  // at most kRows * kChunks / kMmaThreads rounds, once per CTA or block: kept small
+  for (uint32_t idx = first_row * kChunks + tid; idx < kRows * kChunks; idx += T::kMmaThreads) {
+    const int row = static_cast<int>(idx / kChunks), chunk = static_cast<int>(idx % kChunks);
+    const uint32_t at = tile + sm90_layout::sw128_offset(kRows, row, chunk * 8);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0u) : "memory");
+  }
+}
+// The zeros are read by both MMA warpgroups' wgmma (the async proxy): each thread fences its
+// stores, then both warpgroups meet (every MMA thread calls this, or none: the conditions
+// depend only on the CTA's sequence and the step).
+template <class T>
+__device__ __forceinline__ void publish_zeroed_rows() {
+  sm90::fence_proxy_async_shared();
+  sm90::named_barrier_sync(kBarRowsZeroed, T::kMmaThreads);
+}
+// After kv_full, before the first step: the key rows past len_k of the CTA's block.
+// sK, sV: (kBlockN, kSmemCols) bf16 / f16 each, 128-byte swizzled, kPanels panels.
+template <class T>
+__device__ __forceinline__ void zero_key_rows_past_end(const Sm90BwdSmem<T>& smem, int k0, int len_k, int tid) {
+  static_assert(T::kVarlen, "varlen kernels only");
+  if (k0 + T::kBlockN <= len_k) return;
+  zero_tile_rows<T, T::kBlockN>(smem.k(), len_k - k0, tid);
+  zero_tile_rows<T, T::kBlockN>(smem.v(), len_k - k0, tid);
+  publish_zeroed_rows<T>();
+}
+// After the step's q_full, before its GEMMs (the stage is released to the producer only after
+// dV/dK read it, so the zeros are not overwritten under the GEMMs): the query rows past len_q
+// of the sequence's last query block, the only one that crosses its end.
+// sQ[stage], sdO[stage]: (kBlockM, kSmemCols) each, 128-byte swizzled, kPanels panels.
+template <class T>
+__device__ __forceinline__ void zero_query_rows_past_end(const Sm90BwdSmem<T>& smem, const Sm90BwdStep& s, int tid) {
+  static_assert(T::kVarlen, "varlen kernels only");
+  if (s.q0 + T::kBlockM <= s.len_q) return;
+  zero_tile_rows<T, T::kBlockM>(smem.q(s.stage), s.len_q - s.q0, tid);
+  zero_tile_rows<T, T::kBlockM>(smem.dout(s.stage), s.len_q - s.q0, tid);
+  publish_zeroed_rows<T>();
+}
+
 // One step's GEMMs and gradients up to the dQ tile (the caller hands acc_dq to dq_writer.cuh).
-// Waits for the step's stage, releases it once dV and dK have read Q and dO.
+// Waits for the step's stage (varlen: zeroes its rows past the sequence), releases it once dV
+// and dK have read Q and dO.
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)[T::kDqN / 8][4],
                                          const Sm90BwdSmem<T>& smem, const BackwardParams& p, int k0,
                                          const Sm90BwdStep& s, int wg, int t) {
   sm90::mbarrier_wait(smem.q_full(s.stage), s.parity);
+  if constexpr (T::kVarlen) zero_query_rows_past_end<T>(smem, s, 128 * wg + t);
   float acc_s[T::kNTilesS][4], acc_dp[T::kNTilesS][4];
   sm90::warpgroup_fence();
   issue_transposed_scores<T>(acc_s, smem.k(), smem.q(s.stage), wg);

@@ -10,7 +10,8 @@
 //   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each (d = 256: the same 64 keys, half
 //                    of dK/dV's columns each, traits.cuh); per step the GEMMs and gradients
 //                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
-//                    (epilogue.cuh).
+//                    (epilogue.cuh). Varlen: they first zero the tile rows past the
+//                    sequence that TMA filled from the next one (consumer.cuh).
 // After the role split the roles meet only on mbarriers.
 #pragma once
 
@@ -83,8 +84,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int nt = 0; nt < T::kNTilesD; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st.acc_dk[nt][e] = st.acc_dv[nt][e] = 0.0f;
-    const int steps = work().steps;
-    if (steps > 0) sm90::mbarrier_wait(smem.kv_full(), 0);
+    int steps;
+    {
+      const Sm90BackwardWork w = work();
+      steps = w.steps;
+      if (steps > 0) {
+        sm90::mbarrier_wait(smem.kv_full(), 0);
+        // Varlen: K and V rows past the sequence's keys (the next sequence's) to zero before
+        // any GEMM reads them (consumer.cuh: zero_key_rows_past_end). Uniform over the MMA
+        // threads.
+        if constexpr (T::kVarlen) zero_key_rows_past_end<T>(smem, w.k0, w.len_k, 128 * wg + t);
+      }
+    }
     for (int i = 0; i < steps; ++i) {
       // The work again each step, before the GEMMs and again for the dQ output (a few dozen
       // integer ops each): kept across the loop or the step, its dozen registers beside the 128

@@ -116,7 +116,9 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     if (lane == 0) {
       sm90::mbarrier_arrive_expect_tx(smem.q_full(stage), 2 * T::kSmemQ);
       // Varlen: rows past the sequence are the next sequence's (or TMA's zeros past the last):
-      // their lse is +inf above, so P = 0 and dS = 0 for them, and no dQ row past len_q is added.
+      // their lse is +inf and D 0 above, so P = 0 and dS = 0 for them, and no dQ row past len_q
+      // is added; the MMA warpgroups zero their Q and dO (consumer.cuh), since 0 x a
+      // non-finite value there would still be NaN. K and V rows past the keys likewise.
       const int q_row = T::kVarlen ? w.q_start + q0 : q0, tma_batch = T::kVarlen ? 0 : w.batch;
       tma_load_rows<T>(smem.q(stage), T::kPanelBytesQ, map_q, smem.q_full(stage), q_row, head, tma_batch);
       tma_load_rows<T>(smem.dout(stage), T::kPanelBytesQ, map_do, smem.q_full(stage), q_row, head, tma_batch);
