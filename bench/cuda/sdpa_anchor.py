@@ -68,6 +68,13 @@ MODES = {
                    for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
                    for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9],
                   ("fwd",)),
+    # The same rows on K/V stored token-major, [b, sk, hkv, d] (flash_attn_with_kvcache's cache
+    # layout, and the one kv_cache_bench decode times fastattn on), passed to SDPA as transposed
+    # views: both libraries on the same memory order (kv_cache_bench decode_hm is the other pair).
+    "kv_decode_tm": ([("kv_decode_tm", b, 1, sk, h, hkv, 128, True)
+                      for h, hkv in ((32, 8), (32, 32), (64, 8)) for b in (1, 16, 64)
+                      for sk in (4096, 32768, 131072) if 4.0 * b * sk * hkv * 128 <= 40e9],
+                     ("fwd",)),
     # b1 decode replayed from a CUDA graph of GRAPH_CALLS calls (kv_cache_bench.cpp graph), time per call.
     "kv_decode_graph": ([("kv_graph", 1, 1, sk, h, hkv, 128, True)
                          for h, hkv in ((32, 8), (32, 32), (64, 8)) for sk in (4096, 32768, 131072)],
@@ -165,8 +172,12 @@ def gemm_peak(repeats):
 def run_point(mode, point, pass_, backends, args):
     tag, b, sq, sk, h, hkv, d, causal = point
     q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
-    k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
-    v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
+    if tag == "kv_decode_tm":  # token-major memory, seen through (b, hkv, sk, d) views
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    else:
+        k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
+        v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16, requires_grad=pass_ != "fwd")
     dout = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
     for name in backends:
         limits = {**MODE_LIMITS.get(mode, {}), **BACKEND_LIMITS.get(name, {})}
@@ -215,7 +226,7 @@ def run_point(mode, point, pass_, backends, args):
                 row["graph_calls"] = calls
             flops = flash_attn_flops(b, sq, sk, h, d, causal, pass_)
             row.update(ms=ms, min_ms=min_ms, repeats=reps, flops=flops, tflops=flops / ms / 1e9)
-            if tag in ("splitkv", "decode", "kv_decode", "kv_multitoken", "kv_graph"):
+            if tag in ("splitkv", "decode", "kv_decode", "kv_decode_tm", "kv_multitoken", "kv_graph"):
                 kv_bytes = 2.0 * b * sk * hkv * d * 2
                 row.update(kv_bytes=kv_bytes, kv_gbs=kv_bytes / (ms / 1e3) / 1e9)
         except Exception as e:  # a backend that refuses a shape (or runs out of memory) is a row

@@ -12,7 +12,11 @@
 # under memcheck, racecheck and synccheck with TEST_ENV. PROBE (default 1): ncu's launch
 # statistics of SDPA's cuDNN kernels on three short rows (tools/dev/profile/sdpa_launch_probe.py).
 # BUILD_STAGES (default "build sass": gpu-sm90.sh's stages first), SWEEP (default 1; 0 skips the sweeps), TEST_S (default 150: the tests' time limit),
-# HEAD_DIMS (default "64;128;256"), BUDGET_S (default 540). $OUT: summary.txt, build.log,
+# HEAD_DIMS (default "64;128;256"), BUDGET_S (default 540). BUILD_VARIANTS (default none): more
+# builds beside build/sm90 ("base"), space-separated "name:FLAG,FLAG" of CMAKE_CUDA_FLAGS (e.g.
+# "d64wg2:-DFASTATTN_SM90_D64_BLOCK_M=128"), each in build/sm90-<name> with the same targets;
+# every build then runs every variant (rows tagged sm90-<build>.<variant>-rK), and the tests and
+# sanitizers run on TEST_BUILD (default: the last build). $OUT: summary.txt, build.log,
 # sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, probe.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -35,6 +39,21 @@ build=$root/build/sm90
 bench=$build/bench/cuda/fastattn_cuda_bench
 [ -x "$bench" ] || { echo "no bench binary: see build.log"; tail -20 "$out/build.log"; exit 3; }
 variants=${VARIANTS:-"base:"}
+# Extra builds (BUILD_VARIANTS): the same configuration as gpu-sm90.sh's, plus the flags.
+builds="base:$build"
+for bv in ${BUILD_VARIANTS:-}; do
+  bname=${bv%%:*} bflags=$(tr ',' ' ' <<< "${bv#*:}")
+  bdir=$root/build/sm90-$bname
+  run "build_$bname" 240 bash -c "cmake -S . -B '$bdir' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128;256}' \
+      '-DCMAKE_CUDA_FLAGS=$bflags' > '$out/build-$bname.log' 2>&1 && \
+      cmake --build '$bdir' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench >> '$out/build-$bname.log' 2>&1"
+  tail -1 "$out/build-$bname.log"
+  grep -E "ptxas (warning|error)|C75(08|10|17|19)|spill" "$out/build-$bname.log" | grep -v " 0 bytes spill" | head -5
+  [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && builds+=" $bname:$bdir"
+done
+[ -n "${TEST_BUILD:-}" ] && build=$root/build/sm90-$TEST_BUILD
+[ -z "${TEST_BUILD:-}" ] && build=${builds##*:}
 
 # The settings of one variant as `env` arguments.
 settings() { local spec=${1#*:}; [ -n "$spec" ] && tr ',' ' ' <<< "$spec"; }
@@ -50,10 +69,14 @@ grep -B2 -A10 "Failure" "$out/tests.log" | head -30
 if [ "${SWEEP:-1}" = 1 ]; then
 run sweep_sdpa 60 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py sweep90 --backends cudnn,flash --no-gemm --repeats 10 --max-seconds 2 > '$out/sweep.jsonl' 2>> '$out/bench.err'"
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  for v in $variants; do
-    name=${v%%:*}
-    run "sweep_${name}_r$round" 40 bash -c "env $(settings "$v") '$bench' sweep90 --repeats 10 --max-seconds 2 |
-        sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-$name-r$round\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+  for b in $builds; do
+    bname=${b%%:*} bbench=${b#*:}/bench/cuda/fastattn_cuda_bench
+    for v in $variants; do
+      name=${v%%:*}
+      [ "$builds" != "base:$root/build/sm90" ] && name="$bname.$name"
+      run "sweep_${name}_r$round" 40 bash -c "env $(settings "$v") '$bbench' sweep90 --repeats 10 --max-seconds 2 |
+          sed 's/\"source\":\"fastattn\"/\"source\":\"fastattn\",\"variant\":\"sm90-$name-r$round\"/' >> '$out/sweep.jsonl' 2>> '$out/bench.err'"
+    done
   done
 done
 "$python" bench/cuda/sweep_sm90.py "$out/sweep.jsonl" --out "$out/sweep.json" > "$out/sweep.txt" 2>&1
