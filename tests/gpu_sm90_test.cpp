@@ -17,7 +17,8 @@
 //     same bits, padded and varlen; so does the ordered GEMM issue (FASTATTN_CUDA_SM90_WG_ORDER);
 //   * the wide key tile (FASTATTN_CUDA_SM90_BLOCK_N=176) against float64, and the calls it does
 //     not serve;
-//   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged.
+//   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged;
+//   * the epilogue's TMA store of O gives the stores' bits and writes nothing outside the view.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -366,6 +367,65 @@ TEST_F(CudaSm90, StridedViewsGiveTheContiguousBits) {
     std::size_t differ = 0;
     for (std::size_t i = 0; i < out_c.size(); ++i) differ += out_c[i] != out_s[i];
     EXPECT_EQ(differ, 0u) << "d=" << d;
+    // The strided out's gaps (row padding, head and batch slack) keep their poison: the TMA
+    // store (epilogue.cuh) writes only the view's elements.
+    std::vector<std::uint16_t> all(static_cast<std::size_t>(t.b * t.batch_stride()));
+    ASSERT_CUDA(cudaMemcpy(all.data(), os.data, all.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<bool> in_view(all.size(), false);
+    for (std::int64_t ib = 0; ib < t.b; ++ib)
+      for (std::int64_t is = 0; is < t.s; ++is)
+        for (std::int64_t ih = 0; ih < t.h; ++ih)
+          for (std::int64_t e = 0; e < t.d; ++e)
+            in_view[static_cast<std::size_t>(ib * t.batch_stride() + ih * t.head_stride() + is * t.token_stride() + e)] = true;
+    std::size_t written_outside = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) written_outside += !in_view[i] && all[i] != 0x7f7f;
+    EXPECT_EQ(written_outside, 0u) << "d=" << d;
+    EXPECT_EQ(b.reason.find("TMA store") != std::string::npos, d != 256) << b.describe();
+  }
+}
+
+// The persistent numbering's sections (plan.hpp: Sm90Sections) change which CTA runs a tile and
+// when, not the tile's arithmetic: the same bits, padded and varlen, causal and not.
+TEST_F(CudaSm90, SectionsGiveTheSameBits) {
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    const std::vector<EnvSetting> settings = {
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", "persistent"}, {"FASTATTN_CUDA_SM90_SECTIONS", "l2"}},
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", "persistent"}, {"FASTATTN_CUDA_SM90_SECTIONS", "pair"}}};
+    for (const bool varlen : {false, true}) {
+      for (const bool causal : {false, true}) {
+        const SettingBits bits(d, varlen, causal, settings);
+        ASSERT_EQ(bits.out.size(), 2u);
+        EXPECT_NE(bits.choices[1].reason.find("query blocks together"), std::string::npos) << bits.choices[1].describe();
+        EXPECT_EQ(bits.out[0], bits.out[1]) << "d=" << d << (varlen ? " varlen" : "") << (causal ? " causal" : "");
+      }
+    }
+  }
+}
+
+// The epilogue's TMA store of O (epilogue.cuh) writes what the stores from the registers write
+// (FASTATTN_CUDA_SM90_TMA_STORE=0): the same bits, causal and not, under both schedulers, on
+// 1000 rows (a partial last query tile, whose padding rows TMA does not store); varlen calls store
+// from the registers either way.
+TEST_F(CudaSm90, TmaStoreGivesTheSameBits) {
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  for (int d : dims_) {
+    for (const char* scheduler : {"grid", "persistent"}) {
+      const std::vector<EnvSetting> settings = {
+          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_TMA_STORE", "0"}},
+          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_TMA_STORE", "1"}}};
+      for (const bool varlen : {false, true}) {
+        for (const bool causal : {false, true}) {
+          const SettingBits bits(d, varlen, causal, settings);
+          ASSERT_EQ(bits.out.size(), 2u);
+          EXPECT_EQ(bits.choices[0].reason.find("TMA store"), std::string::npos) << bits.choices[0].describe();
+          EXPECT_EQ(bits.choices[1].reason.find("TMA store") != std::string::npos, d != 256 && !varlen)
+              << bits.choices[1].describe();
+          EXPECT_EQ(bits.out[0], bits.out[1]) << "d=" << d << " " << scheduler << (varlen ? " varlen" : "")
+                                              << (causal ? " causal" : "");
+        }
+      }
+    }
   }
 }
 

@@ -19,6 +19,7 @@ constexpr const char* kNames[kEnvVarCount] = {
     "FASTATTN_CUDA_SM90_BWD_ORDER",
     "FASTATTN_CUDA_SM90_SCHEDULER", "FASTATTN_CUDA_KV_LOAD",      "FASTATTN_CUDA_KV_PDL",
     "FASTATTN_CUDA_SM90_BLOCK_N", "FASTATTN_CUDA_SM90_WG_ORDER",
+    "FASTATTN_CUDA_SM90_TMA_STORE", "FASTATTN_CUDA_SM90_SECTIONS",
 };
 
 std::mutex g_mutex;  // serialises installing snapshots

@@ -38,8 +38,10 @@ enum class EnvVar {
   cuda_kv_pdl,          // FASTATTN_CUDA_KV_PDL        src/cuda/inference/kv_cache_plan.cu
   cuda_sm90_block_n,    // FASTATTN_CUDA_SM90_BLOCK_N  src/cuda/flash_fwd_sm90/plan.hpp
   cuda_sm90_wg_order,   // FASTATTN_CUDA_SM90_WG_ORDER src/cuda/flash_fwd_sm90/plan.hpp
+  cuda_sm90_tma_store,  // FASTATTN_CUDA_SM90_TMA_STORE src/cuda/flash_fwd_sm90/plan.hpp
+  cuda_sm90_sections,   // FASTATTN_CUDA_SM90_SECTIONS src/cuda/flash_fwd_sm90/plan.hpp
 };
-inline constexpr std::size_t kEnvVarCount = 19;
+inline constexpr std::size_t kEnvVarCount = 21;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -386,6 +386,8 @@ void forward(const AttentionProblem& call, const ForwardPlan& plan) {
     sm90.wg_order = plan.sm90_wg_order;
     sm90.block_n = plan.blocks.block_n == kSm90WideBlockN ? kSm90WideBlockN : 0;
     sm90.scheduler = plan.sm90_scheduler;
+    sm90.sections = plan.sm90_sections;
+    sm90.tma_store = plan.sm90_tma_store;
     sm90.multiprocessors = plan.multiprocessors;
     if (plan.sm90_scheduler == Sm90Scheduler::dynamic) sm90.tile_counter = scratch.data();  // plan.hpp
     if (p.dtype == DType::bf16) {

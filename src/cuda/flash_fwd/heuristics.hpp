@@ -94,6 +94,8 @@ struct ForwardPlan {
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
   bool sm90_wg_order = false;  // sm90 overlap plans: the consumer warpgroups issue GEMMs in turn
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
+  Sm90Sections sm90_sections = Sm90Sections::l2_half;        // sm90 persistent plans: the order's sections
+  bool sm90_tma_store = true;                                // sm90 plans: O by TMA store where possible
   std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   ForwardKernel kernel = ForwardKernel::flash;
   // kernel == kv_cache: the KV-cache kernel's launch plan (kernels resolved, scratch, reason),
@@ -203,6 +205,9 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n) {
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, one_sided);
+  plan.sm90_sections = sm90_sections(s.window_left >= 0 || s.window_right >= 0);
+  // The launcher also checks that TMA can describe out (launch.cuh).
+  plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen;
   // The variable is checked for every sm90 call, also those without the overlap kernels.
   plan.sm90_wg_order = sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap;
   if (plan.sm90_scheduler == Sm90Scheduler::dynamic) {
@@ -320,10 +325,13 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
+           (plan.sm90_tma_store ? ", O by TMA store from shared memory where TMA can describe out" : "") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent
-                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), longest tiles first"
+                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), " +
+                      (plan.sm90_sections == Sm90Sections::per_pair ? "a (head, batch) pair's query blocks together"
+                                                                    : "longest tiles first")
             : plan.sm90_scheduler == Sm90Scheduler::dynamic
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) +
                       ") taking tiles from an atomic counter, longest tiles first"

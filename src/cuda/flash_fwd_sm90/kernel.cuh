@@ -8,7 +8,8 @@
 //                     the other 127 threads retire
 //   warpgroups 1..    consumers: setmaxnreg.inc to kConsumerRegisters; 64 query rows each,
 //                     S = Q K^T, softmax, O += P V (consumer.cuh), then the epilogue
-//                     (epilogue.cuh)
+//                     (epilogue.cuh: a TMA store of the warpgroup's rows from shared memory
+//                     where `tma_store_o`, else stores from the registers)
 // After the role split no barrier spans both roles: they meet only on mbarriers.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include "cuda/flash_fwd_sm90/producer.cuh"
 #include "cuda/flash_fwd_sm90/tile_scheduler.cuh"
 #include "cuda/flash_fwd_sm90/traits.cuh"
+#include "cuda/sm90/bulk_reduce.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 
 namespace fastattn::cuda {
@@ -33,7 +35,8 @@ template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = f
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ Sm90TileSchedule sched,
                               const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                              const __grid_constant__ CUtensorMap map_v) {
+                              const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o,
+                              const int tma_store_o) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Scheduler = Sm90TileScheduler<T>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -66,7 +69,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
       Sm90ConsumerState<T> state;
       consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
-      store_output_sm90<T, kVarlen>(state, p, w, warpgroup - 1, warp_in_wg, lane);
+      store_output_sm90<T, kVarlen>(state, p, w, smem, &map_o, tma_store_o != 0, warpgroup - 1, warp_in_wg, lane);
+    }
+    // The shared memory of the last TMA store must outlive its reads (epilogue.cuh).
+    if constexpr (T::kOutputTile && !kVarlen) {
+      if (tma_store_o != 0 && warp_in_wg == 0 && lane == 0) sm90::bulk_wait_group<0>();
     }
   }
 #endif

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const Sm90TileWork w = Scheduler::template work<kVarlen, true>(p, sched, tile);
       Sm90ConsumerState<T> state;
       consume<T, kSoftcap, kOverlap, kVarlen>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
-      store_output_sm90<T, kVarlen>(state, p, w, warpgroup - 1, warp_in_wg, lane);
+      store_output_sm90<T, kVarlen>(state, p, w, smem, nullptr, false, warpgroup - 1, warp_in_wg, lane);  // direct stores
     }
   }
 #endif

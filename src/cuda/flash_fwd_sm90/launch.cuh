@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -52,6 +53,8 @@ inline bool sm90_forward_has_work(const ForwardParams& p) {
 // and the kernel's name for errors.
 struct Sm90ForwardSetup {
   CUtensorMap map_q, map_k, map_v;
+  CUtensorMap map_o;  // tma_store_o only (else unset)
+  bool tma_store_o = false;  // the epilogue's TMA store (epilogue.cuh)
   Sm90TileSchedule schedule;
   dim3 grid;
   bool overlap, wg_order, softcap, varlen;
@@ -78,6 +81,22 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   s.map_v = sm90::make_token_tensor_map(
       {p.v, batch, tokens_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
+  // The TMA store of O: padded calls whose out TMA can describe, on tiles with room for sO
+  // (epilogue.cuh says why varlen calls store directly).
+  const auto out_describable = [&] {
+    auto ok = [](int64_t stride_elems, int64_t extent) {
+      const int64_t bytes = stride_elems * 2;
+      return extent <= 1 || (bytes > 0 && bytes % 16 == 0 && bytes < (int64_t{1} << 40));
+    };
+    return reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 && ok(p.o_token_stride, p.seqlen_q) &&
+           ok(p.o_head_stride, p.num_heads) && ok(p.o_batch_stride, p.batch);
+  };
+  s.tma_store_o = T::kOutputTile && choice.tma_store && !s.varlen && out_describable();
+  if (s.tma_store_o) {
+    s.map_o = sm90::make_token_tensor_map({p.out, batch, p.seqlen_q, p.num_heads, kHeadDim, p.o_batch_stride,
+                                           p.o_token_stride, p.o_head_stride},
+                                          kBf16, 64, "out");
+  }
   s.overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
   s.wg_order = s.overlap && choice.wg_order;
   s.softcap = p.softcap > 0.0f;
@@ -85,11 +104,11 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   int device = 0, l2_bytes = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", "sm90 forward");
   check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", "L2 size");
-  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, l2_bytes);
+  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, choice.sections, l2_bytes);
   s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
   s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
            std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.wg_order ? ", wg order" : "") +
-           (s.varlen ? ", varlen" : "") + ", " + to_string(choice.scheduler) + ">";
+           (s.varlen ? ", varlen" : "") + (s.tma_store_o ? ", TMA store" : "") + ", " + to_string(choice.scheduler) + ">";
   return s;
 }
 
@@ -111,7 +130,8 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
   }
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", s.name);
-  kernel<<<s.grid, T::kThreads, T::kSmemBytes, stream>>>(p, s.schedule, s.map_q, s.map_k, s.map_v);
+  kernel<<<s.grid, T::kThreads, T::kSmemBytes, stream>>>(p, s.schedule, s.map_q, s.map_k, s.map_v, s.map_o,
+                                                          s.tma_store_o ? 1 : 0);
   check_launch(s.name);
 }
 

@@ -41,11 +41,27 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 // docs/cuda.md); measured in docs/cuda.md.
 // block_n (0: the head dim's default above) selects a wider key tile where one is compiled
 // (sm90_wide_block_n below).
+// A/B builds (tools/dev/gpu-sm90-ab.sh BUILD_VARIANTS) may set FASTATTN_SM90_D64_BLOCK_M (128:
+// two consumer warpgroups at d = 64, with the overlap loop, as cuDNN's d = 64 kernel has) and
+// FASTATTN_SM90_D64_STAGES / FASTATTN_SM90_D128_STAGES (the ring's depth) on the compiler line.
+#ifndef FASTATTN_SM90_D64_BLOCK_M
+#define FASTATTN_SM90_D64_BLOCK_M 192
+#endif
+#ifndef FASTATTN_SM90_D64_STAGES
+#define FASTATTN_SM90_D64_STAGES 3
+#endif
+#ifndef FASTATTN_SM90_D128_STAGES
+#define FASTATTN_SM90_D128_STAGES 2
+#endif
 constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block_n = 0) {
-  const Sm90ForwardBlocks b = head_dim <= 64    ? Sm90ForwardBlocks{192, 128, 3, 512}
-                              : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, 2, 384}
-                                                : Sm90ForwardBlocks{128, 80, 2, 384};
-  return block_n > 0 ? Sm90ForwardBlocks{b.block_m, block_n, b.stages, b.threads} : b;
+  constexpr int kD64BlockM = FASTATTN_SM90_D64_BLOCK_M;
+  static_assert(kD64BlockM == 128 || kD64BlockM == 192, "d = 64: 2 or 3 consumer warpgroups");
+  const Sm90ForwardBlocks b =
+      head_dim <= 64    ? Sm90ForwardBlocks{kD64BlockM, 128, FASTATTN_SM90_D64_STAGES, 128 + 2 * kD64BlockM}
+      : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, FASTATTN_SM90_D128_STAGES, 384}
+                        : Sm90ForwardBlocks{128, 80, 2, 384};
+  // A wider key tile keeps two stages: three of 176 keys would not fit the shared memory.
+  return block_n > 0 && block_n != b.block_n ? Sm90ForwardBlocks{b.block_m, block_n, 2, b.threads} : b;
 }
 
 // The wide key tile: 128 x 176 at d = 128 (FA3's non-causal d = 128 shape, hopper/tile_size.h):
@@ -93,6 +109,13 @@ constexpr const char* kSm90WgOrderEnv = "FASTATTN_CUDA_SM90_WG_ORDER";
 inline bool sm90_wg_order(bool persistent) {
   return env_switch(EnvVar::cuda_sm90_wg_order, "1", "0", persistent);
 }
+
+// The epilogue's TMA store of O from shared memory (epilogue.cuh), where the tile has room for
+// sO (sm90_output_tile_fits) and the call allows it (padded, an out TMA can describe: the
+// launcher checks). FASTATTN_CUDA_SM90_TMA_STORE=0 keeps the stores from the registers
+// (A/B measurements).
+constexpr const char* kSm90TmaStoreEnv = "FASTATTN_CUDA_SM90_TMA_STORE";
+inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1", "0", true); }
 
 // The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
 // before tile i - 1's O += P V, and the softmax of tile i runs while that P V is on the tensor
@@ -145,6 +168,21 @@ inline bool sm90_overlap(std::int64_t head_dim) {
 // the default (the A/B of 2026-12-01). FASTATTN_CUDA_SM90_SCHEDULER=grid|persistent|dynamic
 // forces one.
 enum class Sm90Scheduler { grid, persistent, dynamic };
+// How the persistent (and dynamic) numbering groups (head, batch) pairs (tile_scheduler.cuh):
+//   l2_half   sections of the pairs whose K/V fit half the L2, inside a section every pair's
+//             last query block before any pair's previous one (longest first)
+//   per_pair  sections of one pair: a pair's query blocks are consecutive tiles, so they run at
+//             the same time and read its K/V from DRAM once. Without a mask every tile is as
+//             long as another, so there is no long-first order to keep; under a mask the
+//             stride would hand a CTA the same query-block rank in every section.
+enum class Sm90Sections { l2_half, per_pair };
+constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
+// masked: a causal mask or a window. FASTATTN_CUDA_SM90_SECTIONS=l2 / =pair forces one.
+inline Sm90Sections sm90_sections(bool masked) {
+  const bool per_pair = env_switch(EnvVar::cuda_sm90_sections, "pair", "l2", !masked);
+  return per_pair ? Sm90Sections::per_pair : Sm90Sections::l2_half;
+}
+inline const char* to_string(Sm90Sections s) { return s == Sm90Sections::per_pair ? "per (head, batch)" : "half the L2"; }
 constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
 constexpr std::int64_t sm90_persistent_max_key_tiles(bool overlap, bool one_sided_mask) {
   return overlap ? 32 : one_sided_mask ? 4 : 64;
@@ -186,16 +224,30 @@ struct Sm90LaunchChoice {
   bool wg_order = false;  // overlap kernels: the consumer warpgroups issue their GEMMs in turn
   int block_n = 0;        // 0: the head dim's key tile; kSm90WideBlockN: the wide one
   Sm90Scheduler scheduler = Sm90Scheduler::persistent;
+  Sm90Sections sections = Sm90Sections::l2_half;  // persistent, dynamic: the numbering's sections
+  bool tma_store = true;  // the epilogue's TMA store where the launcher finds it possible
   int multiprocessors = 1;  // persistent, dynamic: the grid
   // dynamic: kSm90TileCounterBytes of device scratch for the tile counter (the launcher zeroes
   // it on the call's stream); null otherwise.
   void* tile_counter = nullptr;
 };
 
-// Dynamic shared memory: Q, the (K, V) ring, 1 KiB of barriers, and 1 KiB of slack to align
-// the tiles to the 1024-byte swizzle atom.
-constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
+// The output tile in shared memory (epilogue.cuh: the TMA store of O), block_m x the tile's
+// head dim, 16-bit, where it fits beside Q and the ring: d = 64, 96, 128 with their own key
+// tiles; not d = 256 (Q and the ring fill the shared memory) nor the wide key tile at d = 128.
+constexpr int kSm90SmemLimit = 232448;  // sm90's opt-in dynamic shared memory per block
+constexpr int sm90_forward_smem_bytes_without_o(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
   return static_cast<int>((b.block_m + 2 * b.stages * b.block_n) * sm90_tile_head_dim(head_dim) * 2) + 2048;
+}
+constexpr bool sm90_output_tile_fits(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
+  return sm90_forward_smem_bytes_without_o(b, head_dim) + b.block_m * sm90_tile_head_dim(head_dim) * 2 <=
+         kSm90SmemLimit;
+}
+// Dynamic shared memory: Q, the (K, V) ring, the output tile where it fits, 1 KiB of barriers,
+// and 1 KiB of slack to align the tiles to the 1024-byte swizzle atom.
+constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t head_dim) {
+  return sm90_forward_smem_bytes_without_o(b, head_dim) +
+         (sm90_output_tile_fits(b, head_dim) ? static_cast<int>(b.block_m * sm90_tile_head_dim(head_dim) * 2) : 0);
 }
 
 // Whether TMA can describe an operand: 16-byte aligned base, and for every dimension of extent

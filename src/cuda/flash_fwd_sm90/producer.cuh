@@ -34,6 +34,8 @@ struct Sm90Smem {
   __device__ __forceinline__ uint32_t q() const { return base; }
   __device__ __forceinline__ uint32_t k(int stage) const { return base + T::kOffsetK + stage * T::kSmemKV; }
   __device__ __forceinline__ uint32_t v(int stage) const { return base + T::kOffsetV + stage * T::kSmemKV; }
+  // Consumer warpgroup wg's 64 output rows (T::kOutputTile only).
+  __device__ __forceinline__ uint32_t o(int wg) const { return base + T::kOffsetO + wg * T::kSmemOWarpgroup; }
   __device__ __forceinline__ uint32_t q_full() const { return base + T::kOffsetBarriers; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return q_full() + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t v_full(int stage) const { return q_full() + 8 * (1 + T::kStages + stage); }

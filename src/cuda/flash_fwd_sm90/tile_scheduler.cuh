@@ -59,7 +59,7 @@ struct Sm90PipelineCount {
 
 template <class T>
 struct Sm90TileScheduler {
-  static Sm90TileSchedule schedule(const ForwardParams& p, Sm90Scheduler kind, int l2_bytes) {
+  static Sm90TileSchedule schedule(const ForwardParams& p, Sm90Scheduler kind, Sm90Sections sections, int l2_bytes) {
     Sm90TileSchedule s{};
     s.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
     s.num_heads = p.num_heads;
@@ -68,7 +68,9 @@ struct Sm90TileScheduler {
     s.persistent = kind != Sm90Scheduler::grid ? 1 : 0;
     // K and V of one (head, batch), shared by the group's query heads.
     const int64_t kv_bytes = std::max<int64_t>(int64_t{4} * p.seqlen_k * T::kHeadDim / std::max(p.group_size, 1), 1);
-    s.section_hb = std::clamp<int64_t>(static_cast<int64_t>(l2_bytes / 2) / kv_bytes, 1, std::max<int64_t>(s.total_hb, 1));
+    s.section_hb = sections == Sm90Sections::per_pair
+                       ? 1
+                       : std::clamp<int64_t>(static_cast<int64_t>(l2_bytes / 2) / kv_bytes, 1, std::max<int64_t>(s.total_hb, 1));
     return s;
   }
 

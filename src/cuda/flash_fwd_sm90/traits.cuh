@@ -5,6 +5,7 @@
 // 64-column panels, sm90/wgmma.cuh):
 //   sQ: (kBlockM, kHeadDimTile), kPanels panels of kBlockM rows x 128 bytes
 //   sK[kStages], sV[kStages]: (kBlockN, kHeadDimTile) each, kPanels panels of kBlockN x 128 bytes
+//   sO (where it fits): (kBlockM, kHeadDimTile), per consumer warpgroup kPanels panels of 64 x 128 bytes
 //   barriers: q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages], q_empty
 //   (8 bytes each); the dynamic scheduler's tile_full[2], tile_empty[2] and two 8-byte tile numbers
 #pragma once
@@ -64,7 +65,12 @@ struct Sm90ForwardTraits {
   static_assert(kBlockN % 8 == 0 && kBlockM % 8 == 0, "panels of whole 1024-byte swizzle atoms");
   static constexpr uint32_t kOffsetK = kSmemQ;
   static constexpr uint32_t kOffsetV = kOffsetK + kStages * kSmemKV;
-  static constexpr uint32_t kOffsetBarriers = kOffsetV + kStages * kSmemKV;
+  // sO: (kBlockM, kHeadDimTile), each consumer warpgroup's 64 rows kPanels panels of 64 x 128
+  // bytes (the TMA store's box); none where it does not fit (plan.hpp: sm90_output_tile_fits).
+  static constexpr bool kOutputTile = sm90_output_tile_fits(kBlocks, kHeadDim_);
+  static constexpr uint32_t kSmemOWarpgroup = kOutputTile ? 64 * kHeadDimTile * 2 : 0;
+  static constexpr uint32_t kOffsetO = kOffsetV + kStages * kSmemKV;
+  static constexpr uint32_t kOffsetBarriers = kOffsetO + kConsumerWarpgroups * kSmemOWarpgroup;
   static constexpr int kSmemBytes = sm90_forward_smem_bytes(kBlocks, kHeadDim);
   static_assert(kOffsetBarriers + 8 * (8 + 4 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
 

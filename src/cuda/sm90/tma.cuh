@@ -24,6 +24,19 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const CUtensorMap
       : "memory");
 }
 
+// The other direction: a box from shared memory to global memory, in the issuing thread's bulk
+// async-group (bulk_reduce.cuh: bulk_commit_group, bulk_wait_group_read before the shared memory
+// is written again, bulk_wait_group before the CTA exits). Elements outside the tensor's bounds
+// are not written. The shared memory must be made visible to the async proxy first
+// (fence.proxy.async.shared::cta, warpgroup.cuh: fence_proxy_async_shared).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t smem_src, int c0, int c1, int c2,
+                                             int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 // Pulls the tensor map into the TMA unit's cache before the first load that uses it.
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
