@@ -10,9 +10,11 @@
 //               the query block reversed (the last, under a causal mask the longest, first);
 //   persistent  grid min(num_tiles, SMs), CTA c takes tiles c, c + G, c + 2G, ...; a tile
 //               number is (section, query block from the last, (head, batch) in the section),
-//               sections of `section_hb` (head, batch) pairs whose K/V fit half the L2. With
-//               the stride, every CTA takes at most one tile more than another, and the short
-//               tiles (first query blocks) come last in each section: longest first.
+//               sections of `section_hb` (head, batch) pairs (plan.hpp: Sm90Sections): those
+//               whose K/V fit half the L2, or one (calls without a mask: a pair's query blocks
+//               are consecutive numbers and run together). With the stride, every CTA takes at
+//               most one tile more than another, and the short tiles (first query blocks) come
+//               last in each section: longest first.
 //   dynamic     persistent's grid and numbering (schedule() sets `persistent`); CTA c takes
 //               tile c first, then the numbers a global counter hands out (kernel_dynamic.cuh),
 //               so the tiles still start longest first per section, and whichever CTA is free
