@@ -96,20 +96,23 @@ TEST(CudaForwardPath, Sm90OnHopperWhenBuilt) {
 }
 
 // sm90 plans, and the calls it hands to the sm80 plan with the reason.
+// A padded call on an H200-like device (132 SMs) on the sm90 path.
+cuda::ForwardShape hopper_shape(std::int64_t b, std::int64_t h, std::int64_t sq, std::int64_t sk, std::int64_t d) {
+  cuda::ForwardShape s;
+  s.batch = b;
+  s.num_heads = h;
+  s.head_dim = d;
+  s.seqlen_q = sq;
+  s.seqlen_k = sk;
+  s.total_q = b * sq;
+  s.multiprocessors = 132;
+  s.smem_per_multiprocessor = 233472;
+  s.path = ForwardPath::sm90;
+  return s;
+}
+
 TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
-  auto hopper = [](std::int64_t b, std::int64_t h, std::int64_t sq, std::int64_t sk, std::int64_t d) {
-    cuda::ForwardShape s;
-    s.batch = b;
-    s.num_heads = h;
-    s.head_dim = d;
-    s.seqlen_q = sq;
-    s.seqlen_k = sk;
-    s.total_q = b * sq;
-    s.multiprocessors = 132;
-    s.smem_per_multiprocessor = 233472;
-    s.path = ForwardPath::sm90;
-    return s;
-  };
+  const auto hopper = hopper_shape;
   const cuda::ForwardPlan plan = cuda::plan_forward(hopper(2, 16, 8192, 8192, 128));
   EXPECT_EQ(plan.path, ForwardPath::sm90);
   EXPECT_EQ(plan.blocks.block_m, 128);
@@ -277,6 +280,54 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
         << p.sm90_declined;
     EXPECT_EQ(p.sm90_declined.find("too few CTAs"), std::string::npos) << p.sm90_declined;
   }
+}
+
+// The epilogue's TMA store (plan.hpp: sm90_tma_store, sm90_output_tile_fits) and the persistent
+// order's sections (Sm90Sections): the defaults, what forces them, and bad values.
+TEST(CudaForwardPath, Sm90EpilogueAndSections) {
+  // sO fits beside Q and the ring at d 64 / 96 / 128, not at d 256 nor with the wide key tile.
+  for (const int d : {64, 96, 128}) EXPECT_TRUE(cuda::sm90_output_tile_fits(cuda::sm90_forward_blocks(d), d)) << d;
+  EXPECT_FALSE(cuda::sm90_output_tile_fits(cuda::sm90_forward_blocks(256), 256));
+  EXPECT_FALSE(cuda::sm90_output_tile_fits(cuda::sm90_forward_blocks(128, cuda::kSm90WideBlockN), 128));
+  for (const int d : {64, 96, 128, 256}) {
+    EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(d), d), cuda::kSm90SmemLimit) << d;
+  }
+  const cuda::ForwardShape plain = hopper_shape(32, 16, 512, 512, 128);
+  cuda::ForwardShape causal = plain, window = plain, varlen = plain;
+  causal.window_right = 0;
+  window.window_left = 64;
+  window.window_right = 64;
+  varlen.varlen = true;
+  EXPECT_TRUE(cuda::plan_forward(plain).sm90_tma_store);
+  EXPECT_TRUE(cuda::plan_forward(causal).sm90_tma_store);
+  EXPECT_FALSE(cuda::plan_forward(varlen).sm90_tma_store);  // a box would write the next sequence's rows
+  EXPECT_FALSE(cuda::plan_forward(hopper_shape(4, 8, 4096, 4096, 256)).sm90_tma_store);
+  EXPECT_FALSE(cuda::plan_forward(hopper_shape(2, 16, 8192, 8192, 128)).sm90_tma_store);  // the wide tile
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(plain)).find("TMA store"), std::string::npos);
+  // Sections: one (head, batch) pair without a mask, half the L2 under a causal mask or a window.
+  EXPECT_EQ(cuda::plan_forward(plain).sm90_sections, cuda::Sm90Sections::per_pair);
+  EXPECT_EQ(cuda::plan_forward(causal).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_EQ(cuda::plan_forward(window).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(plain)).find("query blocks together"), std::string::npos)
+      << cuda::describe_plan(cuda::plan_forward(plain));
+  EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal)).find("longest tiles first"), std::string::npos)
+      << cuda::describe_plan(cuda::plan_forward(causal));
+  {
+    ScopedEnv off(cuda::kSm90TmaStoreEnv, "0");
+    EXPECT_FALSE(cuda::plan_forward(plain).sm90_tma_store);
+    EXPECT_EQ(cuda::describe_plan(cuda::plan_forward(plain)).find("TMA store"), std::string::npos);
+    ScopedEnv bad(cuda::kSm90TmaStoreEnv, "no");
+    expect_error([&] { cuda::plan_forward(plain); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_TMA_STORE");
+  }
+  for (const auto& [text, want] : {std::pair<const char*, cuda::Sm90Sections>{"l2", cuda::Sm90Sections::l2_half},
+                                   {"pair", cuda::Sm90Sections::per_pair},
+                                   {"wave", cuda::Sm90Sections::wave}}) {
+    ScopedEnv forced(cuda::kSm90SectionsEnv, text);
+    EXPECT_EQ(cuda::plan_forward(plain).sm90_sections, want) << text;
+    EXPECT_EQ(cuda::plan_forward(causal).sm90_sections, want) << text;
+  }
+  ScopedEnv bad(cuda::kSm90SectionsEnv, "half");
+  expect_error([&] { cuda::plan_forward(causal); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_SECTIONS");
 }
 
 // Which CMake architecture lists hold code a device runs (forward_path.hpp: archs_run_on):

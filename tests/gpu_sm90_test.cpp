@@ -384,20 +384,24 @@ TEST_F(CudaSm90, StridedViewsGiveTheContiguousBits) {
   }
 }
 
-// The persistent numbering's sections (plan.hpp: Sm90Sections) change which CTA runs a tile and
-// when, not the tile's arithmetic: the same bits, padded and varlen, causal and not.
+// The persistent numbering's sections (plan.hpp: Sm90Sections: l2, pair, wave) change which CTA
+// runs a tile and when, not the tile's arithmetic: the same bits, padded and varlen, causal and
+// not.
 TEST_F(CudaSm90, SectionsGiveTheSameBits) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   for (int d : dims_) {
     const std::vector<EnvSetting> settings = {
         {{"FASTATTN_CUDA_SM90_SCHEDULER", "persistent"}, {"FASTATTN_CUDA_SM90_SECTIONS", "l2"}},
-        {{"FASTATTN_CUDA_SM90_SCHEDULER", "persistent"}, {"FASTATTN_CUDA_SM90_SECTIONS", "pair"}}};
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", "persistent"}, {"FASTATTN_CUDA_SM90_SECTIONS", "pair"}},
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", "persistent"}, {"FASTATTN_CUDA_SM90_SECTIONS", "wave"}}};
     for (const bool varlen : {false, true}) {
       for (const bool causal : {false, true}) {
         const SettingBits bits(d, varlen, causal, settings);
-        ASSERT_EQ(bits.out.size(), 2u);
+        ASSERT_EQ(bits.out.size(), 3u);
         EXPECT_NE(bits.choices[1].reason.find("query blocks together"), std::string::npos) << bits.choices[1].describe();
+        EXPECT_NE(bits.choices[2].reason.find("sections of one wave"), std::string::npos) << bits.choices[2].describe();
         EXPECT_EQ(bits.out[0], bits.out[1]) << "d=" << d << (varlen ? " varlen" : "") << (causal ? " causal" : "");
+        EXPECT_EQ(bits.out[0], bits.out[2]) << "wave, d=" << d << (varlen ? " varlen" : "") << (causal ? " causal" : "");
       }
     }
   }

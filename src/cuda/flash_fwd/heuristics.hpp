@@ -95,7 +95,7 @@ struct ForwardPlan {
   bool sm90_wg_order = false;  // sm90 overlap plans: the consumer warpgroups issue GEMMs in turn
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   Sm90Sections sm90_sections = Sm90Sections::l2_half;        // sm90 persistent plans: the order's sections
-  bool sm90_tma_store = true;                                // sm90 plans: O by TMA store where possible
+  bool sm90_tma_store = false;                               // sm90 plans: O by TMA store where possible
   std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   ForwardKernel kernel = ForwardKernel::flash;
   // kernel == kv_cache: the KV-cache kernel's launch plan (kernels resolved, scratch, reason),
@@ -331,7 +331,9 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            (plan.sm90_scheduler == Sm90Scheduler::persistent
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), " +
                       (plan.sm90_sections == Sm90Sections::per_pair ? "a (head, batch) pair's query blocks together"
-                                                                    : "longest tiles first")
+                       : plan.sm90_sections == Sm90Sections::wave
+                           ? "sections of one wave, long and short tiles in turn (FASTATTN_CUDA_SM90_SECTIONS=wave)"
+                           : "longest tiles first")
             : plan.sm90_scheduler == Sm90Scheduler::dynamic
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) +
                       ") taking tiles from an atomic counter, longest tiles first"

@@ -104,7 +104,7 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   int device = 0, l2_bytes = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", "sm90 forward");
   check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", "L2 size");
-  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, choice.sections, l2_bytes);
+  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, choice.sections, l2_bytes, choice.multiprocessors);
   s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
   s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
            std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.wg_order ? ", wg order" : "") +

@@ -174,15 +174,28 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 //   per_pair  sections of one pair: a pair's query blocks are consecutive tiles, so they run at
 //             the same time and read its K/V from DRAM once. Without a mask every tile is as
 //             long as another, so there is no long-first order to keep; under a mask the
-//             stride would hand a CTA the same query-block rank in every section.
-enum class Sm90Sections { l2_half, per_pair };
+//             stride would hand a CTA the same query-block rank in every section (measured:
+//             20-30% slower on causal rows up to s4k, docs/cuda.md).
+//   wave      sections of about one wave of tiles (ceil(grid / query blocks) pairs), the
+//             ranks reversed in every other section, so a CTA's tiles alternate long and short
+//             under a causal mask while a pair's query blocks still run close together. Forced
+//             only (FASTATTN_CUDA_SM90_SECTIONS=wave): written for the next A/B, not measured.
+enum class Sm90Sections { l2_half, per_pair, wave };
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
-// masked: a causal mask or a window. FASTATTN_CUDA_SM90_SECTIONS=l2 / =pair forces one.
+// masked: a causal mask or a window. FASTATTN_CUDA_SM90_SECTIONS=l2 / pair / wave forces one.
 inline Sm90Sections sm90_sections(bool masked) {
-  const bool per_pair = env_switch(EnvVar::cuda_sm90_sections, "pair", "l2", !masked);
-  return per_pair ? Sm90Sections::per_pair : Sm90Sections::l2_half;
+  const char* text = env_value(EnvVar::cuda_sm90_sections);
+  if (text == nullptr || *text == '\0') return masked ? Sm90Sections::l2_half : Sm90Sections::per_pair;
+  const std::string value(text);
+  if (value == "l2") return Sm90Sections::l2_half;
+  if (value == "pair") return Sm90Sections::per_pair;
+  if (value == "wave") return Sm90Sections::wave;
+  throw Error(ErrorCode::invalid_argument,
+              std::string(kSm90SectionsEnv) + ": expected l2, pair or wave, got \"" + value + "\"");
 }
-inline const char* to_string(Sm90Sections s) { return s == Sm90Sections::per_pair ? "per (head, batch)" : "half the L2"; }
+inline const char* to_string(Sm90Sections s) {
+  return s == Sm90Sections::per_pair ? "per (head, batch)" : s == Sm90Sections::wave ? "one wave, alternating" : "half the L2";
+}
 constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
 constexpr std::int64_t sm90_persistent_max_key_tiles(bool overlap, bool one_sided_mask) {
   return overlap ? 32 : one_sided_mask ? 4 : 64;

@@ -48,7 +48,8 @@ struct Sm90TileSchedule {
   int m_blocks;      // query blocks per (head, batch)
   int num_heads;
   int64_t total_hb;  // heads * batch
-  int64_t section_hb;  // persistent: (head, batch) pairs per L2 section
+  int64_t section_hb;  // persistent: (head, batch) pairs per section (plan.hpp: Sm90Sections)
+  int alternate;       // persistent (not dynamic), Sm90Sections::wave: odd sections take the ranks in reverse
   int persistent;    // 1: persistent numbering and grid (persistent: the CTA loops with stride
                      // gridDim.x; dynamic: it takes tiles from the counter)
 };
@@ -61,7 +62,8 @@ struct Sm90PipelineCount {
 
 template <class T>
 struct Sm90TileScheduler {
-  static Sm90TileSchedule schedule(const ForwardParams& p, Sm90Scheduler kind, Sm90Sections sections, int l2_bytes) {
+  static Sm90TileSchedule schedule(const ForwardParams& p, Sm90Scheduler kind, Sm90Sections sections, int l2_bytes,
+                                   int multiprocessors) {
     Sm90TileSchedule s{};
     s.m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
     s.num_heads = p.num_heads;
@@ -70,9 +72,15 @@ struct Sm90TileScheduler {
     s.persistent = kind != Sm90Scheduler::grid ? 1 : 0;
     // K and V of one (head, batch), shared by the group's query heads.
     const int64_t kv_bytes = std::max<int64_t>(int64_t{4} * p.seqlen_k * T::kHeadDim / std::max(p.group_size, 1), 1);
-    s.section_hb = sections == Sm90Sections::per_pair
-                       ? 1
-                       : std::clamp<int64_t>(static_cast<int64_t>(l2_bytes / 2) / kv_bytes, 1, std::max<int64_t>(s.total_hb, 1));
+    const int64_t l2_half_hb = static_cast<int64_t>(l2_bytes / 2) / kv_bytes;
+    const int64_t wave_hb = (std::max(multiprocessors, 1) + s.m_blocks - 1) / std::max(s.m_blocks, 1);
+    s.section_hb = std::clamp<int64_t>(sections == Sm90Sections::per_pair ? 1
+                                       : sections == Sm90Sections::wave   ? std::min(wave_hb, l2_half_hb)
+                                                                          : l2_half_hb,
+                                       1, std::max<int64_t>(s.total_hb, 1));
+    // The dynamic kernel decodes its numbers without it (kDynamic32 below): it hands tiles out
+    // in order anyway.
+    s.alternate = sections == Sm90Sections::wave && kind == Sm90Scheduler::persistent ? 1 : 0;
     return s;
   }
 
@@ -126,6 +134,7 @@ struct Sm90TileScheduler {
         const int64_t width = s.section_hb < rest ? s.section_hb : rest;  // the last section may be short
         m_rank = static_cast<int>(local / width);
         hb = hb0 + (local - m_rank * width);
+        if (s.alternate && (section & 1)) m_rank = s.m_blocks - 1 - m_rank;
       }
       w.m_block = s.m_blocks - 1 - m_rank;
       w.head = static_cast<int>(hb % s.num_heads);
