@@ -330,6 +330,39 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
   expect_error([&] { cuda::plan_forward(causal); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_SECTIONS");
 }
 
+// d = 64's narrow tile (plan.hpp: sm90_d64_narrow_block_m): forced only, for padded causal calls
+// without a soft-cap; 128 x 128 with two consumer warpgroups and the overlap.
+TEST(CudaForwardPath, Sm90D64NarrowTile) {
+  cuda::ForwardShape causal = hopper_shape(32, 32, 512, 512, 64), plain = causal, capped = causal, varlen = causal;
+  causal.window_right = 0;
+  capped.window_right = 0;
+  capped.softcap = true;
+  varlen.window_right = 0;
+  varlen.varlen = true;
+  EXPECT_EQ(cuda::plan_forward(causal).blocks.block_m, 192);  // not by default
+  EXPECT_EQ(cuda::plan_forward(causal).sm90_block_m, 0);
+  ScopedEnv narrow(cuda::kSm90D64TileEnv, "128");
+  const cuda::ForwardPlan p = cuda::plan_forward(causal);
+  EXPECT_EQ(p.blocks.block_m, 128);
+  EXPECT_EQ(p.blocks.block_n, 128);
+  EXPECT_EQ(p.blocks.threads, 384);
+  EXPECT_EQ(p.sm90_block_m, cuda::kSm90D64NarrowBlockM);
+  EXPECT_TRUE(p.sm90_overlap);
+  EXPECT_TRUE(p.sm90_wg_order);  // persistent at 2.5 key tiles per query tile: the ordered issue
+  EXPECT_NE(cuda::describe_plan(p).find("narrow tile"), std::string::npos) << cuda::describe_plan(p);
+  EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(64, 0, cuda::kSm90D64NarrowBlockM), 64),
+            cuda::kSm90SmemLimit);
+  for (const cuda::ForwardShape& s : {plain, capped, varlen, hopper_shape(32, 16, 512, 512, 128)}) {
+    EXPECT_EQ(cuda::plan_forward(s).sm90_block_m, 0);
+  }
+  {
+    ScopedEnv dynamic(cuda::kSm90SchedulerEnv, "dynamic");  // no narrow dynamic kernel
+    EXPECT_EQ(cuda::plan_forward(causal).sm90_block_m, 0);
+  }
+  ScopedEnv bad(cuda::kSm90D64TileEnv, "64");
+  expect_error([&] { cuda::plan_forward(plain); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_D64_TILE");
+}
+
 // Which CMake architecture lists hold code a device runs (forward_path.hpp: archs_run_on):
 // SASS for the same major version and a lower or equal minor, PTX for any newer device.
 TEST(CudaForwardPath, ArchitectureListRunsOnDevice) {

@@ -18,7 +18,8 @@
 //   * the wide key tile (FASTATTN_CUDA_SM90_BLOCK_N=176) against float64, and the calls it does
 //     not serve;
 //   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged;
-//   * the epilogue's TMA store of O gives the stores' bits and writes nothing outside the view.
+//   * the epilogue's TMA store of O gives the stores' bits and writes nothing outside the view;
+//   * d = 64's narrow tile (FASTATTN_CUDA_SM90_D64_TILE=128) against float64.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -518,6 +519,43 @@ TEST_F(CudaSm90, WideKeyTileMatchesFloat64) {
       expect_tile("b=1 sq=129 sk=4099 h=2 hkv=2" + t + " mask=none qk_std=4", "128x176 tiles");
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal", "128x128 tiles");
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none softcap=30", "128x128 tiles");
+    }
+  }
+}
+
+// The d = 64 narrow tile (128 x 128, two consumer warpgroups, the overlap; plan.hpp:
+// sm90_d64_narrow_block_m), forced, against float64 on causal calls: both alignments with rows
+// that see no key, a one-sided window, GQA 7:1, seqlen 1 / 17 / 1023 / 4097, large logits, 384
+// query tiles (several per persistent CTA), both dtypes, both schedulers (the ordered issue under
+// persistent); the calls it does not serve (no mask, a soft-cap) keep the 192-row tile.
+TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
+  if (std::find(dims_.begin(), dims_.end(), 64) == dims_.end()) GTEST_SKIP() << "no d 64 in this build";
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  const ScopedEnv narrow("FASTATTN_CUDA_SM90_D64_TILE", std::string("128"));
+  auto expect_tile = [](const std::string& text, bool narrow_tile) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
+    EXPECT_EQ(r.forward_choice.reason.find("narrow tile") != std::string::npos, narrow_tile)
+        << text << "\n" << r.forward_choice.describe();
+  };
+  for (const char* scheduler : {"grid", "persistent"}) {
+    const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+    for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
+      const std::string t = std::string(" d=64") + dtype;
+      expect_tile("b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=causal", true);
+      expect_tile("b=1 sq=1 sk=1 h=2 hkv=2" + t + " mask=causal", true);
+      expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal", true);
+      expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal", true);
+      expect_tile("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right", true);
+      expect_tile("b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left", true);
+      expect_tile("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left", true);
+      expect_tile("b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right", true);
+      expect_tile("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=causal", true);  // GQA 7:1
+      expect_tile("b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4", true);
+      expect_tile("b=4 sq=1000 sk=1000 h=12 hkv=4" + t + " mask=causal", true);  // 384 query tiles
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none", false);
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal softcap=30", false);
     }
   }
 }

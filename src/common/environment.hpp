@@ -40,8 +40,9 @@ enum class EnvVar {
   cuda_sm90_wg_order,   // FASTATTN_CUDA_SM90_WG_ORDER src/cuda/flash_fwd_sm90/plan.hpp
   cuda_sm90_tma_store,  // FASTATTN_CUDA_SM90_TMA_STORE src/cuda/flash_fwd_sm90/plan.hpp
   cuda_sm90_sections,   // FASTATTN_CUDA_SM90_SECTIONS src/cuda/flash_fwd_sm90/plan.hpp
+  cuda_sm90_d64_tile,   // FASTATTN_CUDA_SM90_D64_TILE src/cuda/flash_fwd_sm90/plan.hpp
 };
-inline constexpr std::size_t kEnvVarCount = 21;
+inline constexpr std::size_t kEnvVarCount = 22;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -385,6 +385,7 @@ void forward(const AttentionProblem& call, const ForwardPlan& plan) {
     sm90.overlap = plan.sm90_overlap;
     sm90.wg_order = plan.sm90_wg_order;
     sm90.block_n = plan.blocks.block_n == kSm90WideBlockN ? kSm90WideBlockN : 0;
+    sm90.block_m = plan.sm90_block_m;
     sm90.scheduler = plan.sm90_scheduler;
     sm90.sections = plan.sm90_sections;
     sm90.tma_store = plan.sm90_tma_store;

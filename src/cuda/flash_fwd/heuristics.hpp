@@ -96,6 +96,7 @@ struct ForwardPlan {
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   Sm90Sections sm90_sections = Sm90Sections::l2_half;        // sm90 persistent plans: the order's sections
   bool sm90_tma_store = false;                               // sm90 plans: O by TMA store where possible
+  int sm90_block_m = 0;  // sm90 plans: 0 the head dim's query tile, kSm90D64NarrowBlockM d = 64's narrow one
   std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   ForwardKernel kernel = ForwardKernel::flash;
   // kernel == kv_cache: the KV-cache kernel's launch plan (kernels resolved, scratch, reason),
@@ -184,15 +185,18 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
   return {};
 }
 
-// block_n: 0 for the head dim's key tile, else the wide one (plan.hpp: sm90_wide_block_n).
-inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n) {
+// block_n: 0 for the head dim's key tile, else the wide one (plan.hpp: sm90_wide_block_n);
+// block_m: 0 for the head dim's query tile, else d = 64's narrow one (sm90_d64_narrow_block_m).
+inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int block_m = 0) {
   ForwardPlan plan;
-  const Sm90ForwardBlocks b = sm90_forward_blocks(s.head_dim, block_n);
+  const Sm90ForwardBlocks b = sm90_forward_blocks(s.head_dim, block_n, block_m);
   plan.path = ForwardPath::sm90;
   plan.path_forced = s.path_forced;
   plan.blocks = {b.block_m, b.block_n, b.threads};
+  plan.sm90_block_m = block_m;
   plan.sm90_stages = b.stages;
-  plan.sm90_overlap = sm90_overlap(s.head_dim);
+  // The narrow d = 64 tile has overlap kernels only (launch.cuh); the variable is still checked.
+  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m) || block_m == kSm90D64NarrowBlockM;
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -222,10 +226,12 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n) {
 inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   // Causal (either alignment) and windows are masks; the wide key tile serves neither.
   const bool masked = s.window_left >= 0 || s.window_right >= 0;
+  const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   const int wide = sm90_wide_block_n(s.head_dim, s.seqlen_k, masked, s.varlen, s.softcap);
-  if (wide == 0) return plan_forward_sm90(s, 0);
-  const ForwardPlan plan = plan_forward_sm90(s, wide);
-  // The dynamic scheduler's kernels have the default tile only.
+  const int narrow = sm90_d64_narrow_block_m(s.head_dim, one_sided, s.varlen, s.softcap);
+  if (wide == 0 && narrow == 0) return plan_forward_sm90(s, 0);
+  const ForwardPlan plan = plan_forward_sm90(s, wide, narrow);
+  // The dynamic scheduler's kernels have the default tiles only.
   return plan.sm90_scheduler == Sm90Scheduler::dynamic ? plan_forward_sm90(s, 0) : plan;
 }
 
@@ -323,6 +329,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
+           (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile, FASTATTN_CUDA_SM90_D64_TILE=128)" : "") +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
            (plan.sm90_tma_store ? ", O by TMA store from shared memory where TMA can describe out" : "") +

@@ -21,22 +21,30 @@
 namespace fastattn::cuda {
 
 // The kernel of one (softcap, overlap, wg_order) choice, padded or varlen.
-// The wide key tile (T::kUnmaskedCallsOnly) has no soft-cap kernels (plan.hpp).
+// The wide key tile (T::kUnmaskedCallsOnly) has no soft-cap kernels (plan.hpp); the d = 64
+// narrow tile (T::kNarrowD64) only the overlap kernels without a soft-cap.
 template <class T, bool kVarlen>
 auto sm90_forward_kernel(bool softcap, bool overlap, bool wg_order) {
-  constexpr bool kCap = !T::kUnmaskedCallsOnly;  // whether soft-cap kernels are compiled
-  auto kernel = softcap ? flash_forward_sm90_kernel<T, kCap, false, kVarlen>
-                        : flash_forward_sm90_kernel<T, false, false, kVarlen>;
-  if constexpr (sm90_overlap_fits(T::kHeadDim)) {  // no spilling overlap kernels compiled otherwise
-    if (overlap && wg_order) {
-      kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen, true>
-                       : flash_forward_sm90_kernel<T, false, true, kVarlen, true>;
-    } else if (overlap) {
-      kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen>
-                       : flash_forward_sm90_kernel<T, false, true, kVarlen>;
+  if constexpr (T::kNarrowD64) {
+    (void)softcap;
+    (void)overlap;
+    return wg_order ? flash_forward_sm90_kernel<T, false, true, kVarlen, true>
+                    : flash_forward_sm90_kernel<T, false, true, kVarlen>;
+  } else {
+    constexpr bool kCap = !T::kUnmaskedCallsOnly;  // whether soft-cap kernels are compiled
+    auto kernel = softcap ? flash_forward_sm90_kernel<T, kCap, false, kVarlen>
+                          : flash_forward_sm90_kernel<T, false, false, kVarlen>;
+    if constexpr (T::kOverlapFits) {  // no spilling overlap kernels compiled otherwise
+      if (overlap && wg_order) {
+        kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen, true>
+                         : flash_forward_sm90_kernel<T, false, true, kVarlen, true>;
+      } else if (overlap) {
+        kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen>
+                         : flash_forward_sm90_kernel<T, false, true, kVarlen>;
+      }
     }
+    return kernel;
   }
-  return kernel;
 }
 
 // Whether a call has tiles to run; a varlen call the plan should have declined throws.
@@ -97,7 +105,7 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
                                            p.o_token_stride, p.o_head_stride},
                                           kBf16, 64, "out");
   }
-  s.overlap = choice.overlap && sm90_overlap_fits(kHeadDim);
+  s.overlap = T::kNarrowD64 || (choice.overlap && T::kOverlapFits);
   s.wg_order = s.overlap && choice.wg_order;
   s.softcap = p.softcap > 0.0f;
   // The L2 size sets the persistent schedule's head sections (tile_scheduler.cuh).
@@ -123,9 +131,14 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
       throw Error(ErrorCode::internal, "cuda forward (sm90): the wide key tile serves no varlen, soft-capped or masked call");
     }
   }
+  if constexpr (T::kNarrowD64) {  // likewise (plan.hpp: sm90_d64_narrow_block_m)
+    if (p.cu_seqlens_q != nullptr || p.softcap > 0.0f) {
+      throw Error(ErrorCode::internal, "cuda forward (sm90): the d64 narrow tile serves no varlen or soft-capped call");
+    }
+  }
   const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
   auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap, s.wg_order);
-  if constexpr (kSm90Varlen && !T::kUnmaskedCallsOnly) {  // switched off: no varlen kernel compiled
+  if constexpr (kSm90Varlen && !T::kUnmaskedCallsOnly && !T::kNarrowD64) {  // switched off: no varlen kernel compiled
     if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap, s.wg_order);
   }
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
@@ -143,6 +156,11 @@ void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cu
   if constexpr (sm90_wide_tile_compiled(kHeadDim)) {
     if (choice.block_n == kSm90WideBlockN) {
       return launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element, kSm90WideBlockN>>(p, choice, stream);
+    }
+  }
+  if constexpr (kHeadDim == 64 && sm90_forward_blocks(64).block_m != kSm90D64NarrowBlockM) {
+    if (choice.block_m == kSm90D64NarrowBlockM) {
+      return launch_forward_sm90<Sm90ForwardTraits<64, Element, 0, kSm90D64NarrowBlockM>>(p, choice, stream);
     }
   }
   launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element>>(p, choice, stream);

@@ -24,7 +24,7 @@ template <class T, bool kVarlen>
 auto sm90_forward_dynamic_kernel(bool softcap, bool overlap) {
   auto kernel = softcap ? flash_forward_sm90_dynamic_kernel<T, true, false, kVarlen>
                         : flash_forward_sm90_dynamic_kernel<T, false, false, kVarlen>;
-  if constexpr (sm90_overlap_fits(T::kHeadDim)) {  // no spilling overlap kernels compiled otherwise
+  if constexpr (T::kOverlapFits) {  // no spilling overlap kernels compiled otherwise
     if (overlap) {
       kernel = softcap ? flash_forward_sm90_dynamic_kernel<T, true, true, kVarlen>
                        : flash_forward_sm90_dynamic_kernel<T, false, true, kVarlen>;

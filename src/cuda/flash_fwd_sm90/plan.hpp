@@ -53,11 +53,15 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 #ifndef FASTATTN_SM90_D128_STAGES
 #define FASTATTN_SM90_D128_STAGES 2
 #endif
-constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block_n = 0) {
+// The d = 64 narrow tile (block_m = kSm90D64NarrowBlockM, sm90_d64_narrow_block_m below): 128 x
+// 128, two consumer warpgroups with the overlap, 4 stages, the shape of cuDNN's d = 64 kernel.
+constexpr int kSm90D64NarrowBlockM = 128;
+constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block_n = 0, int block_m = 0) {
   constexpr int kD64BlockM = FASTATTN_SM90_D64_BLOCK_M;
   static_assert(kD64BlockM == 128 || kD64BlockM == 192, "d = 64: 2 or 3 consumer warpgroups");
   const Sm90ForwardBlocks b =
-      head_dim <= 64    ? Sm90ForwardBlocks{kD64BlockM, 128, FASTATTN_SM90_D64_STAGES, 128 + 2 * kD64BlockM}
+      head_dim <= 64 && block_m == kSm90D64NarrowBlockM ? Sm90ForwardBlocks{kSm90D64NarrowBlockM, 128, 4, 384}
+      : head_dim <= 64  ? Sm90ForwardBlocks{kD64BlockM, 128, FASTATTN_SM90_D64_STAGES, 128 + 2 * kD64BlockM}
       : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, FASTATTN_SM90_D128_STAGES, 384}
                         : Sm90ForwardBlocks{128, 80, 2, 384};
   // A wider key tile keeps two stages: three of 176 keys would not fit the shared memory.
@@ -127,11 +131,28 @@ inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // At d = 256 the overlap spilled too (100 bytes: O alone is 128 registers a thread), so d = 256
 // runs the plain loop.
-constexpr bool sm90_overlap_fits(std::int64_t head_dim) {
-  return sm90_forward_blocks(head_dim).block_m == 128 && head_dim <= 128;
+constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
+  return sm90_forward_blocks(head_dim, 0, block_m).block_m == 128 && head_dim <= 128;
 }
-inline bool sm90_overlap(std::int64_t head_dim) {
-  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim);
+inline bool sm90_overlap(std::int64_t head_dim, int block_m = 0) {
+  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim, block_m);
+}
+
+// The d = 64 narrow tile for causal calls (kSm90D64NarrowBlockM): on the H200 (2026-12-02, tenth
+// session job1, docs/cuda.md) cuDNN's d = 64 shape as the only d = 64 tile ran causal s512 /
+// s1k / s2k 9-14% faster than 192 x 128 and every other row of the sweep 5-33% slower (at d = 64
+// a warpgroup's GEMMs are half as long per softmax, and three warpgroups keep the tensor cores
+// busier). Compiled beside the 192-row tile for padded calls with a one-sided (causal) mask and
+// no soft-cap, overlap kernels only. Forced only (FASTATTN_CUDA_SM90_D64_TILE=128; =192 or unset:
+// the 192-row tile): not yet measured beside the TMA store; the A/B decides a rule (e.g. causal
+// calls of few key tiles). Returns kSm90D64NarrowBlockM where it serves and is asked for, else 0.
+constexpr const char* kSm90D64TileEnv = "FASTATTN_CUDA_SM90_D64_TILE";
+inline int sm90_d64_narrow_block_m(std::int64_t head_dim, bool one_sided_mask, bool varlen, bool softcap) {
+  // Checked for every call (a bad value throws), also those the narrow tile does not serve.
+  const bool asked = env_switch(EnvVar::cuda_sm90_d64_tile, "128", "192", false);
+  const bool serves = head_dim == 64 && one_sided_mask && !varlen && !softcap &&
+                      sm90_forward_blocks(64).block_m != kSm90D64NarrowBlockM;
+  return asked && serves ? kSm90D64NarrowBlockM : 0;
 }
 
 // Which tiles a CTA runs (tile_scheduler.cuh):
@@ -236,6 +257,7 @@ struct Sm90LaunchChoice {
   bool overlap = true;
   bool wg_order = false;  // overlap kernels: the consumer warpgroups issue their GEMMs in turn
   int block_n = 0;        // 0: the head dim's key tile; kSm90WideBlockN: the wide one
+  int block_m = 0;        // 0: the head dim's query tile; kSm90D64NarrowBlockM: d = 64's narrow one
   Sm90Scheduler scheduler = Sm90Scheduler::persistent;
   Sm90Sections sections = Sm90Sections::l2_half;  // persistent, dynamic: the numbering's sections
   bool tma_store = true;  // the epilogue's TMA store where the launcher finds it possible

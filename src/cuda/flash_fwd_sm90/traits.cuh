@@ -20,11 +20,12 @@
 
 namespace fastattn::cuda {
 
-// kBlockN_ (0: the head dim's default) selects the wide key tile (plan.hpp: kSm90WideBlockN).
-template <int kHeadDim_, typename Element_, int kBlockN_ = 0>
+// kBlockN_ (0: the head dim's default) selects the wide key tile (plan.hpp: kSm90WideBlockN),
+// kBlockM_ the d = 64 narrow query tile (kSm90D64NarrowBlockM).
+template <int kHeadDim_, typename Element_, int kBlockN_ = 0, int kBlockM_ = 0>
 struct Sm90ForwardTraits {
   using Element = Element_;
-  static constexpr Sm90ForwardBlocks kBlocks = sm90_forward_blocks(kHeadDim_, kBlockN_);
+  static constexpr Sm90ForwardBlocks kBlocks = sm90_forward_blocks(kHeadDim_, kBlockN_, kBlockM_);
   static constexpr int kHeadDim = kHeadDim_;  // of the tensors
   static constexpr int kHeadDimTile = static_cast<int>(sm90_tile_head_dim(kHeadDim_));  // of the tiles (plan.hpp)
   static constexpr int kBlockM = kBlocks.block_m;
@@ -32,6 +33,10 @@ struct Sm90ForwardTraits {
   // The wide key tile serves calls without a mask only (plan.hpp: sm90_wide_block_n): of a
   // query tile's key tiles only the last (visited first) can be partial.
   static constexpr bool kUnmaskedCallsOnly = kBlockN_ == kSm90WideBlockN;
+  // The d = 64 narrow tile serves padded causal calls without a soft-cap (plan.hpp:
+  // sm90_d64_narrow_block_m), with the overlap: only those kernels are compiled (launch.cuh).
+  static constexpr bool kNarrowD64 = kBlockM_ == kSm90D64NarrowBlockM && kHeadDim_ <= 64;
+  static constexpr bool kOverlapFits = kBlocks.block_m == 128 && kHeadDim_ <= 128;  // plan.hpp: sm90_overlap_fits
   static constexpr int kStages = kBlocks.stages;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
