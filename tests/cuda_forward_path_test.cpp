@@ -293,14 +293,20 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
     EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(d), d), cuda::kSm90SmemLimit) << d;
   }
   const cuda::ForwardShape plain = hopper_shape(32, 16, 512, 512, 128);
-  cuda::ForwardShape causal = plain, window = plain, varlen = plain;
+  cuda::ForwardShape causal = plain, window = plain, varlen = plain, strided_out = plain;
   causal.window_right = 0;
   window.window_left = 64;
   window.window_right = 64;
   varlen.varlen = true;
+  varlen.total_k = 32 * 512;
+  strided_out.out_tma_describes = false;
+  ASSERT_EQ(cuda::plan_forward(varlen).path, ForwardPath::sm90) << cuda::plan_forward(varlen).sm90_declined;
   EXPECT_TRUE(cuda::plan_forward(plain).sm90_tma_store);
   EXPECT_TRUE(cuda::plan_forward(causal).sm90_tma_store);
   EXPECT_FALSE(cuda::plan_forward(varlen).sm90_tma_store);  // a box would write the next sequence's rows
+  EXPECT_FALSE(cuda::plan_forward(strided_out).sm90_tma_store);  // an out TMA cannot describe
+  EXPECT_EQ(cuda::plan_forward(strided_out).path, ForwardPath::sm90);  // still sm90, stores from registers
+  EXPECT_EQ(cuda::plan_forward(varlen).sm90_sections, cuda::Sm90Sections::l2_half);  // empty tiles past short sequences
   EXPECT_FALSE(cuda::plan_forward(hopper_shape(4, 8, 4096, 4096, 256)).sm90_tma_store);
   EXPECT_FALSE(cuda::plan_forward(hopper_shape(2, 16, 8192, 8192, 128)).sm90_tma_store);  // the wide tile
   EXPECT_NE(cuda::describe_plan(cuda::plan_forward(plain)).find("TMA store"), std::string::npos);
@@ -312,6 +318,10 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
       << cuda::describe_plan(cuda::plan_forward(plain));
   EXPECT_NE(cuda::describe_plan(cuda::plan_forward(causal)).find("longest tiles first"), std::string::npos)
       << cuda::describe_plan(cuda::plan_forward(causal));
+  {
+    ScopedEnv dynamic(cuda::kSm90SchedulerEnv, "dynamic");  // its kernels store from registers
+    EXPECT_FALSE(cuda::plan_forward(plain).sm90_tma_store);
+  }
   {
     ScopedEnv off(cuda::kSm90TmaStoreEnv, "0");
     EXPECT_FALSE(cuda::plan_forward(plain).sm90_tma_store);
@@ -339,6 +349,7 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   capped.softcap = true;
   varlen.window_right = 0;
   varlen.varlen = true;
+  varlen.total_k = 32 * 512;
   EXPECT_EQ(cuda::plan_forward(causal).blocks.block_m, 192);  // not by default
   EXPECT_EQ(cuda::plan_forward(causal).sm90_block_m, 0);
   ScopedEnv narrow(cuda::kSm90D64TileEnv, "128");
@@ -348,11 +359,13 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   EXPECT_EQ(p.blocks.threads, 384);
   EXPECT_EQ(p.sm90_block_m, cuda::kSm90D64NarrowBlockM);
   EXPECT_TRUE(p.sm90_overlap);
-  EXPECT_TRUE(p.sm90_wg_order);  // persistent at 2.5 key tiles per query tile: the ordered issue
+  EXPECT_TRUE(p.sm90_wg_order);  // persistent at 2 key tiles per query tile: the ordered issue
   EXPECT_NE(cuda::describe_plan(p).find("narrow tile"), std::string::npos) << cuda::describe_plan(p);
   EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(64, 0, cuda::kSm90D64NarrowBlockM), 64),
             cuda::kSm90SmemLimit);
+  ASSERT_EQ(cuda::plan_forward(varlen).path, ForwardPath::sm90) << cuda::plan_forward(varlen).sm90_declined;
   for (const cuda::ForwardShape& s : {plain, capped, varlen, hopper_shape(32, 16, 512, 512, 128)}) {
+    EXPECT_EQ(cuda::plan_forward(s).path, ForwardPath::sm90);
     EXPECT_EQ(cuda::plan_forward(s).sm90_block_m, 0);
   }
   {

@@ -525,9 +525,10 @@ TEST_F(CudaSm90, WideKeyTileMatchesFloat64) {
 
 // The d = 64 narrow tile (128 x 128, two consumer warpgroups, the overlap; plan.hpp:
 // sm90_d64_narrow_block_m), forced, against float64 on causal calls: both alignments with rows
-// that see no key, a one-sided window, GQA 7:1, seqlen 1 / 17 / 1023 / 4097, large logits, 384
+// that see no key, GQA 7:1, seqlen 17 / 1023 / 4097, large logits, 384
 // query tiles (several per persistent CTA), both dtypes, both schedulers (the ordered issue under
-// persistent); the calls it does not serve (no mask, a soft-cap) keep the 192-row tile.
+// persistent); the calls it does not serve (no mask, a two-sided window, a soft-cap) keep the
+// 192-row tile.
 TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
   if (std::find(dims_.begin(), dims_.end(), 64) == dims_.end()) GTEST_SKIP() << "no d 64 in this build";
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
@@ -544,13 +545,14 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
     for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
       const std::string t = std::string(" d=64") + dtype;
       expect_tile("b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=causal", true);
-      expect_tile("b=1 sq=1 sk=1 h=2 hkv=2" + t + " mask=causal", true);
+      expect_tile("b=1 sq=17 sk=5 h=2 hkv=2" + t + " mask=causal", true);  // rows that see no key
       expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal", true);
       expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal", true);
       expect_tile("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right", true);
       expect_tile("b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left", true);
       expect_tile("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left", true);
-      expect_tile("b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right", true);
+      // A window bounded on both sides (wl=10 wr=0) is not one-sided: the 192-row tile.
+      expect_tile("b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right", false);
       expect_tile("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=causal", true);  // GQA 7:1
       expect_tile("b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4", true);
       expect_tile("b=4 sq=1000 sk=1000 h=12 hkv=4" + t + " mask=causal", true);  // 384 query tiles

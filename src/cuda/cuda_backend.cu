@@ -337,6 +337,7 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.varlen = p.is_varlen();
   s.softcap = p.softcap > 0.0f;
   s.tma_describes = sm90_tma_describes(p);
+  s.out_tma_describes = !p.is_varlen() && sm90_tma_describes(p.out, p.batch, p.seqlen_q, p.num_heads);
   s.query_tokens = call.seqlen_q;
   if (forward_uses_kv_cache_kernel(s.path, s.varlen, s.query_tokens)) s.kv_cache_unfit = kv_cache_forward_decline(call);
   ForwardPlan plan = cuda::plan_forward(s);

@@ -62,6 +62,7 @@ struct ForwardShape {
   bool varlen = false;
   bool softcap = false;
   bool tma_describes = true;  // q, k, v: layouts TMA can load (flash_fwd_sm90/plan.hpp)
+  bool out_tma_describes = true;  // out: a layout TMA can store (the sm90 epilogue's TMA store)
   // The KV-cache route (forward_uses_kv_cache_kernel): the call's seqlen_q before GQA packing,
   // and, when non-empty, why the KV-cache kernel's row tile fits no ring of it in the device's
   // opt-in shared memory per block (kv_cache_heuristics.hpp: kv_smem_decline_reason).
@@ -209,9 +210,12 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, one_sided);
-  plan.sm90_sections = sm90_sections(s.window_left >= 0 || s.window_right >= 0);
-  // The launcher also checks that TMA can describe out (launch.cuh).
-  plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen;
+  // Varlen calls keep the L2-half sections: tiles past a short sequence are empty, so their
+  // tiles are not all as long as another (plan.hpp: Sm90Sections).
+  plan.sm90_sections = sm90_sections(s.window_left >= 0 || s.window_right >= 0 || s.varlen);
+  // The dynamic scheduler's kernels store from registers (epilogue.cuh).
+  plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&
+                        s.out_tma_describes && plan.sm90_scheduler != Sm90Scheduler::dynamic;
   // The variable is checked for every sm90 call, also those without the overlap kernels.
   plan.sm90_wg_order = sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap;
   if (plan.sm90_scheduler == Sm90Scheduler::dynamic) {
@@ -332,7 +336,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile, FASTATTN_CUDA_SM90_D64_TILE=128)" : "") +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
-           (plan.sm90_tma_store ? ", O by TMA store from shared memory where TMA can describe out" : "") +
+           (plan.sm90_tma_store ? ", O by TMA store from shared memory" : "") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent

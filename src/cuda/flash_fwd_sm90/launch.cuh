@@ -61,7 +61,7 @@ inline bool sm90_forward_has_work(const ForwardParams& p) {
 // and the kernel's name for errors.
 struct Sm90ForwardSetup {
   CUtensorMap map_q, map_k, map_v;
-  CUtensorMap map_o;  // tma_store_o only (else unset)
+  CUtensorMap map_o{};  // tma_store_o only (else zeros)
   bool tma_store_o = false;  // the epilogue's TMA store (epilogue.cuh)
   Sm90TileSchedule schedule;
   dim3 grid;
@@ -89,17 +89,9 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   s.map_v = sm90::make_token_tensor_map(
       {p.v, batch, tokens_k, kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
       T::kBlockN, "v");
-  // The TMA store of O: padded calls whose out TMA can describe, on tiles with room for sO
-  // (epilogue.cuh says why varlen calls store directly).
-  const auto out_describable = [&] {
-    auto ok = [](int64_t stride_elems, int64_t extent) {
-      const int64_t bytes = stride_elems * 2;
-      return extent <= 1 || (bytes > 0 && bytes % 16 == 0 && bytes < (int64_t{1} << 40));
-    };
-    return reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 && ok(p.o_token_stride, p.seqlen_q) &&
-           ok(p.o_head_stride, p.num_heads) && ok(p.o_batch_stride, p.batch);
-  };
-  s.tma_store_o = T::kOutputTile && choice.tma_store && !s.varlen && out_describable();
+  // The TMA store of O where the plan chose it (heuristics.hpp: padded calls whose out TMA can
+  // describe) and the tile has room for sO (epilogue.cuh says why varlen calls store directly).
+  s.tma_store_o = T::kOutputTile && choice.tma_store && !s.varlen;
   if (s.tma_store_o) {
     s.map_o = sm90::make_token_tensor_map({p.out, batch, p.seqlen_q, p.num_heads, kHeadDim, p.o_batch_stride,
                                            p.o_token_stride, p.o_head_stride},

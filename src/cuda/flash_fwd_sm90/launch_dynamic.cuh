@@ -41,7 +41,8 @@ void run_forward_sm90_dynamic(const ForwardParams& p, const Sm90LaunchChoice& ch
     throw Error(ErrorCode::internal, "cuda forward (sm90): the dynamic scheduler got no tile counter");
   }
   Sm90LaunchChoice plain = choice;
-  plain.wg_order = false;  // the dynamic kernels issue unordered (the plan never asks otherwise)
+  plain.wg_order = false;   // the dynamic kernels issue unordered (the plan never asks otherwise)
+  plain.tma_store = false;  // and store from registers (epilogue.cuh)
   const Sm90ForwardSetup s = sm90_forward_setup<T>(p, plain);
   if (s.schedule.num_tiles > std::numeric_limits<int>::max()) {  // kernel_dynamic.cuh decodes in 32 bits
     throw Error(ErrorCode::unsupported, "cuda forward (sm90): the dynamic tile scheduler takes at most 2^31 - 1 tiles, got " +

@@ -204,6 +204,7 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 enum class Sm90Sections { l2_half, per_pair, wave };
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
 // masked: a causal mask or a window. FASTATTN_CUDA_SM90_SECTIONS=l2 / pair / wave forces one.
+// (masked: also varlen calls, whose tiles past a short sequence are empty.)
 inline Sm90Sections sm90_sections(bool masked) {
   const char* text = env_value(EnvVar::cuda_sm90_sections);
   if (text == nullptr || *text == '\0') return masked ? Sm90Sections::l2_half : Sm90Sections::per_pair;
@@ -260,7 +261,7 @@ struct Sm90LaunchChoice {
   int block_m = 0;        // 0: the head dim's query tile; kSm90D64NarrowBlockM: d = 64's narrow one
   Sm90Scheduler scheduler = Sm90Scheduler::persistent;
   Sm90Sections sections = Sm90Sections::l2_half;  // persistent, dynamic: the numbering's sections
-  bool tma_store = true;  // the epilogue's TMA store where the launcher finds it possible
+  bool tma_store = false;  // the epilogue's TMA store (the plan checked the tile, the call and out's layout)
   int multiprocessors = 1;  // persistent, dynamic: the grid
   // dynamic: kSm90TileCounterBytes of device scratch for the tile counter (the launcher zeroes
   // it on the call's stream); null otherwise.
