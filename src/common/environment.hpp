@@ -10,8 +10,10 @@
 
 #include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "fastattn/environment.hpp"
 #include "fastattn/error.hpp"
@@ -79,6 +81,24 @@ inline bool env_switch(EnvVar var, const char* on_value, const char* off_value, 
   if (std::string(v) == off_value) return false;
   throw Error(ErrorCode::invalid_argument, std::string(name) + ": expected `" + on_value + "` or `" + off_value +
                                                "`, got `" + v + "`");
+}
+
+// A variable of a few named values (from the process's snapshot): the value whose text it holds,
+// `unset` when unset or empty; anything else is an invalid_argument error naming the variable
+// and listing the texts ("NAME: expected a, b or c, got \"x\"").
+template <class T>
+T env_choice(EnvVar var, std::initializer_list<std::pair<const char*, T>> choices, T unset) {
+  const char* v = env_value(var);
+  if (v == nullptr || *v == '\0') return unset;
+  std::string expected;
+  std::size_t i = 0;
+  for (const auto& [text, value] : choices) {
+    if (std::string(v) == text) return value;
+    expected += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(text);
+    ++i;
+  }
+  throw Error(ErrorCode::invalid_argument,
+              std::string(env_name(var)) + ": expected " + expected + ", got \"" + v + "\"");
 }
 
 }  // namespace fastattn

@@ -1,7 +1,8 @@
 // epilogue.cuh — the sm90 forward's output: O / l as 16-bit values, and lse (natural log; rows
 // that saw no key get O = 0 and lse = -inf).
 //
-// Two ways out (launch.cuh chooses; T::kOutputTile says whether the first is compiled):
+// Two ways out (the plan chooses, heuristics.hpp; T::kOutputTile says whether the first is
+// compiled):
 //   TMA store   each consumer warpgroup writes its 64 rows to its slice of sO in shared memory
 //               (the 128-byte swizzled panels TMA reads), then one thread issues a TMA store of
 //               each panel and the warpgroup goes on to its next tile while the copy runs. The

@@ -130,7 +130,7 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
   }
   const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
   auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap, s.wg_order);
-  if constexpr (kSm90Varlen && !T::kUnmaskedCallsOnly && !T::kNarrowD64) {  // switched off: no varlen kernel compiled
+  if constexpr (T::kVarlenKernels) {  // none compiled for the wide and narrow tiles, nor with kSm90Varlen off
     if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap, s.wg_order);
   }
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),

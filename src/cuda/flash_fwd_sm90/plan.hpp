@@ -115,8 +115,8 @@ inline bool sm90_wg_order(bool persistent) {
 }
 
 // The epilogue's TMA store of O from shared memory (epilogue.cuh), where the tile has room for
-// sO (sm90_output_tile_fits) and the call allows it (padded, an out TMA can describe: the
-// launcher checks). FASTATTN_CUDA_SM90_TMA_STORE=0 keeps the stores from the registers
+// sO (sm90_output_tile_fits) and the call allows it (padded, an out TMA can describe, not the
+// dynamic scheduler: heuristics.hpp checks, the launcher follows). FASTATTN_CUDA_SM90_TMA_STORE=0 keeps the stores from the registers
 // (A/B measurements).
 constexpr const char* kSm90TmaStoreEnv = "FASTATTN_CUDA_SM90_TMA_STORE";
 inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1", "0", true); }
@@ -203,17 +203,14 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 //             only (FASTATTN_CUDA_SM90_SECTIONS=wave): written for the next A/B, not measured.
 enum class Sm90Sections { l2_half, per_pair, wave };
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
-// masked: a causal mask or a window. FASTATTN_CUDA_SM90_SECTIONS=l2 / pair / wave forces one.
-// (masked: also varlen calls, whose tiles past a short sequence are empty.)
-inline Sm90Sections sm90_sections(bool masked) {
-  const char* text = env_value(EnvVar::cuda_sm90_sections);
-  if (text == nullptr || *text == '\0') return masked ? Sm90Sections::l2_half : Sm90Sections::per_pair;
-  const std::string value(text);
-  if (value == "l2") return Sm90Sections::l2_half;
-  if (value == "pair") return Sm90Sections::per_pair;
-  if (value == "wave") return Sm90Sections::wave;
-  throw Error(ErrorCode::invalid_argument,
-              std::string(kSm90SectionsEnv) + ": expected l2, pair or wave, got \"" + value + "\"");
+// uneven_tiles: the call's query tiles can differ in length (a causal mask or a window, or
+// varlen, whose tiles past a short sequence are empty). FASTATTN_CUDA_SM90_SECTIONS=l2 / pair /
+// wave forces one.
+inline Sm90Sections sm90_sections(bool uneven_tiles) {
+  return env_choice<Sm90Sections>(
+      EnvVar::cuda_sm90_sections,
+      {{"l2", Sm90Sections::l2_half}, {"pair", Sm90Sections::per_pair}, {"wave", Sm90Sections::wave}},
+      uneven_tiles ? Sm90Sections::l2_half : Sm90Sections::per_pair);
 }
 inline const char* to_string(Sm90Sections s) {
   return s == Sm90Sections::per_pair ? "per (head, batch)" : s == Sm90Sections::wave ? "one wave, alternating" : "half the L2";
@@ -232,17 +229,14 @@ inline const char* to_string(Sm90Scheduler s) {
 // the overlap kernels run (sm90_overlap); one_sided_mask: a causal mask (a window bounded on one
 // side only).
 inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles, bool overlap, bool one_sided_mask) {
-  const char* text = env_value(EnvVar::cuda_sm90_scheduler);
-  if (text == nullptr || *text == '\0') {
-    return average_key_tiles <= sm90_persistent_max_key_tiles(overlap, one_sided_mask) ? Sm90Scheduler::persistent
-                                                                                        : Sm90Scheduler::grid;
-  }
-  const std::string value(text);
-  if (value == "grid") return Sm90Scheduler::grid;
-  if (value == "persistent") return Sm90Scheduler::persistent;
-  if (value == "dynamic") return Sm90Scheduler::dynamic;
-  throw Error(ErrorCode::invalid_argument,
-              std::string(kSm90SchedulerEnv) + ": expected grid, persistent or dynamic, got \"" + value + "\"");
+  const Sm90Scheduler by_rule = average_key_tiles <= sm90_persistent_max_key_tiles(overlap, one_sided_mask)
+                                    ? Sm90Scheduler::persistent
+                                    : Sm90Scheduler::grid;
+  return env_choice<Sm90Scheduler>(EnvVar::cuda_sm90_scheduler,
+                                   {{"grid", Sm90Scheduler::grid},
+                                    {"persistent", Sm90Scheduler::persistent},
+                                    {"dynamic", Sm90Scheduler::dynamic}},
+                                   by_rule);
 }
 
 // Varlen batches (cu_seqlens_q / cu_seqlens_k, packed [total_tokens, heads, d]) on the sm90

@@ -13,9 +13,9 @@
 //               sections of `section_hb` (head, batch) pairs (plan.hpp: Sm90Sections): those
 //               whose K/V fit half the L2, or one (calls without a mask: a pair's query blocks
 //               are consecutive numbers and run together), or about one wave's worth with the
-//               ranks reversed in every other section (`alternate`, forced only). With the stride, every CTA takes at
-//               most one tile more than another, and the short tiles (first query blocks) come
-//               last in each section: longest first.
+//               ranks reversed in every other section (`alternate`, forced only). With the
+//               stride, every CTA takes at most one tile more than another, and the short tiles
+//               (first query blocks) come last in each section: longest first.
 //   dynamic     persistent's grid and numbering (schedule() sets `persistent`); CTA c takes
 //               tile c first, then the numbers a global counter hands out (kernel_dynamic.cuh),
 //               so the tiles still start longest first per section, and whichever CTA is free

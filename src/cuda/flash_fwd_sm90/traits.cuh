@@ -36,7 +36,9 @@ struct Sm90ForwardTraits {
   // The d = 64 narrow tile serves padded causal calls without a soft-cap (plan.hpp:
   // sm90_d64_narrow_block_m), with the overlap: only those kernels are compiled (launch.cuh).
   static constexpr bool kNarrowD64 = kBlockM_ == kSm90D64NarrowBlockM && kHeadDim_ <= 64;
-  static constexpr bool kOverlapFits = kBlocks.block_m == 128 && kHeadDim_ <= 128;  // plan.hpp: sm90_overlap_fits
+  static constexpr bool kOverlapFits = sm90_overlap_fits(kHeadDim_, kBlockM_);
+  // Neither the wide nor the narrow tile has varlen kernels (launch.cuh).
+  static constexpr bool kVarlenKernels = kSm90Varlen && !kUnmaskedCallsOnly && !kNarrowD64;
   static constexpr int kStages = kBlocks.stages;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
