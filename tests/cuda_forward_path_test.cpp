@@ -162,8 +162,9 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(cuda::plan_forward(causal16k).sm90_scheduler, cuda::Sm90Scheduler::grid);
   EXPECT_EQ(cuda::plan_forward(causal16k).blocks.block_n, 128);  // masked: never the wide tile
   EXPECT_FALSE(cuda::plan_forward(causal16k).sm90_wg_order);
-  // The plain loop (d = 64): persistent up to 64 key tiles without a mask, 4 with a causal one.
-  cuda::ForwardShape causal64 = hopper(8, 32, 2048, 2048, 64), plain64 = causal64;
+  // The plain loop (d = 64's 192-row tile): persistent up to 64 key tiles without a mask, 4 with
+  // a causal one (causal calls of up to 16 key tiles take the narrow tile: Sm90D64NarrowTile).
+  cuda::ForwardShape causal64 = hopper(4, 32, 4096, 4096, 64), plain64 = causal64;
   causal64.window_right = 0;
   EXPECT_EQ(cuda::plan_forward(plain64).sm90_scheduler, cuda::Sm90Scheduler::persistent);
   EXPECT_EQ(cuda::plan_forward(causal64).sm90_scheduler, cuda::Sm90Scheduler::grid);
@@ -340,8 +341,9 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
   expect_error([&] { cuda::plan_forward(causal); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_SECTIONS");
 }
 
-// d = 64's narrow tile (plan.hpp: sm90_d64_narrow_block_m): forced only, for padded causal calls
-// without a soft-cap; 128 x 128 with two consumer warpgroups and the overlap.
+// d = 64's narrow tile (plan.hpp: sm90_d64_narrow_block_m): padded causal calls without a
+// soft-cap of at most 16 key tiles by default, 128 x 128 with two consumer warpgroups and the
+// overlap, in wave sections; FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces one.
 TEST(CudaForwardPath, Sm90D64NarrowTile) {
   cuda::ForwardShape causal = hopper_shape(32, 32, 512, 512, 64), plain = causal, capped = causal, varlen = causal;
   causal.window_right = 0;
@@ -350,9 +352,9 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   varlen.window_right = 0;
   varlen.varlen = true;
   varlen.total_k = 32 * 512;
-  EXPECT_EQ(cuda::plan_forward(causal).blocks.block_m, 192);  // not by default
-  EXPECT_EQ(cuda::plan_forward(causal).sm90_block_m, 0);
-  ScopedEnv narrow(cuda::kSm90D64TileEnv, "128");
+  cuda::ForwardShape s2k = hopper_shape(8, 32, 2048, 2048, 64), s4k = hopper_shape(4, 32, 4096, 4096, 64);
+  s2k.window_right = 0;
+  s4k.window_right = 0;
   const cuda::ForwardPlan p = cuda::plan_forward(causal);
   EXPECT_EQ(p.blocks.block_m, 128);
   EXPECT_EQ(p.blocks.block_n, 128);
@@ -360,9 +362,15 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   EXPECT_EQ(p.sm90_block_m, cuda::kSm90D64NarrowBlockM);
   EXPECT_TRUE(p.sm90_overlap);
   EXPECT_TRUE(p.sm90_wg_order);  // persistent at 2 key tiles per query tile: the ordered issue
+  EXPECT_EQ(p.sm90_sections, cuda::Sm90Sections::wave);
   EXPECT_NE(cuda::describe_plan(p).find("narrow tile"), std::string::npos) << cuda::describe_plan(p);
+  EXPECT_NE(cuda::describe_plan(p).find("sections of one wave"), std::string::npos) << cuda::describe_plan(p);
   EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(64, 0, cuda::kSm90D64NarrowBlockM), 64),
             cuda::kSm90SmemLimit);
+  EXPECT_EQ(cuda::plan_forward(s2k).sm90_block_m, cuda::kSm90D64NarrowBlockM);  // 16 key tiles
+  EXPECT_EQ(cuda::plan_forward(s4k).sm90_block_m, 0);                           // 32: the 192-row tile
+  EXPECT_EQ(cuda::plan_forward(s4k).blocks.block_m, 192);
+  EXPECT_EQ(cuda::plan_forward(s4k).sm90_sections, cuda::Sm90Sections::l2_half);
   ASSERT_EQ(cuda::plan_forward(varlen).path, ForwardPath::sm90) << cuda::plan_forward(varlen).sm90_declined;
   for (const cuda::ForwardShape& s : {plain, capped, varlen, hopper_shape(32, 16, 512, 512, 128)}) {
     EXPECT_EQ(cuda::plan_forward(s).path, ForwardPath::sm90);
@@ -371,6 +379,19 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   {
     ScopedEnv dynamic(cuda::kSm90SchedulerEnv, "dynamic");  // no narrow dynamic kernel
     EXPECT_EQ(cuda::plan_forward(causal).sm90_block_m, 0);
+  }
+  {
+    ScopedEnv wide(cuda::kSm90D64TileEnv, "192");
+    EXPECT_EQ(cuda::plan_forward(causal).sm90_block_m, 0);
+    EXPECT_EQ(cuda::plan_forward(causal).blocks.block_m, 192);
+    EXPECT_EQ(cuda::plan_forward(causal).sm90_sections, cuda::Sm90Sections::l2_half);
+  }
+  {
+    ScopedEnv narrow(cuda::kSm90D64TileEnv, "128");
+    EXPECT_EQ(cuda::plan_forward(s4k).sm90_block_m, cuda::kSm90D64NarrowBlockM);
+    EXPECT_EQ(cuda::plan_forward(plain).sm90_block_m, 0);  // serves causal calls only
+    ScopedEnv sections(cuda::kSm90SectionsEnv, "l2");
+    EXPECT_EQ(cuda::plan_forward(s4k).sm90_sections, cuda::Sm90Sections::l2_half);
   }
   ScopedEnv bad(cuda::kSm90D64TileEnv, "64");
   expect_error([&] { cuda::plan_forward(plain); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_D64_TILE");

@@ -19,7 +19,7 @@
 //     not serve;
 //   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged;
 //   * the epilogue's TMA store of O gives the stores' bits and writes nothing outside the view;
-//   * d = 64's narrow tile (FASTATTN_CUDA_SM90_D64_TILE=128) against float64.
+//   * d = 64's narrow tile (forced by FASTATTN_CUDA_SM90_D64_TILE=128, and by its rule) against float64.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -523,8 +523,8 @@ TEST_F(CudaSm90, WideKeyTileMatchesFloat64) {
   }
 }
 
-// The d = 64 narrow tile (128 x 128, two consumer warpgroups, the overlap; plan.hpp:
-// sm90_d64_narrow_block_m), forced, against float64 on causal calls: both alignments with rows
+// The d = 64 narrow tile (128 x 128, two consumer warpgroups, the overlap, wave sections under
+// persistent; plan.hpp: sm90_d64_narrow_block_m), forced, against float64 on causal calls: both alignments with rows
 // that see no key, GQA 7:1, seqlen 17 / 1023 / 4097, large logits, 384
 // query tiles (several per persistent CTA), both dtypes, both schedulers (the ordered issue under
 // persistent); the calls it does not serve (no mask, a two-sided window, a soft-cap) keep the
@@ -560,6 +560,11 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal softcap=30", false);
     }
   }
+  // Unforced, the rule: causal calls of at most 16 key tiles (seqlen_k <= 2048).
+  const ScopedEnv by_rule("FASTATTN_CUDA_SM90_D64_TILE", std::nullopt);
+  expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1 d=64 dtype=bf16 mask=causal", true);
+  expect_tile("b=1 sq=2048 sk=2048 h=2 hkv=2 d=64 dtype=f16 mask=causal", true);
+  expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1 d=64 dtype=bf16 mask=causal", false);
 }
 
 // Device buffers freed when the scope ends, also on a failed assertion or a throw.

@@ -16,7 +16,7 @@
 # builds beside build/sm90 ("base"), space-separated "name:FLAG,FLAG" of CMAKE_CUDA_FLAGS (e.g.
 # "d64wg2:-DFASTATTN_SM90_D64_BLOCK_M=128"), each in build/sm90-<name> with the same targets;
 # every build then runs every variant (rows tagged sm90-<build>.<variant>-rK), and the tests and
-# sanitizers run on TEST_BUILD (default: the last build). $OUT: summary.txt, build.log,
+# sanitizers run on TEST_BUILD (default: the last build; "base": build/sm90). $OUT: summary.txt, build.log,
 # sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, probe.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -53,6 +53,7 @@ for bv in ${BUILD_VARIANTS:-}; do
   [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && builds+=" $bname:$bdir"
 done
 [ -n "${TEST_BUILD:-}" ] && build=$root/build/sm90-$TEST_BUILD
+[ "${TEST_BUILD:-}" = base ] && build=$root/build/sm90
 [ -z "${TEST_BUILD:-}" ] && build=${builds##*:}
 
 # The settings of one variant as `env` arguments.

@@ -212,7 +212,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, one_sided);
   // Varlen calls keep the L2-half sections: tiles past a short sequence are empty, so their
   // tiles are not all as long as another (plan.hpp: Sm90Sections).
-  plan.sm90_sections = sm90_sections(s.window_left >= 0 || s.window_right >= 0 || s.varlen);
+  plan.sm90_sections =
+      sm90_sections(s.window_left >= 0 || s.window_right >= 0 || s.varlen, block_m == kSm90D64NarrowBlockM);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&
                         s.out_tma_describes && plan.sm90_scheduler != Sm90Scheduler::dynamic;
@@ -232,7 +233,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   const bool masked = s.window_left >= 0 || s.window_right >= 0;
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   const int wide = sm90_wide_block_n(s.head_dim, s.seqlen_k, masked, s.varlen, s.softcap);
-  const int narrow = sm90_d64_narrow_block_m(s.head_dim, one_sided, s.varlen, s.softcap);
+  const int narrow = sm90_d64_narrow_block_m(s.head_dim, s.seqlen_k, one_sided, s.varlen, s.softcap);
   if (wide == 0 && narrow == 0) return plan_forward_sm90(s, 0);
   const ForwardPlan plan = plan_forward_sm90(s, wide, narrow);
   // The dynamic scheduler's kernels have the default tiles only.
@@ -333,7 +334,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
-           (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile, FASTATTN_CUDA_SM90_D64_TILE=128)" : "") +
+           (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile: causal, at most 16 key tiles)" : "") +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
            (plan.sm90_tma_store ? ", O by TMA store from shared memory" : "") +
@@ -343,7 +344,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), " +
                       (plan.sm90_sections == Sm90Sections::per_pair ? "a (head, batch) pair's query blocks together"
                        : plan.sm90_sections == Sm90Sections::wave
-                           ? "sections of one wave, long and short tiles in turn (FASTATTN_CUDA_SM90_SECTIONS=wave)"
+                           ? "sections of one wave, long and short tiles in turn"
                            : "longest tiles first")
             : plan.sm90_scheduler == Sm90Scheduler::dynamic
                 ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) +

@@ -138,21 +138,27 @@ inline bool sm90_overlap(std::int64_t head_dim, int block_m = 0) {
   return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim, block_m);
 }
 
-// The d = 64 narrow tile for causal calls (kSm90D64NarrowBlockM): on the H200 (2026-12-02, tenth
-// session job1, docs/cuda.md) cuDNN's d = 64 shape as the only d = 64 tile ran causal s512 /
-// s1k / s2k 9-14% faster than 192 x 128 and every other row of the sweep 5-33% slower (at d = 64
-// a warpgroup's GEMMs are half as long per softmax, and three warpgroups keep the tensor cores
-// busier). Compiled beside the 192-row tile for padded calls with a one-sided (causal) mask and
-// no soft-cap, overlap kernels only. Forced only (FASTATTN_CUDA_SM90_D64_TILE=128; =192 or unset:
-// the 192-row tile): not yet measured beside the TMA store; the A/B decides a rule (e.g. causal
-// calls of few key tiles). Returns kSm90D64NarrowBlockM where it serves and is asked for, else 0.
+// The d = 64 narrow tile for causal calls (kSm90D64NarrowBlockM), compiled beside the 192-row
+// tile for padded calls with a one-sided (causal) mask and no soft-cap (overlap kernels only).
+// Default: the calls of at most kSm90D64NarrowMaxKeyTiles key tiles (seqlen_k <= 2048). Measured
+// on the H200 (2026-12-04, eleventh session, docs/cuda.md "d64 narrow tile and wave sections",
+// two rounds beside cuDNN in one job): causal s512 0.704x -> 0.751x cuDNN, s1k 0.722x -> 0.785x,
+// s2k 0.801x -> 0.839x, but s4k 0.888x -> 0.853x, s8k 0.995x -> 0.862x, s16k 1.051x -> 0.905x:
+// at d = 64 a warpgroup's GEMMs are half as long per softmax, and from 32 key tiles on three
+// warpgroups keep the tensor cores busier than two; on short rows the 128-row tile divides the
+// sequence (192 does not: s512 is 3 tiles of which the last is two-thirds full) and puts one
+// masked key tile per query tile instead of two. FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces
+// one (128 only where the narrow tile serves). Returns kSm90D64NarrowBlockM or 0.
 constexpr const char* kSm90D64TileEnv = "FASTATTN_CUDA_SM90_D64_TILE";
-inline int sm90_d64_narrow_block_m(std::int64_t head_dim, bool one_sided_mask, bool varlen, bool softcap) {
+constexpr std::int64_t kSm90D64NarrowMaxKeyTiles = 16;
+inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k, bool one_sided_mask, bool varlen,
+                                   bool softcap) {
   // Checked for every call (a bad value throws), also those the narrow tile does not serve.
-  const bool asked = env_switch(EnvVar::cuda_sm90_d64_tile, "128", "192", false);
+  const int forced = env_choice<int>(EnvVar::cuda_sm90_d64_tile, {{"128", 128}, {"192", 192}}, 0);
   const bool serves = head_dim == 64 && one_sided_mask && !varlen && !softcap &&
                       sm90_forward_blocks(64).block_m != kSm90D64NarrowBlockM;
-  return asked && serves ? kSm90D64NarrowBlockM : 0;
+  const bool by_rule = (seqlen_k + kSm90D64NarrowBlockM - 1) / kSm90D64NarrowBlockM <= kSm90D64NarrowMaxKeyTiles;
+  return serves && (forced == 128 || (forced == 0 && by_rule)) ? kSm90D64NarrowBlockM : 0;
 }
 
 // Which tiles a CTA runs (tile_scheduler.cuh):
@@ -199,18 +205,25 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 //             20-30% slower on causal rows up to s4k, docs/cuda.md).
 //   wave      sections of about one wave of tiles (ceil(grid / query blocks) pairs), the
 //             ranks reversed in every other section, so a CTA's tiles alternate long and short
-//             under a causal mask while a pair's query blocks still run close together. Forced
-//             only (FASTATTN_CUDA_SM90_SECTIONS=wave): written for the next A/B, not measured.
+//             under a causal mask while a pair's query blocks still run close together.
+// Default: per_pair without a mask, wave for the d = 64 narrow tile's (causal) calls, l2_half
+// for the other masked calls and for varlen. Measured on the H200 (2026-12-04, eleventh
+// session, two rounds): wave on the narrow tile, causal d64 s1k 0.785x -> 0.806x cuDNN, s2k
+// 0.839x -> 0.858x, s512 0.751x -> 0.746x; on the default tiles it was mixed (d128 causal s4k
+// 0.992x -> 1.023x, s8k 1.014x -> 1.028x, but s512 0.944x -> 0.900x, s1k 0.970x -> 0.945x, GQA
+// 32/8 s4k 1.006x -> 0.988x), so they keep l2_half.
 enum class Sm90Sections { l2_half, per_pair, wave };
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
 // uneven_tiles: the call's query tiles can differ in length (a causal mask or a window, or
-// varlen, whose tiles past a short sequence are empty). FASTATTN_CUDA_SM90_SECTIONS=l2 / pair /
-// wave forces one.
-inline Sm90Sections sm90_sections(bool uneven_tiles) {
+// varlen, whose tiles past a short sequence are empty); narrow_d64: the call runs d = 64's
+// narrow tile (always causal). FASTATTN_CUDA_SM90_SECTIONS=l2 / pair / wave forces one.
+inline Sm90Sections sm90_sections(bool uneven_tiles, bool narrow_d64) {
+  const Sm90Sections by_rule = narrow_d64     ? Sm90Sections::wave
+                               : uneven_tiles ? Sm90Sections::l2_half
+                                              : Sm90Sections::per_pair;
   return env_choice<Sm90Sections>(
       EnvVar::cuda_sm90_sections,
-      {{"l2", Sm90Sections::l2_half}, {"pair", Sm90Sections::per_pair}, {"wave", Sm90Sections::wave}},
-      uneven_tiles ? Sm90Sections::l2_half : Sm90Sections::per_pair);
+      {{"l2", Sm90Sections::l2_half}, {"pair", Sm90Sections::per_pair}, {"wave", Sm90Sections::wave}}, by_rule);
 }
 inline const char* to_string(Sm90Sections s) {
   return s == Sm90Sections::per_pair ? "per (head, batch)" : s == Sm90Sections::wave ? "one wave, alternating" : "half the L2";
