@@ -135,16 +135,20 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
   EXPECT_FALSE(cuda::sm90_overlap_fits(256));  // it spilled (plan.hpp)
-  // The scheduler (plan.hpp: sm90_persistent_max_key_tiles): persistent up to 32 key tiles per
-  // query tile on average for the overlap kernels, 64 for the plain loop without a mask, 4 with a
-  // causal one; grid above, unless FASTATTN_CUDA_SM90_SCHEDULER says (grid, persistent or
-  // dynamic); a bad value names the variable. d = 128 at 8k keys takes the wide key tile: 47
-  // tiles of 176.
+  // The scheduler (plan.hpp: sm90_persistent_max_key_tiles): the overlap kernels persistent at
+  // every length without a mask and up to 32 key tiles per query tile on average with one; the
+  // plain loop up to 64 without a mask, 4 with a causal one; grid above, unless
+  // FASTATTN_CUDA_SM90_SCHEDULER says (grid, persistent or dynamic); a bad value names the
+  // variable. d = 128 at 8k keys takes the wide key tile: 47 tiles of 176.
   EXPECT_EQ(plan.blocks.block_n, cuda::kSm90WideBlockN);
   EXPECT_EQ(plan.sm90_key_tiles, 47);
-  EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::grid);
-  EXPECT_FALSE(plan.sm90_wg_order);
-  EXPECT_NE(cuda::describe_plan(plan).find("one CTA per tile"), std::string::npos) << cuda::describe_plan(plan);
+  EXPECT_EQ(plan.sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  EXPECT_TRUE(plan.sm90_wg_order);
+  EXPECT_EQ(plan.sm90_sections, cuda::Sm90Sections::per_pair);
+  EXPECT_NE(cuda::describe_plan(plan).find("persistent CTAs"), std::string::npos) << cuda::describe_plan(plan);
+  EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 32768, 32768, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
+  EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
+            cuda::Sm90Scheduler::grid);  // the plain loop: 205 key tiles of 80
   EXPECT_NE(cuda::describe_plan(plan).find("128x176 tiles"), std::string::npos) << cuda::describe_plan(plan);
   cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;
   causal2k.window_right = 0;

@@ -209,7 +209,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   // A mask bounded on one side only (causal) shows a query tile half the keys on average.
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
-  plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, one_sided);
+  plan.sm90_scheduler =
+      sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, s.window_left >= 0 || s.window_right >= 0, one_sided);
   // Varlen calls keep the L2-half sections: tiles past a short sequence are empty, so their
   // tiles are not all as long as another (plan.hpp: Sm90Sections).
   plan.sm90_sections =
@@ -218,7 +219,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&
                         s.out_tma_describes && plan.sm90_scheduler != Sm90Scheduler::dynamic;
   // The variable is checked for every sm90 call, also those without the overlap kernels.
-  plan.sm90_wg_order = sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap;
+  plan.sm90_wg_order =
+      sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap && b.block_m == 128;
   if (plan.sm90_scheduler == Sm90Scheduler::dynamic) {
     plan.workspace_bytes = kSm90TileCounterBytes;  // its tile counter, zeroed per launch
     plan.sm90_wg_order = false;                    // no ordered dynamic kernel is compiled

@@ -48,6 +48,12 @@ struct Sm90ConsumerState {
 template <class T>
 __device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_t sQ, uint32_t sK, int wg) {
   using E = typename T::Element;
+  if constexpr (T::kConsumerWarpgroups == 3) {
+    // Three consumer warpgroups have 160 registers a thread: through an opaque move, Q's
+    // descriptors are rebuilt per key tile (a few uniform-datapath ops) instead of being hoisted
+    // out of the loop, where the overlap loop spilled them (4 x 64 bits, LDL.64 every tile).
+    asm volatile("mov.b32 %0, %0;\n" : "+r"(sQ));
+  }
 #pragma unroll
   for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
     const int panel = kk / 4, chunk = kk % 4;  // 4 k16 steps per 128-byte row

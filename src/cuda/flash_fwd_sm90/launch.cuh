@@ -31,14 +31,20 @@ auto sm90_forward_kernel(bool softcap, bool overlap, bool wg_order) {
     return wg_order ? flash_forward_sm90_kernel<T, false, true, kVarlen, true>
                     : flash_forward_sm90_kernel<T, false, true, kVarlen>;
   } else {
+    (void)wg_order;  // three consumer warpgroups have no ordered kernel
     constexpr bool kCap = !T::kUnmaskedCallsOnly;  // whether soft-cap kernels are compiled
     auto kernel = softcap ? flash_forward_sm90_kernel<T, kCap, false, kVarlen>
                           : flash_forward_sm90_kernel<T, false, false, kVarlen>;
     if constexpr (T::kOverlapFits) {  // no spilling overlap kernels compiled otherwise
-      if (overlap && wg_order) {
-        kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen, true>
-                         : flash_forward_sm90_kernel<T, false, true, kVarlen, true>;
-      } else if (overlap) {
+      bool ordered = false;
+      if constexpr (T::kConsumerWarpgroups == 2) {  // the ordered issue is between two warpgroups
+        ordered = overlap && wg_order;
+        if (ordered) {
+          kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen, true>
+                           : flash_forward_sm90_kernel<T, false, true, kVarlen, true>;
+        }
+      }
+      if (overlap && !ordered) {
         kernel = softcap ? flash_forward_sm90_kernel<T, kCap, true, kVarlen>
                          : flash_forward_sm90_kernel<T, false, true, kVarlen>;
       }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "common/environment.hpp"
@@ -131,8 +132,14 @@ inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // At d = 256 the overlap spilled too (100 bytes: O alone is 128 registers a thread), so d = 256
 // runs the plain loop.
+// A/B builds may set FASTATTN_SM90_D64_OVERLAP=1 to compile the overlap loop for d = 64's
+// 192-row tile too (three consumer warpgroups at 160 registers; FA3's d = 64 shape and loop).
+#ifndef FASTATTN_SM90_D64_OVERLAP
+#define FASTATTN_SM90_D64_OVERLAP 0
+#endif
 constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
-  return sm90_forward_blocks(head_dim, 0, block_m).block_m == 128 && head_dim <= 128;
+  const int m = sm90_forward_blocks(head_dim, 0, block_m).block_m;
+  return head_dim <= 128 && (m == 128 || (FASTATTN_SM90_D64_OVERLAP && head_dim <= 64 && m == 192));
 }
 inline bool sm90_overlap(std::int64_t head_dim, int block_m = 0) {
   return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim, block_m);
@@ -181,11 +188,14 @@ inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k,
 // Default (measured on the H200, 2026-12-02, docs/cuda.md "Scheduler, order and key tile", one
 // job, every combination of scheduler, ordered issue and key tile beside cuDNN): persistent when a
 // query tile visits at most sm90_persistent_max_key_tiles() key tiles on average, grid otherwise.
-//   overlap kernels (d = 96, 128), which issue in order under persistent (sm90_wg_order): up to
-//     32 (persistent and ordered was 1-12% faster than grid up to there: d128 s4k non-causal
-//     0.947x cuDNN against 0.944x, GQA 32/8 s4k causal 0.980x against 0.913x, s8k causal 0.998x
-//     against 0.992x; grid from 64: s16k causal b1 1.060x against 0.884x, s16k 1.010x against
-//     1.001x);
+//   overlap kernels (d = 96, 128), which issue in order under persistent (sm90_wg_order), under
+//     a mask: up to 32 (persistent and ordered was 1-12% faster than grid up to there: GQA 32/8
+//     s4k causal 0.980x against 0.913x, s8k causal 0.998x against 0.992x; grid from 64: s16k
+//     causal b1 1.060x against 0.884x);
+//   overlap kernels without a mask: at every length. With the per-pair sections and the TMA
+//     store (tenth session) persistent beat grid on the long rows too (2026-12-04, eleventh
+//     session job2, two rounds each: d128 s8k 1.010x cuDNN against 0.990x, s16k 1.025x / 1.028x
+//     against 1.004x / 1.020x, s32k 1.044x / 1.047x against 1.042x / 1.048x);
 //   plain-loop kernels (d = 64, 256) with no mask or a two-sided window: up to 64 (d64 s2k
 //     1.007x against 0.944x, s8k 1.107x against 1.087x; s16k (128 tiles) grid 1.164x, 1.157x);
 //   plain-loop kernels under a one-sided (causal) mask: up to 4 (d64 s1k causal 0.708x against
@@ -229,8 +239,10 @@ inline const char* to_string(Sm90Sections s) {
   return s == Sm90Sections::per_pair ? "per (head, batch)" : s == Sm90Sections::wave ? "one wave, alternating" : "half the L2";
 }
 constexpr const char* kSm90SchedulerEnv = "FASTATTN_CUDA_SM90_SCHEDULER";
-constexpr std::int64_t sm90_persistent_max_key_tiles(bool overlap, bool one_sided_mask) {
-  return overlap ? 32 : one_sided_mask ? 4 : 64;
+// masked: a causal mask or a window (either side); one_sided_mask: a causal mask (a window
+// bounded on one side only).
+constexpr std::int64_t sm90_persistent_max_key_tiles(bool overlap, bool masked, bool one_sided_mask) {
+  return overlap ? (masked ? 32 : std::numeric_limits<std::int64_t>::max()) : one_sided_mask ? 4 : 64;
 }
 // The dynamic scheduler's scratch: one 64-bit tile counter, in a 256-byte aligned block (the
 // workspace layout's alignment, scratch_align.hpp).
@@ -239,10 +251,9 @@ inline const char* to_string(Sm90Scheduler s) {
   return s == Sm90Scheduler::grid ? "grid" : s == Sm90Scheduler::persistent ? "persistent" : "dynamic";
 }
 // average_key_tiles: key tiles one query tile visits, on average over the query tiles; overlap:
-// the overlap kernels run (sm90_overlap); one_sided_mask: a causal mask (a window bounded on one
-// side only).
-inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles, bool overlap, bool one_sided_mask) {
-  const Sm90Scheduler by_rule = average_key_tiles <= sm90_persistent_max_key_tiles(overlap, one_sided_mask)
+// the overlap kernels run (sm90_overlap); masked, one_sided_mask: as above.
+inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles, bool overlap, bool masked, bool one_sided_mask) {
+  const Sm90Scheduler by_rule = average_key_tiles <= sm90_persistent_max_key_tiles(overlap, masked, one_sided_mask)
                                     ? Sm90Scheduler::persistent
                                     : Sm90Scheduler::grid;
   return env_choice<Sm90Scheduler>(EnvVar::cuda_sm90_scheduler,
