@@ -52,9 +52,11 @@ for bv in ${BUILD_VARIANTS:-}; do
   grep -E "ptxas (warning|error)|C75(08|10|17|19)|spill" "$out/build-$bname.log" | grep -v " 0 bytes spill" | head -5
   [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && builds+=" $bname:$bdir"
 done
-[ -n "${TEST_BUILD:-}" ] && build=$root/build/sm90-$TEST_BUILD
-[ "${TEST_BUILD:-}" = base ] && build=$root/build/sm90
-[ -z "${TEST_BUILD:-}" ] && build=${builds##*:}
+case ${TEST_BUILD:-} in
+  "") build=${builds##*:} ;;
+  base) build=$root/build/sm90 ;;
+  *) build=$root/build/sm90-$TEST_BUILD ;;
+esac
 
 # The settings of one variant as `env` arguments.
 settings() { local spec=${1#*:}; [ -n "$spec" ] && tr ',' ' ' <<< "$spec"; }

@@ -207,20 +207,21 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   if (s.window_left >= 0 && s.window_right >= 0) keys = std::min(keys, s.window_left + s.window_right + b.block_m);
   plan.n_blocks = (keys + b.block_n - 1) / b.block_n;
   // A mask bounded on one side only (causal) shows a query tile half the keys on average.
+  const bool masked = s.window_left >= 0 || s.window_right >= 0;
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
-  plan.sm90_scheduler =
-      sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, s.window_left >= 0 || s.window_right >= 0, one_sided);
+  plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, masked, one_sided);
   // Varlen calls keep the L2-half sections: tiles past a short sequence are empty, so their
   // tiles are not all as long as another (plan.hpp: Sm90Sections).
-  plan.sm90_sections =
-      sm90_sections(s.window_left >= 0 || s.window_right >= 0 || s.varlen, block_m == kSm90D64NarrowBlockM);
+  plan.sm90_sections = sm90_sections(masked || s.varlen, block_m == kSm90D64NarrowBlockM);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&
                         s.out_tma_describes && plan.sm90_scheduler != Sm90Scheduler::dynamic;
   // The variable is checked for every sm90 call, also those without the overlap kernels.
-  plan.sm90_wg_order =
-      sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap && b.block_m == 128;
+  // The ordered issue is between two consumer warpgroups (launch.cuh compiles it for those only).
+  const bool two_consumer_warpgroups = b.block_m == 128;
+  plan.sm90_wg_order = sm90_wg_order(plan.sm90_scheduler == Sm90Scheduler::persistent) && plan.sm90_overlap &&
+                       two_consumer_warpgroups;
   if (plan.sm90_scheduler == Sm90Scheduler::dynamic) {
     plan.workspace_bytes = kSm90TileCounterBytes;  // its tile counter, zeroed per launch
     plan.sm90_wg_order = false;                    // no ordered dynamic kernel is compiled
@@ -336,7 +337,7 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
            std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
-           (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile: causal, at most 16 key tiles)" : "") +
+           (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile, for causal calls)" : "") +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
            (plan.sm90_tma_store ? ", O by TMA store from shared memory" : "") +

@@ -164,7 +164,8 @@ inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k,
   const int forced = env_choice<int>(EnvVar::cuda_sm90_d64_tile, {{"128", 128}, {"192", 192}}, 0);
   const bool serves = head_dim == 64 && one_sided_mask && !varlen && !softcap &&
                       sm90_forward_blocks(64).block_m != kSm90D64NarrowBlockM;
-  const bool by_rule = (seqlen_k + kSm90D64NarrowBlockM - 1) / kSm90D64NarrowBlockM <= kSm90D64NarrowMaxKeyTiles;
+  const int block_n = sm90_forward_blocks(64, 0, kSm90D64NarrowBlockM).block_n;
+  const bool by_rule = (seqlen_k + block_n - 1) / block_n <= kSm90D64NarrowMaxKeyTiles;
   return serves && (forced == 128 || (forced == 0 && by_rule)) ? kSm90D64NarrowBlockM : 0;
 }
 
