@@ -134,28 +134,78 @@ TEST(CudaSm90BackwardLayout, DsStmatrixRowsHoldTheFragmentsConflictFree) {
   for (int c : seen) EXPECT_EQ(c, 1);
 }
 
-// dq_writer.cuh's sdQ staging: float2 stores; per half-warp (one 128-byte wavefront) the 16
-// lanes cover 32 distinct banks; the rows are 16-byte aligned for the bulk copies.
-TEST(CudaSm90BackwardLayout, DqStagingStoresAreConflictFree) {
-  for (int d : {64, 128}) {
-    const int row_bytes = cuda::sm90_backward_dq_row_bytes(d), dq_n = d / 2;
-    EXPECT_EQ(row_bytes % 16, 0);
+// The bulk dQ tile (layout.hpp: dq_tile_index): a bijection of a warpgroup's (64 x n) tile onto
+// 128 x n / 2 floats, which dq_tile_row / dq_tile_col invert; each warp's float4 stores of one
+// n8 slice cover 512 contiguous bytes (no bank conflict); the tile's bytes are
+// plan.hpp's sm90_backward_dq_tile_bytes. The convert kernel's float2 scatter into its padded
+// row-major shared tile (dq_convert.cuh: rows of kSmemCols + 8 floats) hits 32 distinct banks
+// per half-warp.
+TEST(CudaSm90BackwardLayout, DqTileOrderIsABijectionWithConflictFreeStores) {
+  for (int d : {64, 96, 128}) {
+    const int cols = static_cast<int>(cuda::sm90_backward_smem_columns(d)), dq_n = cols / 2;
+    EXPECT_EQ(cuda::sm90_backward_dq_tile_bytes(d), 64 * dq_n * 4) << "d " << d;
+    std::vector<int> seen(64 * dq_n, 0);
+    for (int t = 0; t < 128; ++t)
+      for (int nt = 0; nt < dq_n / 8; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int index = L::dq_tile_index(t, nt, e);
+          ASSERT_GE(index, 0);
+          ASSERT_LT(index, 64 * dq_n);
+          EXPECT_EQ(L::dq_tile_row(index), L::acc_row(t, e));
+          EXPECT_EQ(L::dq_tile_col(index), L::acc_col(t, nt, e));
+          ++seen[L::acc_row(t, e) * dq_n + L::acc_col(t, nt, e)];
+        }
+    for (int c : seen) EXPECT_EQ(c, 1) << "d " << d;
+    for (int w = 0; w < 4; ++w)
+      for (int nt = 0; nt < dq_n / 8; ++nt) {
+        const int first = L::dq_tile_index(32 * w, nt, 0);
+        EXPECT_EQ(first % 128, 0);  // a 512-byte aligned run: four whole wavefronts
+        for (int lane = 0; lane < 32; ++lane) EXPECT_EQ(L::dq_tile_index(32 * w + lane, nt, 0), first + 4 * lane);
+      }
+    const int row_floats = cols + 8;
     for (int wg = 0; wg < 2; ++wg)
       for (int w = 0; w < 4; ++w)
         for (int nt = 0; nt < dq_n / 8; ++nt)
           for (int half = 0; half < 2; ++half)
             for (int half_warp = 0; half_warp < 2; ++half_warp) {
-              std::set<std::uint32_t> banks;
+              std::set<int> banks;
               for (int lane = 16 * half_warp; lane < 16 * half_warp + 16; ++lane) {
                 const int t = 32 * w + lane;
-                const std::uint32_t off =
-                    L::dq_stage_offset(row_bytes, L::acc_row(t, 2 * half), dq_n * wg + L::acc_col(t, nt, 0));
-                EXPECT_EQ(off % 8, 0u);
-                banks.insert(off / 4 % 32);
-                banks.insert(off / 4 % 32 + 1);
+                const int at = (L::acc_row(t, 0) + 8 * half) * row_floats + dq_n * wg + L::acc_col(t, nt, 0);
+                EXPECT_EQ(at % 2, 0);
+                banks.insert(at % 32);
+                banks.insert((at + 1) % 32);
               }
               EXPECT_EQ(banks.size(), 32u) << "d " << d << " wg " << wg << " nt " << nt;
             }
+  }
+}
+
+// Where a sequence's dQ tiles start (layout.hpp: dq_first_tile_row): padded batches one block
+// of whole query blocks per sequence; varlen q_start / 64 + b, which over random lengths (empty
+// ones too) never lets a sequence's tiles reach the next one's and stays under dq_tile_rows.
+TEST(CudaSm90BackwardLayout, DqTileRowsOfSequencesDoNotOverlap) {
+  EXPECT_EQ(L::dq_first_tile_row(false, 3, 0, 1000, 64), 3 * 16);
+  EXPECT_EQ(L::dq_tile_rows(false, 4, 4000, 1000, 64), 4 * 16);
+  std::mt19937 rng(20261204);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int batch = 1 + static_cast<int>(rng() % 9);
+    std::vector<std::int64_t> lens(batch), starts(batch + 1, 0);
+    for (int b = 0; b < batch; ++b) {
+      const int kind = static_cast<int>(rng() % 4);
+      lens[b] = kind == 0 ? 0 : kind == 1 ? static_cast<std::int64_t>(rng() % 4) * 64 : static_cast<std::int64_t>(rng() % 700);
+      starts[b + 1] = starts[b] + lens[b];
+    }
+    const std::int64_t total = starts[batch];
+    const std::int64_t rows = L::dq_tile_rows(true, batch, total, 0, 64);
+    std::int64_t next_free = 0;
+    for (int b = 0; b < batch; ++b) {
+      const std::int64_t first = L::dq_first_tile_row(true, b, starts[b], 0, 64);
+      const std::int64_t blocks = (lens[b] + 63) / 64;
+      EXPECT_GE(first, next_free) << "trial " << trial << " b " << b;
+      EXPECT_LE(first + blocks, rows) << "trial " << trial << " b " << b;
+      next_free = first + blocks;
+    }
   }
 }
 
@@ -411,7 +461,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
 }
 
 // d = 256's tile (plan.hpp): 64 keys, the MMA warpgroups split dK/dV's columns, no bulk dQ
-// staging tile (so bulk requests plan atomic dQ, and the reason says why), shared memory under
+// tile (so bulk requests plan atomic dQ, and the reason says why), shared memory under
 // the opt-in limit; d = 64 / 128 keep the key split and bulk dQ.
 TEST(CudaSm90BackwardPlan, HeadDim256Tile) {
   const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(256);
@@ -437,7 +487,7 @@ TEST(CudaSm90BackwardPlan, HeadDim256Tile) {
 }
 
 // d = 96 (plan.hpp): d = 128's tile on columns padded to whole 64-column panels, bulk dQ kept,
-// shared memory (and the bulk staging rows) as at d = 128.
+// shared memory (and the bulk dQ tiles) as at d = 128.
 TEST(CudaSm90BackwardPlan, HeadDim96PaddedTile) {
   EXPECT_EQ(cuda::sm90_backward_smem_columns(96), 128);
   EXPECT_EQ(cuda::sm90_backward_smem_columns(64), 64);
@@ -447,12 +497,40 @@ TEST(CudaSm90BackwardPlan, HeadDim96PaddedTile) {
   EXPECT_EQ(b.split, cuda::Sm90BwdWarpgroupSplit::keys);
   EXPECT_TRUE(cuda::sm90_backward_bulk_dq_fits(96));
   EXPECT_EQ(cuda::sm90_backward_smem_bytes(b, 96), cuda::sm90_backward_smem_bytes(cuda::sm90_backward_blocks(128), 128));
-  EXPECT_EQ(cuda::sm90_backward_dq_row_bytes(96), cuda::sm90_backward_dq_row_bytes(128));
+  EXPECT_EQ(cuda::sm90_backward_dq_tile_bytes(96), cuda::sm90_backward_dq_tile_bytes(128));
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
   const cuda::BackwardPlan plan = cuda::plan_backward_sm90(96, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
   EXPECT_EQ(plan.sm90_dq, 1);
   EXPECT_EQ(plan.sm90_warpgroup_split, 0);
   EXPECT_GE(plan.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * 96 * 4));
+}
+
+// The tile-ordered dQ accumulator (plan.hpp; bulk and atomic_tiles): room for every tile row of
+// the call ([tile row][heads][two warpgroup tiles]), padded and varlen; atomic dQ keeps
+// [total_q][heads][head_dim]; d = 256 has atomic_tiles but not bulk (no shared memory).
+TEST(CudaSm90BackwardPlan, TiledDqAccumulatorHoldsEveryTile) {
+  for (const char* mode : {"atomic_tiles", "bulk"}) {
+    const ScopedEnv dq("FASTATTN_CUDA_SM90_BWD_DQ", std::string(mode));
+    const bool bulk = std::string(mode) == "bulk";
+    for (int d : {64, 96, 128, 256}) {
+      const cuda::BackwardPlan padded =
+          cuda::plan_backward_sm90(d, 3, 5, cuda::Sm90MaskShape{-1, 0, true, 1000, 700}, false);
+      const std::string why = cuda::describe_backward_sm90(padded, false);
+      if (bulk && d == 256) {
+        EXPECT_EQ(padded.sm90_dq, static_cast<int>(cuda::Sm90DqReduction::atomic));
+        continue;
+      }
+      EXPECT_EQ(padded.sm90_dq,
+                static_cast<int>(bulk ? cuda::Sm90DqReduction::bulk : cuda::Sm90DqReduction::atomic_tiles));
+      EXPECT_NE(why.find(bulk ? "bulk reduce-add per warpgroup tile" : "red.global.add.v4"), std::string::npos) << why;
+      const std::size_t tile_floats = static_cast<std::size_t>(cuda::sm90_backward_dq_tile_bytes(d)) / 4 * 2;
+      EXPECT_GE(padded.dq_accum_bytes, static_cast<std::size_t>(3 * 16) * 5 * tile_floats * 4) << "d " << d;
+      const cuda::BackwardPlan varlen =
+          cuda::plan_backward_sm90(d, 4, 5, cuda::Sm90MaskShape{-1, 0, true, 900, 900}, true, 2000);
+      EXPECT_GE(varlen.dq_accum_bytes, static_cast<std::size_t>(2000 / 64 + 4) * 5 * tile_floats * 4) << "d " << d;
+      EXPECT_EQ(varlen.workspace_bytes, varlen.d_sum_bytes + varlen.dq_accum_bytes + varlen.sm90_semaphore_bytes);
+    }
+  }
 }
 
 }  // namespace

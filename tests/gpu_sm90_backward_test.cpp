@@ -8,14 +8,15 @@
 //     dq must be 0, no NaN: the harness poisons outputs and fails NaN) and key blocks no query
 //     sees (dk = dv = 0); GQA 7:1; causal in both alignments; windows; soft-cap; negative scale;
 //     both dtypes, d = 64 and 128; the backward kernel must be the sm90 one;
-//   * the same with the bulk reduce-add dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk);
-//   * deterministic mode (both dQ reductions): right, and bitwise repeatable over 10 runs;
+//   * the same with the bulk reduce-add dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk) and with
+//     red.global.add.v4 into the same tile-ordered accumulator (atomic_tiles);
+//   * deterministic mode (every dQ reduction): right, and bitwise repeatable over 10 runs;
 //   * paths those leave out (seqlen 4097, causal with seqlen_q and seqlen_k far apart, GQA
 //     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
 //     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
 //   * varlen batches (kSm90BackwardVarlen; written without a GPU): lengths 0, 1, 63, 65, 1000,
 //     seqlen_q != seqlen_k per sequence, causal both alignments, windows, GQA, soft-cap, every
-//     built head dim, both dQ reductions, deterministic bitwise over 10 runs;
+//     built head dim, every dQ reduction, deterministic bitwise over 10 runs;
 //   * varlen: +inf / NaN in the next sequence's Q, K, V, dO, out and lse leave a sequence's
 //     gradients unchanged (written without a GPU);
 //   * calls it does not serve (not opted in, head dims without a unit; varlen when
@@ -133,19 +134,26 @@ TEST_F(CudaSm90Backward, OddShapesMatchFloat64) {
   }
 }
 
-// The dQ tiles through the TMA unit's bulk reduce-add instead of red.global.add.
+// The dQ tiles through the TMA unit's bulk reduce-add instead of red.global.add, and by
+// red.global.add.v4 into the same tile-ordered accumulator (dq_writer.cuh).
 TEST_F(CudaSm90Backward, BulkReduceDqMatchesFloat64) {
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
   for (int d : dims_) {
     for (const std::string& text : odd_shapes(d, "bf16")) expect_sm90_backward(text);
   }
 }
+TEST_F(CudaSm90Backward, AtomicTilesDqMatchesFloat64) {
+  const ScopedEnv tiles("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic_tiles"));
+  for (int d : dims_) {
+    for (const std::string& text : odd_shapes(d, "f16")) expect_sm90_backward(text);
+  }
+}
 
-// A few small sm90 calls (every mask kind, GQA, soft-cap, both dtypes, both dQ reductions,
+// A few small sm90 calls (every mask kind, GQA, soft-cap, both dtypes, every dQ reduction,
 // deterministic): the set compute-sanitizer's memcheck and racecheck run
 // (tools/dev/gpu-sm90-bwd.sh).
 TEST_F(CudaSm90Backward, SmallShapesMatchFloat64) {
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : dims_) {
       const std::string hd = " d=" + std::to_string(d);
@@ -156,10 +164,10 @@ TEST_F(CudaSm90Backward, SmallShapesMatchFloat64) {
   }
 }
 
-// Deterministic mode: right, and the same bits in 10 runs, with both dQ reductions; causal GQA
+// Deterministic mode: right, and the same bits in 10 runs, with every dQ reduction; causal GQA
 // (the semaphores' ranks start at each query block's first key block) and a window.
 TEST_F(CudaSm90Backward, DeterministicIsBitwiseRepeatable) {
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : dims_) {
       const std::string hd = " d=" + std::to_string(d);
@@ -231,7 +239,7 @@ TEST_F(CudaSm90Backward, Seqlen4097MatchesFloat64) {
 // The same paths in deterministic mode, once per dQ reduction (the semaphore ranks with
 // windows, many heads per KV head and query blocks that no key block serves).
 TEST_F(CudaSm90Backward, UncoveredPathsDeterministic) {
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : dims_) {
       const std::string hd = " d=" + std::to_string(d) + " dtype=bf16 det=1";
@@ -244,7 +252,7 @@ TEST_F(CudaSm90Backward, UncoveredPathsDeterministic) {
 }
 
 // Rows of a gradient that are zero by the mask (a query row that sees no key: dq; a key no
-// query sees: dk, dv) are exactly zero, with both dQ reductions and deterministic mode, and no
+// query sees: dk, dv) are exactly zero, with every dQ reduction and deterministic mode, and no
 // gradient holds a NaN. Each case has such rows (checked, so the test cannot pass vacuously).
 // Rows whose float64 value is zero by cancellation are not demanded to be exactly zero: a query
 // that sees exactly one key j has P = 1 and D = dO . O = dO . V_j = dP exactly in float64, so
@@ -272,7 +280,7 @@ TEST_F(CudaSm90Backward, FullyMaskedRowsGiveZeroGradients) {
       wrong += got_zero ? 0 : 1;
     }
   };
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : dims_) {
       const std::string hd = " d=" + std::to_string(d);
@@ -384,7 +392,7 @@ TEST_F(CudaSm90BackwardHeadDim96, BulkReduceDqMatchesFloat64) {
 }
 
 TEST_F(CudaSm90BackwardHeadDim96, DeterministicIsBitwiseRepeatable) {
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     expect_deterministic_one_dim(96);
   }
@@ -396,7 +404,7 @@ TEST_F(CudaSm90BackwardHeadDim256, OddShapesMatchFloat64) {
   }
 }
 
-// FASTATTN_CUDA_SM90_BWD_DQ=bulk: d = 256 has no room for the staging tile, runs atomic dQ and
+// FASTATTN_CUDA_SM90_BWD_DQ=bulk: d = 256 has no room for the bulk dQ tiles, runs atomic dQ and
 // says so.
 TEST_F(CudaSm90BackwardHeadDim256, BulkRequestedRunsAtomic) {
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
@@ -410,6 +418,13 @@ TEST_F(CudaSm90BackwardHeadDim256, BulkRequestedRunsAtomic) {
 }
 
 TEST_F(CudaSm90BackwardHeadDim256, DeterministicIsBitwiseRepeatable) { expect_deterministic_one_dim(256); }
+
+// atomic_tiles needs no shared memory, so d = 256 has it too (its 64 x 128 warpgroup tiles).
+TEST_F(CudaSm90BackwardHeadDim256, AtomicTilesDqMatchesFloat64) {
+  const ScopedEnv tiles("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic_tiles"));
+  for (const std::string& text : one_dim_shapes(256, "bf16")) expect_sm90_backward(text);
+  expect_deterministic_one_dim(256);
+}
 
 // Varlen batches on the sm90 backward: a CTA's sequence offsets and lengths from cu_seqlens,
 // TMA rows of the [total tokens, heads, d] tensors (rows past a sequence are the next one's:
@@ -429,7 +444,7 @@ std::vector<std::string> varlen_shapes(int d, const char* dtype) {
 
 TEST_F(CudaSm90Backward, VarlenMatchesFloat64) {
   if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : all_dims()) {
       for (const std::string& text : varlen_shapes(d, d == 128 ? "bf16" : "f16")) expect_sm90_backward(text);
@@ -439,7 +454,7 @@ TEST_F(CudaSm90Backward, VarlenMatchesFloat64) {
 
 TEST_F(CudaSm90Backward, VarlenDeterministicIsBitwiseRepeatable) {
   if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : dims_) {
       const std::string text = "b=3 sq=8 sk=8 h=4 hkv=2 d=" + std::to_string(d) +
@@ -457,11 +472,11 @@ TEST_F(CudaSm90Backward, VarlenDeterministicIsBitwiseRepeatable) {
 // rows, and 0 x inf would be NaN). Deterministic mode, so dQ's adds have one order. First
 // sequences of 100 and 200 tokens: each ends inside a key block (128 keys; d = 256: 64) and a
 // query block (64), and is followed by one of 60; GQA 2:1, so a CTA meets the last query block
-// once per query head; causal and not; both dQ reductions; every built head dim.
+// once per query head; causal and not; every dQ reduction; every built head dim.
 TEST_F(CudaSm90Backward, VarlenNonFiniteNextSequenceDoesNotReachThisOne) {
   if (cuda::kSm90BackwardVarlen == cuda::Sm90BackwardVarlen::sm80) GTEST_SKIP() << "kSm90BackwardVarlen is sm80";
   const double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric_limits<double>::quiet_NaN();
-  for (const char* dq : {"atomic", "bulk"}) {
+  for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
     for (int d : all_dims()) {
       for (const std::int64_t first : {100, 200}) {

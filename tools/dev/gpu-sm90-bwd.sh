@@ -18,7 +18,7 @@
 #
 # STAGES (default "build sass tests"; run in the order build sass tests newdims newtests bench
 # det mem suite sanitize; HEAD_DIMS, default "64;128", the stage build's FASTATTN_CUDA_HEAD_DIMS):
-#   tests     CudaSm90Backward.* (gradients vs float64 on the odd shapes, both dQ reductions,
+#   tests     CudaSm90Backward.* (gradients vs float64 on the odd shapes, every dQ reduction,
 #             deterministic 10-run bitwise repeatability, routing) and the CPU plan/layout tests
 #   newdims   CudaSm90BackwardHeadDim96.* and ...256.* (odd shapes, causal sq != sk, GQA,
 #             soft-cap, windows, deterministic 10-run bitwise, bulk dQ), CudaSm90Backward.Varlen*
@@ -29,7 +29,8 @@
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
 #             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
-#             with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), without longest
+#             with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
+#             (=atomic_tiles), without longest
 #             first (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
 #             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
 #             in bench.jsonl
@@ -141,12 +142,13 @@ timing="--warmup 3 --repeats 20 --max-seconds 1"
 sm90="FASTATTN_CUDA_BWD_SM90=1"
 variants="sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+variants+=",sm90-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-headmajor:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=head_major"
 variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 if has bench; then
   # One process per mode: each shape's tensors filled once, its three backward variants timed
   # one after the other on them (cuda_bench --variants); then the anchors.
-  run bench_fastattn 110 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
+  run bench_fastattn 135 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
       >> '$out/bench.jsonl' 2>> '$out/bench.err'"
   run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
       --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"

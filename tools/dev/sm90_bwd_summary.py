@@ -19,9 +19,10 @@ import math
 import sys
 from pathlib import Path
 
-VARIANTS = ("sm90-atomic", "sm90-bulk", "sm90-headmajor", "sm80-bwd")
+VARIANTS = ("sm90-atomic", "sm90-atomic-tiles", "sm90-bulk", "sm90-headmajor", "sm80-bwd")
 # A/B pairs of the sm90 backward's elements: (name, variant B, variant A, rows): A's speed over B's.
 AB = (("bulk dQ vs atomic dQ", "sm90-atomic", "sm90-bulk", lambda k: True),
+      ("atomic-tiles dQ vs atomic dQ", "sm90-atomic", "sm90-atomic-tiles", lambda k: True),
       ("longest first vs (batch, head)-major, causal rows", "sm90-headmajor", "sm90-atomic", lambda k: k[5]),
       ("sm90 backward (atomic) vs sm80 backward", "sm80-bwd", "sm90-atomic", lambda k: True))
 ANCHORS = ("cudnn", "flash")

@@ -65,8 +65,8 @@ struct BackwardParams {
   bool small_blocks;   // the small-shared-memory tiles (plan.hpp: backward_blocks_small)
   bool deterministic;  // true: plain read-add-write into this split's dQ buffer; false: atomics
   bool tile_grid;      // the unmasked kernel on a 1-D grid of tiles (plan.hpp: plan_tile_grid)
-  // The sm90 backward (flash_bwd_sm90/): its CTA order (Sm90TileOrder), dQ reduction (0 atomic,
-  // 1 bulk reduce-add) and, in deterministic mode, one semaphore per (batch, head, query block)
+  // The sm90 backward (flash_bwd_sm90/): its CTA order (Sm90TileOrder), dQ reduction
+  // (Sm90DqReduction: 0 atomic, 1 bulk reduce-add, 2 atomic_tiles) and, in deterministic mode, one semaphore per (batch, head, query block)
   // in scratch zeroed with dq_accum.
   int sm90_tile_order;
   int sm90_dq;

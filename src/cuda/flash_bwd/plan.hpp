@@ -160,7 +160,7 @@ struct BackwardPlan {
   std::size_t workspace_bytes = 0;
   // sm90 backward plans (flash_bwd_sm90/plan.hpp: plan_backward_sm90); the blocks above hold
   // its tiles (warps = threads / 32, the warp-layout fields unused).
-  int sm90_dq = 0;          // Sm90DqReduction: 0 atomic, 1 bulk reduce-add
+  int sm90_dq = 0;          // Sm90DqReduction: 0 atomic, 1 bulk reduce-add, 2 atomic_tiles
   int sm90_tile_order = 0;  // Sm90TileOrder
   int sm90_warpgroup_split = 0;  // Sm90BwdWarpgroupSplit: 0 keys, 1 columns (d = 256)
   std::size_t sm90_semaphore_bytes = 0;  // deterministic: per (batch, head, query block), after dq_accum

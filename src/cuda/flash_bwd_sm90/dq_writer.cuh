@@ -1,11 +1,19 @@
 // dq_writer.cuh — how one step's dQ tile (dS K of one query block, fp32, unscaled: the convert
-// kernel of flash_bwd/prepare.cuh multiplies by the softmax scale) reaches the global fp32
-// accumulator dq_accum[total_q][heads][head_dim] (plan.hpp: Sm90DqReduction).
+// kernel multiplies by the softmax scale) reaches the global fp32 accumulator (plan.hpp:
+// Sm90DqReduction).
 //
-//   atomic  every MMA thread adds its kDqN / 4 float pairs with red.global.add.v2.f32.
-//   bulk    each MMA warpgroup stages its tile in sdQ (padded fp32 rows) and one of its warps
-//           adds it to global memory one row per cp.reduce.async.bulk (rows are contiguous
-//           there; the tile is not, heads sit between rows).
+//   atomic  every MMA thread adds its kDqN / 4 float pairs with red.global.add.v2.f32 to
+//           dq_accum[total_q][heads][head_dim] (flash_bwd/prepare.cuh converts it).
+//   atomic_tiles  every MMA thread adds its kDqN / 8 float4 with red.global.add.v4.f32 to the
+//           tile-ordered accumulator below (a warp's adds of one n8 slice: 512 contiguous
+//           bytes).
+//   bulk    each MMA warpgroup stores its 64 x kDqN tile in its sdQ in accumulator order
+//           (layout.hpp: dq_tile_index; float4 stores, no bank conflict), and its thread 0 adds
+//           the whole tile with one cp.reduce.async.bulk to the tile's own contiguous block of
+//           dq_accum[tile row][heads][warpgroup][128 x kDqN / 2] (layout.hpp: dq_first_tile_row;
+//           dq_convert.cuh converts it). FlashAttention-3's dQ path, without its writer warp:
+//           the add is one instruction, and its read of sdQ has a whole step to finish before
+//           the warpgroup stores the next tile there.
 //
 // Deterministic mode (tile_scheduler.hpp): the adds of a (batch, head, query block) go in
 // ascending key-block order. A semaphore per (batch, head, query block) counts finished adders;
@@ -65,10 +73,23 @@ template <class T>
 __device__ __forceinline__ bool dq_slice_exists(int wg, int nt) {
   return !T::kPaddedColumns || T::kDqN * wg + 8 * nt < T::kHeadDim;
 }
-// Columns of warpgroup wg's dQ tile that exist.
+
+// Deterministic mode, around a warpgroup's adds (every thread of MMA warpgroup wg): thread 0
+// waits for the turn, the warpgroup meets, and after the adds meets again before thread 0 counts
+// them on the semaphore.
 template <class T>
-__device__ __forceinline__ int dq_tile_columns(int wg) {
-  return T::kPaddedColumns && T::kHeadDim - T::kDqN * wg < T::kDqN ? T::kHeadDim - T::kDqN * wg : T::kDqN;
+__device__ __forceinline__ Sm90DqTurn begin_ordered_adds(const BackwardParams& p, const Sm90BackwardWork& w,
+                                                         const Sm90BwdStep& s, int wg, int t) {
+  const Sm90DqTurn turn = dq_turn<T>(p, w, s.head, s.m_block, T::kMmaWarpgroups);
+  if (t == 0) wait_for_turn(turn);
+  sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+  sm90::fence_acq_rel_gpu();
+  return turn;
+}
+__device__ __forceinline__ void end_ordered_adds(const Sm90DqTurn& turn, int wg, int t) {
+  sm90::fence_acq_rel_gpu();
+  sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+  if (t == 0) sm90::add_release_gpu(turn.semaphore, 1);
 }
 
 // Atomic mode, run by every thread of MMA warpgroup wg (t: its index in the warpgroup).
@@ -76,12 +97,7 @@ template <class T, bool kDeterministic>
 __device__ __forceinline__ void add_dq_atomic(const float (&acc_dq)[T::kDqN / 8][4], const BackwardParams& p,
                                               const Sm90BackwardWork& w, const Sm90BwdStep& s, int wg, int t) {
   Sm90DqTurn turn{};
-  if constexpr (kDeterministic) {
-    turn = dq_turn<T>(p, w, s.head, s.m_block, T::kMmaWarpgroups);
-    if (t == 0) wait_for_turn(turn);
-    sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-    sm90::fence_acq_rel_gpu();
-  }
+  if constexpr (kDeterministic) turn = begin_ordered_adds<T>(p, w, s, wg, t);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = s.q0 + sm90_layout::acc_row(t, 2 * half);
@@ -93,70 +109,76 @@ __device__ __forceinline__ void add_dq_atomic(const float (&acc_dq)[T::kDqN / 8]
       red_add_pair(dst + sm90_layout::acc_col(t, nt, 0), acc_dq[nt][2 * half], acc_dq[nt][2 * half + 1]);
     }
   }
-  if constexpr (kDeterministic) {
-    sm90::fence_acq_rel_gpu();
-    sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-    if (t == 0) sm90::add_release_gpu(turn.semaphore, 1);
-  }
+  if constexpr (kDeterministic) end_ordered_adds(turn, wg, t);
 }
 
-// Bulk mode, run by every thread of MMA warpgroup wg: stage the warpgroup's 64 x kDqN tile in
-// its columns of sdQ, then warp 0 of the warpgroup adds it to global memory, one
-// cp.reduce.async.bulk per row (lane l: rows l and l + 32), and goes on; the adds run on the TMA
-// unit while the warpgroup starts the next step. The next step's staging first waits until
-// those copies have read sdQ. (A separate writer warp in the producer warpgroup, as
-// FlashAttention-3 has, made ptxas spill the 24-register producer code.)
+// The tile modes: the first float of (query block m, head, warpgroup wg)'s tile in the
+// accumulator.
+template <class T>
+__device__ __forceinline__ float* dq_accum_tile(const BackwardParams& p, const Sm90BackwardWork& w, int head, int m,
+                                               int wg) {
+  const int64_t row = sm90_layout::dq_first_tile_row(T::kVarlen, w.batch, w.q_start, p.seqlen_q, T::kBlockM) + m;
+  return p.dq_accum + ((row * p.num_heads + head) * T::kMmaWarpgroups + wg) * (T::kDqTileBytes / 4);
+}
+
+// Atomic-tiles mode, run by every thread of MMA warpgroup wg. Rows past the sequence go too (as
+// in bulk mode, below); d = 96: warpgroup 1's zero columns do not.
+template <class T, bool kDeterministic>
+__device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDqN / 8][4], const BackwardParams& p,
+                                                    const Sm90BackwardWork& w, const Sm90BwdStep& s, int wg, int t) {
+  Sm90DqTurn turn{};
+  if constexpr (kDeterministic) turn = begin_ordered_adds<T>(p, w, s, wg, t);
+  float* tile = dq_accum_tile<T>(p, w, s.head, s.m_block, wg);
+#pragma unroll
+  for (int nt = 0; nt < T::kDqN / 8; ++nt) {
+    if (!dq_slice_exists<T>(wg, nt)) continue;
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(tile + sm90_layout::dq_tile_index(t, nt, 0)),
+                 "f"(acc_dq[nt][0]), "f"(acc_dq[nt][1]), "f"(acc_dq[nt][2]), "f"(acc_dq[nt][3])
+                 : "memory");
+  }
+  if constexpr (kDeterministic) end_ordered_adds(turn, wg, t);
+}
+
+// Bulk mode, run by every thread of MMA warpgroup wg. Rows past the sequence go too: the tile
+// is this query block's alone, and the convert kernel reads only rows inside the sequence.
 template <class T, bool kDeterministic>
 __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4], uint32_t s_dq,
                                             const BackwardParams& p, const Sm90BackwardWork& w, const Sm90BwdStep& s,
                                             int wg, int t) {
-  const int warp = t / 32, lane = t % 32;
-  if (warp == 0) sm90::bulk_wait_group_read<0>();  // the previous step's copies read sdQ
+  // sdQ[wg]: (64, kDqN) fp32 in accumulator order, kDqTileBytes
+  const uint32_t s_tile = s_dq + wg * T::kDqTileBytes;
+  if (t == 0) sm90::bulk_wait_group_read<0>();  // the previous step's add has read sdQ[wg]
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = sm90_layout::acc_row(t, 2 * half);
-#pragma unroll
-    for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: the zero columns too (rows are 128 wide)
-      const uint32_t addr =
-          s_dq + sm90_layout::dq_stage_offset(T::kDqRowBytes, row, T::kDqN * wg + sm90_layout::acc_col(t, nt, 0));
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(acc_dq[nt][2 * half]),
-                   "f"(acc_dq[nt][2 * half + 1])
-                   : "memory");
-    }
+  for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: warpgroup 1's zero columns too
+    const uint32_t addr = s_tile + sm90_layout::dq_tile_index(t, nt, 0) * 4;
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc_dq[nt][0]), "f"(acc_dq[nt][1]),
+                 "f"(acc_dq[nt][2]), "f"(acc_dq[nt][3])
+                 : "memory");
   }
-  sm90::fence_proxy_async_shared();  // the bulk copies read sdQ in the async proxy
+  sm90::fence_proxy_async_shared();  // the bulk copy reads sdQ in the async proxy
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-  if (warp != 0) return;
+  if (t != 0) return;
   Sm90DqTurn turn{};
   if constexpr (kDeterministic) {
     turn = dq_turn<T>(p, w, s.head, s.m_block, T::kMmaWarpgroups);
-    if (lane == 0) wait_for_turn(turn);
-    __syncwarp();
+    wait_for_turn(turn);
     sm90::fence_acq_rel_gpu();
     sm90::fence_proxy_async_global();
   }
-#pragma unroll
-  for (int r = lane; r < T::kBlockM; r += 32) {
-    if (s.q0 + r < w.len_q) {
-      sm90::bulk_reduce_add_f32(dq_accum_row<T>(p, w, s.head, s.q0 + r, T::kDqN * wg),
-                                s_dq + sm90_layout::dq_stage_offset(T::kDqRowBytes, r, T::kDqN * wg),
-                                dq_tile_columns<T>(wg) * 4);
-    }
-  }
+  sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, s.head, s.m_block, wg), s_tile, T::kDqTileBytes);
   sm90::bulk_commit_group();
   if constexpr (kDeterministic) {
     sm90::bulk_wait_group<0>();  // the adds are performed, not only read from sdQ
     sm90::fence_proxy_async_global();
     sm90::fence_acq_rel_gpu();
-    __syncwarp();
-    if (lane == 0) sm90::add_release_gpu(turn.semaphore, 1);
+    sm90::add_release_gpu(turn.semaphore, 1);
   }
 }
 
 // Bulk mode, after the last step: the copies are complete before the CTA's shared memory goes.
 __device__ __forceinline__ void finish_dq_bulk(int t) {
-  if (t / 32 == 0) sm90::bulk_wait_group<0>();
+  if (t == 0) sm90::bulk_wait_group<0>();
 }
 
 }  // namespace fastattn::cuda

@@ -31,12 +31,12 @@
 
 namespace fastattn::cuda {
 
-template <class T, bool kSoftcap, bool kBulkDq, bool kDeterministic>
+template <class T, bool kSoftcap, Sm90DqReduction kDq, bool kDeterministic>
 __global__ void __launch_bounds__(T::kThreads, 1)
     flash_backward_sm90_kernel(const __grid_constant__ BackwardParams p, const __grid_constant__ CUtensorMap map_q,
                                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                const __grid_constant__ CUtensorMap map_do) {
-  static_assert(!kBulkDq || T::kBulkDqFits, "no shared memory for the bulk dQ staging tile at this head dim");
+  static_assert(kDq != Sm90DqReduction::bulk || T::kBulkDqFits, "no shared memory for the bulk dQ tiles at this head dim");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -125,13 +125,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       float acc_dq[T::kDqN / 8][4];
       mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
       const Sm90BackwardWork w = work();
-      if constexpr (kBulkDq) {
+      if constexpr (kDq == Sm90DqReduction::bulk) {
         add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
+      } else if constexpr (kDq == Sm90DqReduction::atomic_tiles) {
+        add_dq_atomic_tiles<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
       } else {
         add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
       }
     }
-    if constexpr (kBulkDq) finish_dq_bulk(t);
+    if constexpr (kDq == Sm90DqReduction::bulk) finish_dq_bulk(t);
     store_key_gradients<T>(st, p, work(), wg, t);
   }
 #endif

@@ -1,5 +1,6 @@
-// launch.cuh — the sm90 backward launcher: the sm80 backward's prepare and convert kernels
-// (flash_bwd/prepare.cuh) around the sm90 main kernel, whose tensor maps (q, dout in boxes of
+// launch.cuh — the sm90 backward launcher: the sm80 backward's prepare kernel and (atomic dQ)
+// convert kernel (flash_bwd/prepare.cuh), or bulk dQ's own (dq_convert.cuh), around the sm90
+// main kernel, whose tensor maps (q, dout in boxes of
 // kBlockM rows; k, v in boxes of kBlockN) come from sm90/tensor_map.hpp. Included only by the
 // generated sm90 units (src/cuda/generated/flash_bwd_sm90_*), compiled for sm_90a alone.
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/flash_bwd/prepare.cuh"
+#include "cuda/flash_bwd_sm90/dq_convert.cuh"
 #include "cuda/flash_bwd_sm90/kernel.cuh"
 #include "cuda/flash_bwd_sm90/launch.hpp"
 #include "cuda/flash_bwd_sm90/plan.hpp"
@@ -21,25 +23,28 @@
 
 namespace fastattn::cuda {
 
-// The kernel instance of (soft-cap, bulk dQ, deterministic) for traits T (padded batches) or
-// Sm90VarlenTraits<T>. Head dims without room for the bulk staging tile (T::kBulkDqFits false:
+// The kernel instance of (soft-cap, dQ reduction, deterministic) for traits T (padded batches)
+// or Sm90VarlenTraits<T>. Head dims without room for the bulk dQ tiles (T::kBulkDqFits false:
 // d = 256) have no bulk instances; their plan never asks for one (plan.hpp: plan_backward_sm90).
 template <class T>
-auto sm90_backward_kernel(bool softcap, bool bulk, bool deterministic) {
+auto sm90_backward_kernel(bool softcap, Sm90DqReduction dq, bool deterministic) {
   auto pick = [&](auto softcap_tag) {
     constexpr bool kSoftcap = decltype(softcap_tag)::value;
-    if constexpr (T::kBulkDqFits) {
-      if (bulk) {
-        return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, true, true>
-                             : flash_backward_sm90_kernel<T, kSoftcap, true, false>;
-      }
-    } else {
-      if (bulk) {
-        throw Error(ErrorCode::internal, "cuda backward (sm90): bulk dQ planned where its staging tile does not fit");
+    using R = Sm90DqReduction;
+    if (dq == R::bulk) {
+      if constexpr (T::kBulkDqFits) {
+        return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, R::bulk, true>
+                             : flash_backward_sm90_kernel<T, kSoftcap, R::bulk, false>;
+      } else {
+        throw Error(ErrorCode::internal, "cuda backward (sm90): bulk dQ planned where its tiles do not fit");
       }
     }
-    return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, false, true>
-                         : flash_backward_sm90_kernel<T, kSoftcap, false, false>;
+    if (dq == R::atomic_tiles) {
+      return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, R::atomic_tiles, true>
+                           : flash_backward_sm90_kernel<T, kSoftcap, R::atomic_tiles, false>;
+    }
+    return deterministic ? flash_backward_sm90_kernel<T, kSoftcap, R::atomic, true>
+                         : flash_backward_sm90_kernel<T, kSoftcap, R::atomic, false>;
   };
   return softcap ? pick(std::true_type{}) : pick(std::false_type{});
 }
@@ -52,9 +57,21 @@ void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
   if (p.num_splits != 1) {
     throw Error(ErrorCode::internal, "cuda backward (sm90): planned for dQ splits, which it does not serve");
   }
+  const auto dq = static_cast<Sm90DqReduction>(p.sm90_dq);
   const std::string config = "sm90 d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
-                             std::to_string(T::kBlockN) + (p.sm90_dq == 1 ? ", bulk dQ" : ", atomic dQ") +
+                             std::to_string(T::kBlockN) +
+                             (dq == Sm90DqReduction::bulk           ? ", bulk dQ"
+                              : dq == Sm90DqReduction::atomic_tiles ? ", atomic-tiles dQ"
+                                                                    : ", atomic dQ") +
                              (p.deterministic ? ", deterministic" : "") + (varlen ? ", varlen" : "");
+  // The tile modes' convert kernel: one CTA per (batch, query block, head, warpgroup tile); those
+  // past a varlen sequence return at once. (Checked before anything runs; unreachable in
+  // practice: the query tokens x heads would pass 2^36.)
+  const int64_t dq_tile_ctas = static_cast<int64_t>(p.batch) * ((p.seqlen_q + T::kBlockM - 1) / T::kBlockM) *
+                               p.num_heads * T::kMmaWarpgroups;
+  if (sm90_dq_in_tiles(dq) && dq_tile_ctas > (int64_t{1} << 31) - 1) {
+    throw Error(ErrorCode::internal, "cuda backward (sm90): more dQ tiles than a 1-D grid holds, " + config);
+  }
   if (p.total_q > 0) {
     // The dQ accumulator and, in deterministic mode, the semaphores after it.
     check(cudaMemsetAsync(p.dq_accum, 0, p.zero_bytes, stream), "cudaMemsetAsync", "dQ accumulator, " + config);
@@ -88,16 +105,19 @@ void run_backward_sm90(const BackwardParams& p, cudaStream_t stream) {
     const CUtensorMap map_v = sm90::make_token_tensor_map(
         {p.v, batch, rows_k, p.num_kv_heads, kHeadDim, p.v_batch_stride, p.v_token_stride, p.v_head_stride}, kBf16,
         T::kBlockN, "v");
-    const bool softcap = p.softcap > 0.0f, bulk = p.sm90_dq == 1;
-    const auto kernel = varlen ? sm90_backward_kernel<Sm90VarlenTraits<T>>(softcap, bulk, p.deterministic)
-                               : sm90_backward_kernel<T>(softcap, bulk, p.deterministic);
+    const bool softcap = p.softcap > 0.0f;
+    const auto kernel = varlen ? sm90_backward_kernel<Sm90VarlenTraits<T>>(softcap, dq, p.deterministic)
+                               : sm90_backward_kernel<T>(softcap, dq, p.deterministic);
     const std::string name = "flash_backward_sm90_kernel<" + config + ">";
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
           "cudaFuncSetAttribute", name);
     kernel<<<static_cast<unsigned>(tiles), T::kThreads, T::kSmemBytes, stream>>>(p, map_q, map_k, map_v, map_do);
     check_launch(name);
   }
-  if (p.total_q > 0) {
+  if (p.total_q > 0 && sm90_dq_in_tiles(dq)) {
+    sm90_convert_dq_tiles_kernel<T><<<static_cast<unsigned>(dq_tile_ctas), 128, 0, stream>>>(p);
+    check_launch("sm90_convert_dq_tiles_kernel<" + config + ">");
+  } else if (p.total_q > 0) {
     constexpr int kThreads = 256;
     const int64_t items = p.total_q * p.num_heads * (kHeadDim / 4);
     const int64_t blocks = (items + kThreads - 1) / kThreads;

@@ -64,11 +64,31 @@ FASTATTN_HD constexpr uint32_t mnmajor_step(int rows, int mn0, int kk) {
   return static_cast<uint32_t>((mn0 / 64) * rows * 128 + (mn0 % 64) * 2 + kk * 16 * 128);
 }
 
-// ---- the fp32 dQ staging tile of the bulk reduce-add: row-major, rows padded to
-// row_bytes = head_dim * 4 + 32 (float2 stores of a warp then hit 32 distinct banks per
-// half-warp: rows 8 words apart mod 32). Byte offset of element (row, col).
-FASTATTN_HD constexpr uint32_t dq_stage_offset(int row_bytes, int row, int col) {
-  return static_cast<uint32_t>(row * row_bytes + col * 4);
+// ---- the fp32 dQ tile of the bulk reduce-add (dq_writer.cuh), in accumulator order: a
+// warpgroup's (64 x n) dQ tile is 128 x n / 2 floats, thread t's four elements of n8 slice nt
+// at float (nt * 128 + t) * 4 (FlashAttention-3 keeps its dQ accumulator in the same
+// thread-value order). A warp's float4 stores of one slice then cover 512 contiguous bytes
+// (no bank conflict), the tile is one contiguous block (one cp.reduce.async.bulk), and the
+// convert kernel (dq_convert.cuh) maps each float back to its row and column.
+FASTATTN_HD constexpr int dq_tile_index(int t, int nt, int e) { return (nt * 128 + t) * 4 + e; }
+FASTATTN_HD constexpr int dq_tile_row(int index) { return acc_row(index / 4 % 128, index % 4); }
+FASTATTN_HD constexpr int dq_tile_col(int index) { return acc_col(index / 4 % 128, index / 512, index % 4); }
+
+// Where a sequence's dQ tiles sit in the bulk reduce-add's accumulator: [tile row][head]
+// [warpgroup][128 x n / 2 floats], tile row = the first of the sequence's + query block. Padded
+// batches: b * m_blocks. Varlen: q_start / block_m + b (FlashAttention-3's padded offsets): the
+// next sequence's first tile row is at least this one's plus ceil(len / block_m), since
+// floor((q_start + len) / block_m) - floor(q_start / block_m) + 1 >= ceil(len / block_m); so
+// tiles never overlap, and total_q / block_m + batch tile rows hold them all (the CPU test
+// checks both over random lengths).
+FASTATTN_HD constexpr int64_t dq_first_tile_row(bool varlen, int batch_index, int64_t q_start, int64_t seqlen_q,
+                                                int block_m) {
+  return varlen ? q_start / block_m + batch_index
+                : static_cast<int64_t>(batch_index) * ((seqlen_q + block_m - 1) / block_m);
+}
+FASTATTN_HD constexpr int64_t dq_tile_rows(bool varlen, int64_t batch, int64_t total_q, int64_t seqlen_q,
+                                           int block_m) {
+  return varlen ? total_q / block_m + batch : batch * ((seqlen_q + block_m - 1) / block_m);
 }
 
 }  // namespace fastattn::cuda::sm90_layout

@@ -17,6 +17,7 @@
 #include "common/problem.hpp"
 #include "cuda/common/scratch_align.hpp"
 #include "cuda/flash_bwd/plan.hpp"
+#include "cuda/flash_bwd_sm90/layout.hpp"
 #include "cuda/flash_fwd_sm90/plan.hpp"
 #include "cuda/forward_path.hpp"
 #include "fastattn/error.hpp"
@@ -75,47 +76,60 @@ constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
          : head_dim <= 128 ? Sm90BackwardBlocks{64, 128, 2, 384}
                            : Sm90BackwardBlocks{64, 64, 2, 384, Sm90BwdWarpgroupSplit::columns};
 }
-// Whether the bulk reduce-add's fp32 dQ staging tile fits beside the other tiles: at d = 256
-// K, V, two stages of Q and dO and the dS^T buffers take 208 KiB, and the 64 x 1056-byte staging
-// tile would pass the 227 KiB limit, so d = 256 adds dQ with atomics only.
+// Whether the bulk reduce-add's fp32 dQ tile fits beside the other tiles: at d = 256 K, V, two
+// stages of Q and dO and the dS^T buffers take 208 KiB, and the 64 KiB dQ tile would pass the
+// 227 KiB limit, so d = 256 adds dQ with atomics only.
 constexpr bool sm90_backward_bulk_dq_fits(std::int64_t head_dim) { return head_dim <= 128; }
+// Bytes of one MMA warpgroup's fp32 dQ tile (64 query rows x its half of the columns, in
+// accumulator order: layout.hpp's dq_tile_index), the unit of one bulk reduce-add. d = 96: the
+// padded columns too (warpgroup 1's tile holds 32 zero columns), so both halves are alike.
+constexpr int sm90_backward_dq_tile_bytes(std::int64_t head_dim) {
+  return static_cast<int>(64 * sm90_backward_smem_columns(head_dim) / 2 * 4);
+}
 
 // Shared memory, bytes (traits.cuh's map, which static_asserts the same): K, V; stages x (Q,
-// dO); two dS^T buffers (keys x queries, 16-bit); the fp32 dQ staging tile of the bulk
-// reduce-add (rows padded by 32 bytes: conflict-free float2 stores); stages x (lse, D); 1 KiB
-// of barriers; 1 KiB of slack to align the base to the 1024-byte swizzle atom.
-// (d = 96: rows of 128 columns, so warpgroup 1 stages its whole n64 tile, zero columns
-// included, without a branch; a branch per slice there cost ptxas a 4-byte spill.)
-constexpr int sm90_backward_dq_row_bytes(std::int64_t head_dim) {
-  return static_cast<int>(sm90_backward_smem_columns(head_dim) * 4 + 32);
-}
-constexpr int sm90_backward_dq_stage_rows(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
-  return sm90_backward_bulk_dq_fits(head_dim) ? b.block_m : 0;
-}
+// dO); two dS^T buffers (keys x queries, 16-bit); the two fp32 dQ tiles of the bulk
+// reduce-add; stages x (lse, D); 1 KiB of barriers; 1 KiB of slack to align the base to the
+// 1024-byte swizzle atom.
 constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
   const std::int64_t cols = sm90_backward_smem_columns(head_dim);
   return static_cast<int>(2 * b.block_n * cols * 2 + 2 * b.stages * b.block_m * cols * 2 +
                           2 * b.block_n * b.block_m * 2 +
-                          sm90_backward_dq_stage_rows(b, head_dim) * sm90_backward_dq_row_bytes(head_dim) +
+                          (sm90_backward_bulk_dq_fits(head_dim) ? 2 * sm90_backward_dq_tile_bytes(head_dim) : 0) +
                           2 * b.stages * b.block_m * 4) +
          2048;
 }
 
 // How dQ partial sums (dS K of one query block, fp32) reach the global accumulator:
-//   atomic  each MMA thread adds its accumulator registers with red.global.add.v2.f32;
-//   bulk    the MMA warpgroups stage the tile in shared memory and one warp of the producer
-//           warpgroup adds it row by row with cp.reduce.async.bulk (the TMA unit's reduce-add).
-// FASTATTN_CUDA_SM90_BWD_DQ=atomic|bulk; kSm90DqDefault when unset. The issue asks for both
-// measured and the faster kept: kSm90DqDefault is the one value to change after
-// tools/dev/gpu-sm90-bwd.sh (sm90_bwd_summary.json: sm90-atomic against sm90-bulk).
-enum class Sm90DqReduction { atomic, bulk };
+//   atomic        each MMA thread adds its accumulator registers with red.global.add.v2.f32
+//                 to dq_accum[total_q][heads][head_dim] (a warp's adds: 8 rows x 32 bytes).
+//   atomic_tiles  each MMA thread adds them with red.global.add.v4.f32 to a tile-ordered
+//                 accumulator, [tile row][heads][warpgroup][64 x n in accumulator order]
+//                 (layout.hpp: dq_tile_index, dq_first_tile_row): a warp's adds of one n8
+//                 slice are 512 contiguous bytes, half the instructions of `atomic`.
+//   bulk          each MMA warpgroup stores its tile in shared memory in accumulator order and
+//                 one of its threads adds the whole tile to the same tile-ordered accumulator
+//                 with one cp.reduce.async.bulk (the TMA unit's reduce-add; FlashAttention-3's
+//                 dQ path). The first version added row by row into the [total_q][heads]
+//                 [head_dim] accumulator, 128 bulk copies of 128-256 bytes a step, and measured
+//                 0.70x the atomic dQ (docs/cuda.md).
+// The two tile-ordered modes have their own convert kernel (dq_convert.cuh). bulk needs shared
+// memory for the tiles (not at d = 256, which then adds with `atomic`).
+// FASTATTN_CUDA_SM90_BWD_DQ=atomic|atomic_tiles|bulk; kSm90DqDefault when unset. The issue asks
+// for them measured and the fastest kept: kSm90DqDefault is the one value to change after
+// tools/dev/gpu-sm90-bwd.sh (sm90_bwd_summary.json: sm90-atomic, sm90-atomic-tiles, sm90-bulk).
+enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 constexpr Sm90DqReduction kSm90DqDefault = Sm90DqReduction::atomic;
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
 inline Sm90DqReduction sm90_dq_reduction() {
-  return env_switch(EnvVar::cuda_sm90_bwd_dq, "bulk", "atomic", kSm90DqDefault == Sm90DqReduction::bulk)
-             ? Sm90DqReduction::bulk
-             : Sm90DqReduction::atomic;
+  return env_choice<Sm90DqReduction>(EnvVar::cuda_sm90_bwd_dq,
+                                     {{"atomic", Sm90DqReduction::atomic},
+                                      {"atomic_tiles", Sm90DqReduction::atomic_tiles},
+                                      {"bulk", Sm90DqReduction::bulk}},
+                                     kSm90DqDefault);
 }
+// Whether the mode adds into the tile-ordered accumulator (and converts it with dq_convert.cuh).
+constexpr bool sm90_dq_in_tiles(Sm90DqReduction r) { return r != Sm90DqReduction::atomic; }
 
 // Varlen batches (cu_seqlens): the sm90 backward serves them (Sm90VarlenTraits kernels, one per
 // padded kernel; not verified on a GPU yet), or `sm80` sends them back to the sm80 backward
@@ -256,13 +270,21 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
-  plan.sm90_dq = sm90_dq_reduction() == Sm90DqReduction::bulk && sm90_backward_bulk_dq_fits(head_dim) ? 1 : 0;
+  Sm90DqReduction dq = sm90_dq_reduction();
+  if (dq == Sm90DqReduction::bulk && !sm90_backward_bulk_dq_fits(head_dim)) dq = Sm90DqReduction::atomic;
+  plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
   plan.sm90_tile_order = static_cast<int>(sm90_longest_first() ? sm90_tile_order(mask, b.block_n, deterministic)
                                                                 : Sm90TileOrder::head_major);
-  const std::int64_t total_q = total_q_tokens >= 0 ? total_q_tokens : batch * seqlen_q;
+  const bool varlen = total_q_tokens >= 0;
+  const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
-  plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(total_q * num_heads * head_dim) * sizeof(float));
+  // atomic: [total_q][heads][head_dim]; the tile modes: tile rows of [heads][2 warpgroup tiles].
+  const std::int64_t dq_floats =
+      sm90_dq_in_tiles(dq) ? sm90_layout::dq_tile_rows(varlen, batch, total_q, seqlen_q, b.block_m) * num_heads * 2 *
+                              (sm90_backward_dq_tile_bytes(head_dim) / 4)
+                        : total_q * num_heads * head_dim;
+  plan.dq_accum_bytes = scratch_align(static_cast<std::size_t>(dq_floats) * sizeof(float));
   if (deterministic) {
     const std::int64_t m_blocks = (seqlen_q + b.block_m - 1) / b.block_m;
     plan.sm90_semaphore_bytes = scratch_align(static_cast<std::size_t>(batch * num_heads * m_blocks) * sizeof(int));
@@ -289,8 +311,10 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          " (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
          std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
          std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
-         (plan.sm90_dq == 1 ? "TMA bulk reduce-add from a producer warp" : "red.global.add.v2 from registers") +
-         (plan.sm90_warpgroup_split == 1 ? " (no shared memory for the bulk reduce-add's staging tile)" : "") +
+         (plan.sm90_dq == static_cast<int>(Sm90DqReduction::bulk)           ? "one TMA bulk reduce-add per warpgroup tile"
+          : plan.sm90_dq == static_cast<int>(Sm90DqReduction::atomic_tiles) ? "red.global.add.v4 into accumulator-ordered tiles"
+                                                                            : "red.global.add.v2 from registers") +
+         (plan.sm90_warpgroup_split == 1 ? " (no shared memory for the bulk reduce-add's tile)" : "") +
          (deterministic ? " in key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
          order;
 }
