@@ -345,6 +345,40 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
   expect_error([&] { cuda::plan_forward(causal); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_SECTIONS");
 }
 
+// The wave sections on the default tiles (plan.hpp: sm90_wave_sections_pay): causal d = 128
+// calls without GQA, padded, whose query tiles see on average 8 key tiles or more (s2k and up);
+// shorter calls, GQA, varlen, windows bounded on both sides, other head dims and calls without
+// a mask keep their sections.
+TEST(CudaForwardPath, Sm90WaveSectionsRule) {
+  auto causal = [](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d, std::int64_t group) {
+    cuda::ForwardShape shape = hopper_shape(b, h, s, s, d);
+    shape.window_right = 0;
+    shape.heads_per_kv_head = group;
+    return shape;
+  };
+  for (const std::int64_t s : {2048, 4096, 8192}) {
+    const cuda::ForwardPlan p = cuda::plan_forward(causal(16384 / s, 16, s, 128, 1));
+    EXPECT_GE(p.sm90_key_tiles, cuda::kSm90WaveMinKeyTiles) << s;
+    EXPECT_EQ(p.sm90_sections, cuda::Sm90Sections::wave) << s;
+    EXPECT_NE(cuda::describe_plan(p).find("sections of one wave"), std::string::npos) << cuda::describe_plan(p);
+  }
+  for (const std::int64_t s : {512, 1024}) {
+    EXPECT_EQ(cuda::plan_forward(causal(16384 / s, 16, s, 128, 1)).sm90_sections, cuda::Sm90Sections::l2_half) << s;
+  }
+  EXPECT_EQ(cuda::plan_forward(causal(4, 32, 4096, 128, 4)).sm90_sections, cuda::Sm90Sections::l2_half);  // GQA 32/8
+  EXPECT_EQ(cuda::plan_forward(causal(4, 16, 4096, 96, 1)).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_EQ(cuda::plan_forward(causal(4, 8, 4096, 256, 1)).sm90_sections, cuda::Sm90Sections::l2_half);
+  cuda::ForwardShape varlen = causal(4, 16, 4096, 128, 1), band = causal(4, 16, 4096, 128, 1);
+  varlen.varlen = true;
+  varlen.total_k = 4 * 4096;
+  band.window_left = 2048;
+  EXPECT_EQ(cuda::plan_forward(varlen).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_EQ(cuda::plan_forward(band).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_EQ(cuda::plan_forward(hopper_shape(4, 16, 4096, 4096, 128)).sm90_sections, cuda::Sm90Sections::per_pair);
+  ScopedEnv forced(cuda::kSm90SectionsEnv, "l2");
+  EXPECT_EQ(cuda::plan_forward(causal(4, 16, 4096, 128, 1)).sm90_sections, cuda::Sm90Sections::l2_half);
+}
+
 // d = 64's narrow tile (plan.hpp: sm90_d64_narrow_block_m): padded causal calls without a
 // soft-cap of at most 16 key tiles by default, 128 x 128 with two consumer warpgroups and the
 // overlap, in wave sections; FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces one.

@@ -334,6 +334,7 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.path = select_forward_path(device.compute_capability, request, sm90_runs_on(p.device.index));
   s.path_forced = !request.automatic;
   s.query_group = packed_query_group(call);
+  s.heads_per_kv_head = p.num_kv_heads > 0 ? p.group_size() : 1;
   s.varlen = p.is_varlen();
   s.softcap = p.softcap > 0.0f;
   s.tma_describes = sm90_tma_describes(p);

@@ -59,6 +59,7 @@ struct ForwardShape {
   ForwardPath path = ForwardPath::sm80;
   bool path_forced = false;  // by FASTATTN_CUDA_PATH
   std::int64_t query_group = 1;  // query heads packed as rows per KV head (query_groups.hpp)
+  std::int64_t heads_per_kv_head = 1;  // GQA / MQA: query heads sharing a KV head (1: MHA)
   bool varlen = false;
   bool softcap = false;
   bool tma_describes = true;  // q, k, v: layouts TMA can load (flash_fwd_sm90/plan.hpp)
@@ -213,7 +214,10 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, masked, one_sided);
   // Varlen calls keep the L2-half sections: tiles past a short sequence are empty, so their
   // tiles are not all as long as another (plan.hpp: Sm90Sections).
-  plan.sm90_sections = sm90_sections(masked || s.varlen, block_m == kSm90D64NarrowBlockM);
+  const bool wave = block_m == kSm90D64NarrowBlockM ||
+                    (block_m == 0 && block_n == 0 &&
+                     sm90_wave_sections_pay(s.head_dim, one_sided, s.varlen, s.heads_per_kv_head, plan.sm90_key_tiles));
+  plan.sm90_sections = sm90_sections(masked || s.varlen, wave);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&
                         s.out_tma_describes && plan.sm90_scheduler != Sm90Scheduler::dynamic;

@@ -217,19 +217,31 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 //   wave      sections of about one wave of tiles (ceil(grid / query blocks) pairs), the
 //             ranks reversed in every other section, so a CTA's tiles alternate long and short
 //             under a causal mask while a pair's query blocks still run close together.
-// Default: per_pair without a mask, wave for the d = 64 narrow tile's (causal) calls, l2_half
-// for the other masked calls and for varlen. Measured on the H200 (2026-12-04, eleventh
-// session, two rounds): wave on the narrow tile, causal d64 s1k 0.785x -> 0.806x cuDNN, s2k
-// 0.839x -> 0.858x, s512 0.751x -> 0.746x; on the default tiles it was mixed (d128 causal s4k
-// 0.992x -> 1.023x, s8k 1.014x -> 1.028x, but s512 0.944x -> 0.900x, s1k 0.970x -> 0.945x, GQA
-// 32/8 s4k 1.006x -> 0.988x), so they keep l2_half.
+// Default: per_pair without a mask; wave for the d = 64 narrow tile's (causal) calls and for
+// the d = 128 calls of sm90_wave_sections_pay below; l2_half for the other masked calls and for
+// varlen. Measured on the H200 (2026-12-04, eleventh session, job1, two rounds): wave on the
+// narrow tile, causal d64 s1k 0.785x -> 0.806x cuDNN, s2k 0.839x -> 0.858x, s512 0.751x ->
+// 0.746x; on the default tiles it was mixed: d128 causal s2k 0.984x -> 0.996x, s4k 0.992x ->
+// 1.023x, s8k 1.014x -> 1.028x, but s512 0.944x -> 0.900x, s1k 0.970x -> 0.945x, GQA 32/8 s4k
+// 1.006x -> 0.988x and s8k 1.004x -> 0.997x (a KV head's 4 query heads split across a wave's
+// pairs), d64 and d256 within the spread.
 enum class Sm90Sections { l2_half, per_pair, wave };
+// The default tiles' calls that take the wave sections: d = 128 (d = 96 and 256 not measured /
+// within the spread), a mask bounded on one side (causal), padded, without GQA, whose query
+// tiles see on average kSm90WaveMinKeyTiles key tiles or more (causal s2k: 8).
+constexpr std::int64_t kSm90WaveMinKeyTiles = 8;
+constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool one_sided_mask, bool varlen,
+                                      std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles) {
+  return head_dim == 128 && one_sided_mask && !varlen && heads_per_kv_head == 1 &&
+         avg_key_tiles >= kSm90WaveMinKeyTiles;
+}
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
 // uneven_tiles: the call's query tiles can differ in length (a causal mask or a window, or
-// varlen, whose tiles past a short sequence are empty); narrow_d64: the call runs d = 64's
-// narrow tile (always causal). FASTATTN_CUDA_SM90_SECTIONS=l2 / pair / wave forces one.
-inline Sm90Sections sm90_sections(bool uneven_tiles, bool narrow_d64) {
-  const Sm90Sections by_rule = narrow_d64     ? Sm90Sections::wave
+// varlen, whose tiles past a short sequence are empty); wave: the call runs d = 64's narrow tile
+// (always causal) or sm90_wave_sections_pay says so. FASTATTN_CUDA_SM90_SECTIONS=l2 / pair /
+// wave forces one.
+inline Sm90Sections sm90_sections(bool uneven_tiles, bool wave) {
+  const Sm90Sections by_rule = wave           ? Sm90Sections::wave
                                : uneven_tiles ? Sm90Sections::l2_half
                                               : Sm90Sections::per_pair;
   return env_choice<Sm90Sections>(
