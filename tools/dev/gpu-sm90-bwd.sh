@@ -42,6 +42,11 @@
 #   suite     ctest -L gpu with FASTATTN_CUDA_BWD_SM90=1 (every backward suite on the sm90 path
 #             where it serves), then CudaBackward.* with FASTATTN_CUDA_PATH=sm80
 #   sanitize  compute-sanitizer memcheck and racecheck of CudaSm90Backward.SmallShapesMatchFloat64
+# BUILD_VARIANTS (stage build only; default none): more builds, "name:flag,flag ..." each (e.g.
+#   "dklast:-DFASTATTN_SM90_BWD_DK_LAST=1"), the same configuration plus CMAKE_CUDA_FLAGS, into
+#   build/sm90-NAME; stage tests runs their CudaSm90Backward.* too (tests-NAME.log), stage bench
+#   times their sm90 dQ modes as variants NAME-atomic, NAME-atomic-tiles, NAME-bulk in the same
+#   job (sm90_bwd_summary.py's A/B "NAME build vs default build", per dQ mode).
 # Every step runs under timeout, capped by what is left of BUDGET_S (default 540).
 # $OUT: summary.txt, build.log, sass.txt, tests.log, newtests.log, bench.jsonl, bench.err,
 # det.jsonl, mem.jsonl, sm90_bwd_summary.json, ctest-gpu.log, suite-sm80.log, sanitize.log.
@@ -91,6 +96,19 @@ if has build; then
   tail -3 "$out/build.log"
   grep -E "ptxas (warning|error)|C75(08|10|12|17|19)" "$out/build.log" | head -5
 fi
+variant_builds=""
+for bv in ${BUILD_VARIANTS:-}; do
+  has build || break
+  bname=${bv%%:*} bflags=$(tr ',' ' ' <<< "${bv#*:}")
+  bdir=$root/build/sm90-$bname
+  run "build_$bname" 240 bash -c "cmake -S . -B '$bdir' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128}' \
+      '-DCMAKE_CUDA_FLAGS=$bflags' > '$out/build-$bname.log' 2>&1 && \
+      cmake --build '$bdir' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench >> '$out/build-$bname.log' 2>&1"
+  tail -1 "$out/build-$bname.log"
+  grep -E "ptxas (warning|error)|C75(08|10|12|17|19)" "$out/build-$bname.log" | head -5
+  [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && variant_builds+=" $bname:$bdir"
+done
 if has sass; then
   {
     for o in "$build"/CMakeFiles/fastattn_cuda_sm90.dir/src/cuda/generated/flash_bwd_sm90_*.o; do
@@ -116,6 +134,11 @@ if has tests; then
   run tests 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/tests.log" | head -20
   grep -B2 -A12 "Failure" "$out/tests.log" | head -80
+  for vb in $variant_builds; do
+    run "tests_${vb%%:*}" 200 bash -c "'${vb#*:}/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90Backward.*' \
+        > '$out/tests-${vb%%:*}.log' 2>&1"
+    grep -E "^\[  (PASSED|FAILED) |FAILED \]" "$out/tests-${vb%%:*}.log" | head -10
+  done
   run cpu_plan 30 bash -c "'$cpu_tests' --gtest_brief=1 \
       --gtest_filter='CudaSm90Backward*:CudaForwardPath.*:CudaBackwardPlan.*:Environment.*' >> '$out/tests.log' 2>&1"
   tail -3 "$out/tests.log"
@@ -150,6 +173,14 @@ if has bench; then
   # one after the other on them (cuda_bench --variants); then the anchors.
   run bench_fastattn 135 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
       >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  for vb in $variant_builds; do
+    vname=${vb%%:*} vbench=${vb#*:}/bench/cuda/fastattn_cuda_bench
+    vvariants="$vname-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+    vvariants+=",$vname-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+    vvariants+=",$vname-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+    run "bench_$vname" 100 bash -c "for m in gqa paper; do '$vbench' \$m --passes bwd,fwdbwd $timing --variants '$vvariants'; done \
+        >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  done
   run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
       --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
 fi

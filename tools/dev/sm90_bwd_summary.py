@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 VARIANTS = ("sm90-atomic", "sm90-atomic-tiles", "sm90-bulk", "sm90-headmajor", "sm80-bwd")
+# Tagged variants of extra builds (gpu-sm90-bwd.sh BUILD_VARIANTS: NAME-atomic, NAME-atomic-tiles,
+# NAME-bulk), found in bench.jsonl; each gets the A/B "NAME build vs default build" per dQ mode.
+MODES = ("atomic", "atomic-tiles", "bulk")
 # A/B pairs of the sm90 backward's elements: (name, variant B, variant A, rows): A's speed over B's.
 AB = (("bulk dQ vs atomic dQ", "sm90-atomic", "sm90-bulk", lambda k: True),
       ("atomic-tiles dQ vs atomic dQ", "sm90-atomic", "sm90-atomic-tiles", lambda k: True),
@@ -67,7 +70,12 @@ def main():
         if r.get("source") == "fastattn":
             kernels[(shape_key(r), who)] = r.get("kernel_bwd", r.get("kernel"))
     summary = {"shapes": [], "ratios": {}, "bars": {}}
-    whos = VARIANTS + ANCHORS
+    seen = {w for v in table.values() for w in v}
+    extra = tuple(sorted(w for w in seen if w not in VARIANTS + ANCHORS and any(w.endswith("-" + m) for m in MODES)))
+    variants = VARIANTS + extra
+    ab = AB + tuple((f"{w[:-len(m) - 1]} build vs default build ({m} dQ)", f"sm90-{m}", w, lambda k: True)
+                    for w in extra for m in MODES if w.endswith("-" + m))
+    whos = variants + ANCHORS
     print("shape | " + " | ".join(f"{w} ms" for w in whos) + " | " + " ".join(f"{w}/cudnn" for w in whos if w != "cudnn"))
     keyed = []  # (shape key, its summary entry)
     for k in sorted(table, key=lambda k: (k[6], k[4], k[5], k[3], k[2])):
@@ -75,7 +83,7 @@ def main():
         c = v.get("cudnn")
         ratio = {w: c / v[w] for w in whos if w != "cudnn" and c and v.get(w)}
         summary["shapes"].append({"shape": shape_name(k), "ms": v, "vs_cudnn": ratio,
-                                  "kernel_bwd": {w: kernels.get((k, w)) for w in VARIANTS if (k, w) in kernels}})
+                                  "kernel_bwd": {w: kernels.get((k, w)) for w in variants if (k, w) in kernels}})
         keyed.append((k, summary["shapes"][-1]))
         print(shape_name(k), "|", " | ".join(f"{v[w]:.3f}" if w in v else "-" for w in whos), "|",
               " ".join(f"{ratio[w]:.3f}" if w in ratio else "-" for w in whos if w != "cudnn"))
@@ -88,7 +96,7 @@ def main():
         worst = min(rs)
         return {"rows": len(rs), "geomean": geomean([r for r, _ in rs]), "min": worst[0], "min_shape": worst[1]}
 
-    for who in VARIANTS + ("flash",):
+    for who in variants + ("flash",):
         fb = judge(who, "fwdbwd", 2048)
         b = judge(who, "bwd", 0)
         summary["ratios"][who] = {"fwdbwd_s>=2k": fb, "bwd": b, "fwdbwd_all": judge(who, "fwdbwd", 0)}
@@ -100,13 +108,13 @@ def main():
             verdict.append(f"bwd geomean {b['geomean']:.3f} min {b['min']:.3f} ({b['min_shape']}) over {b['rows']}: "
                            f"{'PASS' if b['geomean'] >= 1.05 else 'FAIL'}")
         print(f"{who} vs cuDNN: " + ("; ".join(verdict) if verdict else "not measured"))
-        if who in VARIANTS:
+        if who in variants:
             summary["bars"][who] = {
                 "fwdbwd": None if not fb else fb["geomean"] >= 1.05 and fb["min"] >= 0.97,
                 "bwd": None if not b else b["geomean"] >= 1.05}
 
     summary["ab"] = {}
-    for name, b, a, keep in AB:
+    for name, b, a, keep in ab:
         for pass_ in ("bwd", "fwdbwd"):
             rs = [table[k][b] / table[k][a] for k in table if k[6] == pass_ and keep(k) and table[k].get(a)
                   and table[k].get(b)]

@@ -48,14 +48,32 @@ enum Sm90BwdBarrier : int {
   kBarRowsZeroed = 4,  // varlen: both MMA warpgroups zeroed a tile's rows past the sequence (kMmaThreads)
 };
 
+// The step order (FASTATTN_SM90_BWD_DK_LAST, a build knob for the A/B; default 0, the order
+// above). 1: FlashAttention-3's order for the key split (d = 64 / 96 / 128): dV, then dQ, then
+// dK, and the step waits for dV and dQ only, so dK += dS^T Q runs on the tensor cores while the
+// warpgroup adds its dQ tile and issues the next step's S^T and dP^T; the next step's first
+// wait retires it and releases the stage (Q of the stage is dK's operand). dS^T's A fragments
+// live across the step boundary for it (Sm90BwdMmaState::a_ds). d = 256 keeps its order.
+#ifndef FASTATTN_SM90_BWD_DK_LAST
+#define FASTATTN_SM90_BWD_DK_LAST 0
+#endif
+template <class T>
+constexpr bool sm90_bwd_dk_last() {
+  return FASTATTN_SM90_BWD_DK_LAST != 0 && !T::kSplitColumns;
+}
+
 template <class T>
 struct Sm90BwdMmaState {
   float acc_dk[T::kNTilesD][4];  // dK: (64 keys of this warpgroup, kDkvN columns) f32, unscaled
   float acc_dv[T::kNTilesD][4];  // dV: (64 keys, kDkvN columns) f32
+  // dk_last order only: dS^T as the A fragments of the dK GEMM still in flight from the
+  // previous step (kKStepsS k16 slices).
+  uint32_t a_ds[T::kKStepsS][4];
 };
 
 // One step's place: its stage, dS buffer, head, query block.
 struct Sm90BwdStep {
+  int index;  // of the CTA's steps
   int stage;
   uint32_t parity;
   int ds_buffer;
@@ -180,14 +198,18 @@ __device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4
 // registers). Without soft-cap the logits, mask and exponentials run while dP^T is still on the
 // tensor cores (the caller waits for S^T alone); with it both are waited for first, and the
 // first pass leaves (dP^T - D) (1 - tanh^2) in acc_dp, so no tanh is kept.
-template <class T, bool kSoftcap>
+// after_first_wait runs once the step's first wait returned (every wgmma group issued before
+// S^T, such as the dk_last order's dK of the previous step, is then complete).
+template <class T, bool kSoftcap, class AfterFirstWait>
 __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][4], float (&acc_dp)[T::kNTilesS][4],
                                                     uint32_t (&a_p)[T::kKStepsS][4], uint32_t (&a_ds)[T::kKStepsS][4],
                                                     const BackwardParams& p, uint32_t s_lse, uint32_t s_dsum,
-                                                    const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
+                                                    const Sm90BwdStep& s, int k0, int q0, int wg, int t,
+                                                    AfterFirstWait&& after_first_wait) {
   using E = typename T::Element;
   if constexpr (!kSoftcap) {
     sm90::warpgroup_wait<1>();  // S^T landed; dP^T may still run
+    after_first_wait();
     sm90::fence_registers(acc_s);
 #pragma unroll
     for (int nt = 0; nt < T::kNTilesS; ++nt) {
@@ -210,6 +232,7 @@ __device__ __forceinline__ void scores_to_gradients(float (&acc_s)[T::kNTilesS][
     }
   } else {
     sm90::warpgroup_wait<0>();
+    after_first_wait();
     sm90::fence_registers(acc_s);
     sm90::fence_registers(acc_dp);
 #pragma unroll
@@ -321,11 +344,12 @@ __device__ __forceinline__ void zero_query_rows_past_end(const Sm90BwdSmem<T>& s
 
 // One step's GEMMs and gradients up to the dQ tile (the caller hands acc_dq to dq_writer.cuh).
 // Waits for the step's stage (varlen: zeroes its rows past the sequence), releases it once dV
-// and dK have read Q and dO.
+// and dK have read Q and dO (dk_last order: in the next step, finish_steps after the last).
 template <class T, bool kSoftcap>
 __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)[T::kDqN / 8][4],
                                          const Sm90BwdSmem<T>& smem, const BackwardParams& p, int k0,
                                          const Sm90BwdStep& s, int wg, int t) {
+  constexpr bool kDkLast = sm90_bwd_dk_last<T>();
   sm90::mbarrier_wait(smem.q_full(s.stage), s.parity);
   if constexpr (T::kVarlen) zero_query_rows_past_end<T>(smem, s, 128 * wg + t);
   float acc_s[T::kNTilesS][4], acc_dp[T::kNTilesS][4];
@@ -333,16 +357,42 @@ __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)
   issue_transposed_scores<T>(acc_s, smem.k(), smem.q(s.stage), wg);
   issue_transposed_scores<T>(acc_dp, smem.v(), smem.dout(s.stage), wg);
 
-  uint32_t a_p[T::kKStepsS][4], a_ds[T::kKStepsS][4];
+  uint32_t a_p[T::kKStepsS][4], a_ds_step[T::kKStepsS][4];
+  uint32_t(&a_ds)[T::kKStepsS][4] = kDkLast ? st.a_ds : a_ds_step;
+  // dk_last: the first wait retired the previous step's dK; its stage goes back to the producer.
+  auto release_previous = [&] {
+    if constexpr (kDkLast) {
+      sm90::fence_registers(st.acc_dk);
+      sm90::fence_registers(st.a_ds);
+      if (s.index > 0) sm90::mbarrier_arrive(smem.q_empty((s.stage + T::kStages - 1) % T::kStages));
+    }
+  };
   scores_to_gradients<T, kSoftcap>(acc_s, acc_dp, a_p, a_ds, p, smem.lse(s.stage), smem.dsum(s.stage), s, k0, s.q0, wg,
-                                   t);
+                                   t, release_previous);
   store_ds<T>(smem.ds(s.ds_buffer), a_ds, wg, t);
 
-  // dV += P^T dO, dK += dS^T Q: one commit group. The packing is final before the fence (pins).
   sm90::fence_registers(st.acc_dv);
   sm90::fence_registers(st.acc_dk);
   sm90::fence_registers(a_p);
   sm90::fence_registers(a_ds);
+  if constexpr (kDkLast) {
+    // dV += P^T dO; both warpgroups' dS^T rows; dQ = dS K; dK += dS^T Q (three commit groups).
+    sm90::warpgroup_fence();
+    issue_key_gradient<T>(st.acc_dv, a_p, smem.dout(s.stage), wg);
+    sm90::warpgroup_commit();
+    sm90::named_barrier_sync(kBarDsReady, T::kMmaThreads);
+    sm90::warpgroup_fence();
+    issue_dq<T>(acc_dq, smem.ds(s.ds_buffer), smem.k(), wg);
+    sm90::warpgroup_fence();
+    issue_key_gradient<T>(st.acc_dk, a_ds, smem.q(s.stage), wg);
+    sm90::warpgroup_commit();
+    sm90::warpgroup_wait<1>();  // dV and dQ done; dK runs on
+    sm90::fence_registers(st.acc_dv);
+    sm90::fence_registers(a_p);
+    sm90::fence_registers(acc_dq);
+    return;
+  }
+  // dV += P^T dO, dK += dS^T Q: one commit group. The packing is final before the fence (pins).
   sm90::warpgroup_fence();
   issue_key_gradient<T>(st.acc_dv, a_p, smem.dout(s.stage), wg);
   issue_key_gradient<T>(st.acc_dk, a_ds, smem.q(s.stage), wg);
@@ -372,6 +422,16 @@ __device__ __forceinline__ void mma_step(Sm90BwdMmaState<T>& st, float (&acc_dq)
   }
   sm90::warpgroup_wait<0>();
   sm90::fence_registers(acc_dq);
+}
+
+// After the last step: the dk_last order's last dK is complete before the epilogue reads acc_dk.
+template <class T>
+__device__ __forceinline__ void finish_steps(Sm90BwdMmaState<T>& st) {
+  if constexpr (sm90_bwd_dk_last<T>()) {
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(st.acc_dk);
+    sm90::fence_registers(st.a_ds);
+  }
 }
 
 }  // namespace fastattn::cuda

@@ -84,6 +84,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int nt = 0; nt < T::kNTilesD; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st.acc_dk[nt][e] = st.acc_dv[nt][e] = 0.0f;
+#pragma unroll
+    for (int kp = 0; kp < T::kKStepsS; ++kp)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) st.a_ds[kp][r] = 0u;  // dk_last order only (defined before step 0's fences)
     int steps;
     {
       const Sm90BackwardWork w = work();
@@ -104,6 +108,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       int k0;
       {
         const Sm90BackwardWork w = work();
+        s.index = i;
         s.stage = i % T::kStages;
         s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
         s.ds_buffer = i & 1;
@@ -133,6 +138,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
       }
     }
+    finish_steps<T>(st);
     if constexpr (kDq == Sm90DqReduction::bulk) finish_dq_bulk(t);
     store_key_gradients<T>(st, p, work(), wg, t);
   }
