@@ -134,7 +134,17 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   }
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
-  EXPECT_FALSE(cuda::sm90_overlap_fits(256));  // it spilled (plan.hpp)
+  // d = 256: the overlap kernels are compiled (0 spills since the twelfth session) but not the
+  // default until measured (plan.hpp: kSm90D256OverlapDefault); FASTATTN_CUDA_SM90_OVERLAP=1
+  // selects them.
+  EXPECT_TRUE(cuda::sm90_overlap_fits(256));
+  EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap, cuda::kSm90D256OverlapDefault);
+  {
+    ScopedEnv on(cuda::kSm90OverlapEnv, "1");
+    const cuda::ForwardPlan p256 = cuda::plan_forward(hopper(2, 16, 4096, 4096, 256));
+    EXPECT_TRUE(p256.sm90_overlap);
+    EXPECT_NE(cuda::describe_plan(p256).find("softmax overlapped"), std::string::npos) << cuda::describe_plan(p256);
+  }
   // The scheduler (plan.hpp: sm90_persistent_max_key_tiles): the overlap kernels persistent at
   // every length without a mask and up to 32 key tiles per query tile on average with one; the
   // plain loop up to 64 without a mask, 4 with a causal one; grid above, unless

@@ -44,14 +44,16 @@ struct Sm90ConsumerState {
 
 // Issues acc_s = Q_wg K^T (no wait): the warpgroup's 64 rows of Q (rows 64 * wg of sQ) against
 // the stage's keys, head_dim / 16 wgmma in one commit group (d = 96: the zero padding of the
-// 128-column tiles is skipped).
-template <class T>
+// 128-column tiles is skipped). kOverlap: called from the overlap loop.
+template <class T, bool kOverlap>
 __device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_t sQ, uint32_t sK, int wg) {
   using E = typename T::Element;
-  if constexpr (T::kConsumerWarpgroups == 3) {
+  if constexpr (T::kConsumerWarpgroups == 3 || (T::kHeadDimTile == 256 && kOverlap)) {
     // Three consumer warpgroups have 160 registers a thread: through an opaque move, Q's
     // descriptors are rebuilt per key tile (a few uniform-datapath ops) instead of being hoisted
     // out of the loop, where the overlap loop spilled them (4 x 64 bits, LDL.64 every tile).
+    // d = 256's overlap loop (O alone is 128 registers) spilled its 16 hoisted descriptors the
+    // same way (68-104 bytes; 0 with the move). The plain d = 256 loop does not need it.
     asm volatile("mov.b32 %0, %0;\n" : "+r"(sQ));
   }
 #pragma unroll
@@ -207,7 +209,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       const int stage = stage_of(i);
       sm90::mbarrier_wait(smem.k_full(stage), parity(i));
       sm90::warpgroup_fence();
-      issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
+      issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage), wg);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(acc_s[0]);
       sm90::mbarrier_arrive(smem.k_empty(stage));
@@ -229,7 +231,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
     if constexpr (kWgOrder) wg_order_wait_turn(wg);
     sm90::warpgroup_fence();
-    issue_qk<T>(acc_s[0], smem.q(), smem.k(stage_of(0)), wg);
+    issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage_of(0)), wg);
     if constexpr (kWgOrder) wg_order_pass_turn(wg);
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(acc_s[0]);
@@ -253,7 +255,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
       sm90::warpgroup_fence();
-      issue_qk<T>(acc_s[0], smem.q(), smem.k(stage), wg);
+      issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage), wg);
       if constexpr (!kWgOrder) {
         sm90::mbarrier_wait(smem.v_full(prev), parity(i - 1));
         if (i == 1 && v_tail) zero_v_rows_past_end<T>(smem.v(prev), w.len_k - key0(0), consumer_tid);

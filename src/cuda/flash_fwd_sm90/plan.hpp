@@ -128,21 +128,28 @@ inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1
 // Overlap keeps S, P and O live at once: it fits the 240 registers of a 2-consumer-warpgroup
 // tile (d = 128), not the 160 of a 3-warpgroup one (d = 64: ptxas spilled 68-160 bytes), so it
 // is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
-// loop there too, for A/B measurements.
+// loop there too, for A/B measurements (and =1 the overlap at d = 256, below).
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
-// At d = 256 the overlap spilled too (100 bytes: O alone is 128 registers a thread), so d = 256
-// runs the plain loop.
+// d = 256 (O alone is 128 registers a thread): the overlap loop spilled 68-104 bytes until Q's
+// 16 descriptors were kept from being hoisted out of the key loop (consumer.cuh issue_qk's
+// opaque move, as for the three-warpgroup tile); since the twelfth session its kernels compile
+// with 0 bytes of spills (nvcc 13.0, all 12 of the unit; FA3 runs d = 256 on 128 x 80 with the
+// overlap too). Not measured yet, so kSm90D256OverlapDefault keeps d = 256 on the plain loop
+// and FASTATTN_CUDA_SM90_OVERLAP=1 selects the overlap there (the A/B).
 // A/B builds may set FASTATTN_SM90_D64_OVERLAP=1 to compile the overlap loop for d = 64's
 // 192-row tile too (three consumer warpgroups at 160 registers; FA3's d = 64 shape and loop).
 #ifndef FASTATTN_SM90_D64_OVERLAP
 #define FASTATTN_SM90_D64_OVERLAP 0
 #endif
+constexpr bool kSm90D256OverlapDefault = false;
 constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
   const int m = sm90_forward_blocks(head_dim, 0, block_m).block_m;
-  return head_dim <= 128 && (m == 128 || (FASTATTN_SM90_D64_OVERLAP && head_dim <= 64 && m == 192));
+  return (head_dim <= 128 && (m == 128 || (FASTATTN_SM90_D64_OVERLAP && head_dim <= 64 && m == 192))) ||
+         head_dim == 256;
 }
 inline bool sm90_overlap(std::int64_t head_dim, int block_m = 0) {
-  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim, block_m);
+  const bool by_default = head_dim != 256 || kSm90D256OverlapDefault;
+  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", by_default) && sm90_overlap_fits(head_dim, block_m);
 }
 
 // The d = 64 narrow tile for causal calls (kSm90D64NarrowBlockM), compiled beside the 192-row
