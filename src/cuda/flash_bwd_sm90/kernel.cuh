@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <new>
 
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd_sm90/consumer.cuh"
@@ -30,6 +31,20 @@
 #include "cuda/sm90/warpgroup.cuh"
 
 namespace fastattn::cuda {
+
+// Where the MMA warpgroups keep the CTA's work (Sm90BackwardWork: tile, query-block range,
+// lengths, mask) across the steps (FASTATTN_SM90_BWD_WORK_IN_SMEM, a build knob for the A/B;
+// default 0):
+//   0  recomputed from blockIdx twice a step (before the GEMMs and for the dQ output): ~235 of
+//      the ~1140 SASS instructions a warp issues per full step at d = 128 (64-bit divisions
+//      of the tile decomposition and the query-block range), where two MMA warps share a
+//      scheduler and the step's GEMMs take ~2560 cycles: the issue slots are nearly full;
+//   1  computed once by thread 0 of each MMA warpgroup into shared memory and read from there
+//      at each use (ld.shared, reloaded after every barrier), so no register holds it across
+//      the loop (kept across the loop in registers, ptxas spilled at d = 128).
+#ifndef FASTATTN_SM90_BWD_WORK_IN_SMEM
+#define FASTATTN_SM90_BWD_WORK_IN_SMEM 0
+#endif
 
 template <class T, bool kSoftcap, Sm90DqReduction kDq, bool kDeterministic>
 __global__ void __launch_bounds__(T::kThreads, 1)
@@ -88,9 +103,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int kp = 0; kp < T::kKStepsS; ++kp)
 #pragma unroll
       for (int r = 0; r < 4; ++r) st.a_ds[kp][r] = 0u;  // dk_last order only (defined before step 0's fences)
+#if FASTATTN_SM90_BWD_WORK_IN_SMEM
+    // work_smem[wg]: the warpgroup's copy of the CTA's work, written once by its thread 0.
+    __shared__ alignas(16) unsigned char work_bytes[T::kMmaWarpgroups * sizeof(Sm90BackwardWork)];
+    Sm90BackwardWork* const work_smem = reinterpret_cast<Sm90BackwardWork*>(work_bytes) + wg;
+    if (t == 0) new (work_smem) Sm90BackwardWork(work());
+    sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+    auto step_work = [work_smem]() -> const Sm90BackwardWork& { return *work_smem; };
+#else
+    auto step_work = work;
+#endif
     int steps;
     {
-      const Sm90BackwardWork w = work();
+      const Sm90BackwardWork& w = step_work();
       steps = w.steps;
       if (steps > 0) {
         sm90::mbarrier_wait(smem.kv_full(), 0);
@@ -107,7 +132,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       Sm90BwdStep s;
       int k0;
       {
-        const Sm90BackwardWork w = work();
+        const Sm90BackwardWork& w = step_work();
         s.index = i;
         s.stage = i % T::kStages;
         s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
@@ -129,7 +154,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       asm volatile("" : "+r"(smem_step.base), "+r"(t_step));
       float acc_dq[T::kDqN / 8][4];
       mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
-      const Sm90BackwardWork w = work();
+      const Sm90BackwardWork& w = step_work();
       if constexpr (kDq == Sm90DqReduction::bulk) {
         add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
       } else if constexpr (kDq == Sm90DqReduction::atomic_tiles) {
@@ -140,7 +165,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     finish_steps<T>(st);
     if constexpr (kDq == Sm90DqReduction::bulk) finish_dq_bulk(t);
-    store_key_gradients<T>(st, p, work(), wg, t);
+    store_key_gradients<T>(st, p, step_work(), wg, t);
   }
 #endif
 }
