@@ -356,9 +356,9 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
 }
 
 // The wave sections on the default tiles (plan.hpp: sm90_wave_sections_pay): causal d = 128
-// calls without GQA, padded, whose query tiles see on average 8 key tiles or more (s2k and up);
-// shorter calls, GQA, varlen, windows bounded on both sides, other head dims and calls without
-// a mask keep their sections.
+// calls without GQA or soft-cap, padded, whose query tiles see on average 8 key tiles or more
+// (s2k and up); shorter calls, GQA, soft-cap, varlen, other windows, other head dims and calls
+// without a mask keep their sections.
 TEST(CudaForwardPath, Sm90WaveSectionsRule) {
   auto causal = [](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d, std::int64_t group) {
     cuda::ForwardShape shape = hopper_shape(b, h, s, s, d);
@@ -384,6 +384,11 @@ TEST(CudaForwardPath, Sm90WaveSectionsRule) {
   band.window_left = 2048;
   EXPECT_EQ(cuda::plan_forward(varlen).sm90_sections, cuda::Sm90Sections::l2_half);
   EXPECT_EQ(cuda::plan_forward(band).sm90_sections, cuda::Sm90Sections::l2_half);
+  cuda::ForwardShape capped = causal(4, 16, 4096, 128, 1), left_only = hopper_shape(4, 16, 4096, 4096, 128);
+  capped.softcap = true;
+  left_only.window_left = 2048;  // one-sided, but not causal: not what was measured
+  EXPECT_EQ(cuda::plan_forward(capped).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_EQ(cuda::plan_forward(left_only).sm90_sections, cuda::Sm90Sections::l2_half);
   EXPECT_EQ(cuda::plan_forward(hopper_shape(4, 16, 4096, 4096, 128)).sm90_sections, cuda::Sm90Sections::per_pair);
   ScopedEnv forced(cuda::kSm90SectionsEnv, "l2");
   EXPECT_EQ(cuda::plan_forward(causal(4, 16, 4096, 128, 1)).sm90_sections, cuda::Sm90Sections::l2_half);

@@ -19,6 +19,7 @@
 #include "cuda/flash_bwd_sm90/layout.hpp"
 #include "cuda/flash_bwd_sm90/plan.hpp"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
+#include "cuda/sm90/descriptor.hpp"
 #include "fastattn/error.hpp"
 #include "test_support.hpp"
 
@@ -138,8 +139,8 @@ TEST(CudaSm90BackwardLayout, DsStmatrixRowsHoldTheFragmentsConflictFree) {
 // 128 x n / 2 floats, which dq_tile_row / dq_tile_col invert; each warp's float4 stores of one
 // n8 slice cover 512 contiguous bytes (no bank conflict); the tile's bytes are
 // plan.hpp's sm90_backward_dq_tile_bytes. The convert kernel's float2 scatter into its padded
-// row-major shared tile (dq_convert.cuh: rows of kSmemCols + 8 floats) hits 32 distinct banks
-// per half-warp.
+// row-major shared tile (dq_convert.cuh: one warpgroup tile, rows of kDqN + 8 floats) hits 32
+// distinct banks per half-warp.
 TEST(CudaSm90BackwardLayout, DqTileOrderIsABijectionWithConflictFreeStores) {
   for (int d : {64, 96, 128}) {
     const int cols = static_cast<int>(cuda::sm90_backward_smem_columns(d)), dq_n = cols / 2;
@@ -162,22 +163,21 @@ TEST(CudaSm90BackwardLayout, DqTileOrderIsABijectionWithConflictFreeStores) {
         EXPECT_EQ(first % 128, 0);  // a 512-byte aligned run: four whole wavefronts
         for (int lane = 0; lane < 32; ++lane) EXPECT_EQ(L::dq_tile_index(32 * w + lane, nt, 0), first + 4 * lane);
       }
-    const int row_floats = cols + 8;
-    for (int wg = 0; wg < 2; ++wg)
-      for (int w = 0; w < 4; ++w)
-        for (int nt = 0; nt < dq_n / 8; ++nt)
-          for (int half = 0; half < 2; ++half)
-            for (int half_warp = 0; half_warp < 2; ++half_warp) {
-              std::set<int> banks;
-              for (int lane = 16 * half_warp; lane < 16 * half_warp + 16; ++lane) {
-                const int t = 32 * w + lane;
-                const int at = (L::acc_row(t, 0) + 8 * half) * row_floats + dq_n * wg + L::acc_col(t, nt, 0);
-                EXPECT_EQ(at % 2, 0);
-                banks.insert(at % 32);
-                banks.insert((at + 1) % 32);
-              }
-              EXPECT_EQ(banks.size(), 32u) << "d " << d << " wg " << wg << " nt " << nt;
+    const int row_floats = dq_n + 8;  // dq_convert.cuh: one warpgroup tile per CTA, rows of kDqN + 8 floats
+    for (int w = 0; w < 4; ++w)
+      for (int nt = 0; nt < dq_n / 8; ++nt)
+        for (int half = 0; half < 2; ++half)
+          for (int half_warp = 0; half_warp < 2; ++half_warp) {
+            std::set<int> banks;
+            for (int lane = 16 * half_warp; lane < 16 * half_warp + 16; ++lane) {
+              const int t = 32 * w + lane;
+              const int at = (L::acc_row(t, 0) + 8 * half) * row_floats + L::acc_col(t, nt, 0);
+              EXPECT_EQ(at % 2, 0);
+              banks.insert(at % 32);
+              banks.insert((at + 1) % 32);
             }
+            EXPECT_EQ(banks.size(), 32u) << "d " << d << " nt " << nt;
+          }
   }
 }
 
@@ -207,6 +207,31 @@ TEST(CudaSm90BackwardLayout, DqTileRowsOfSequencesDoNotOverlap) {
       next_free = first + blocks;
     }
   }
+}
+
+// sm90/descriptor.hpp: a descriptor advanced by an offset equals the one built from the moved
+// address, for every 1024-aligned tile base and 16-byte-aligned offset inside the 227 KiB of
+// shared memory a block can have, with the leading / stride fields the backward uses (the
+// consumer builds one descriptor per operand and advances it per k16 step).
+TEST(CudaSm90BackwardLayout, DescriptorAdvanceEqualsABuiltDescriptor) {
+  namespace s9 = cuda::sm90;
+  constexpr std::uint32_t kSmem = 227 * 1024;
+  for (const std::uint32_t leading : {16u, 64u * 128u, 128u * 128u}) {
+    std::size_t checked = 0;
+    for (std::uint32_t base = 0; base < kSmem; base += 1024) {
+      const std::uint64_t d0 = s9::smem_descriptor_sw128(base, leading, 1024);
+      for (std::uint32_t off = 0; base + off < kSmem; off += 16) {
+        ASSERT_EQ(s9::descriptor_advance(d0, off), s9::smem_descriptor_sw128(base + off, leading, 1024))
+            << "base " << base << " offset " << off << " leading " << leading;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 1000000u);
+  }
+  // The k16 steps' offsets of the backward's operands (consumer.cuh), from kk = 0.
+  EXPECT_EQ(L::kmajor_step(128, 0, 5), L::kmajor_step(128, 64, 5) - L::kmajor_step(128, 64, 0));
+  EXPECT_EQ(L::mnmajor_step(64, 0, 3), L::mnmajor_step(64, 32, 3) - L::mnmajor_step(64, 32, 0));
+  EXPECT_EQ(L::mnmajor_step(128, 0, 7), L::mnmajor_step(128, 64, 7) - L::mnmajor_step(128, 64, 0));
 }
 
 using cuda::Sm90TileOrder;

@@ -157,6 +157,10 @@ TEST_F(CudaSm90, OverlapLoopAtHeadDim256MatchesFloat64) {
       EXPECT_TRUE(r.pass) << scheduler << " order=" << order << "\n" << r.to_string();
       EXPECT_EQ(r.forward_choice.isa, "sm90") << r.forward_choice.describe();
       EXPECT_NE(r.forward_choice.reason.find("softmax overlapped"), std::string::npos) << r.forward_choice.describe();
+      // The ordered issue where asked for (the dynamic scheduler has no ordered kernel).
+      const bool ordered = std::string(order) == "1" && std::string(scheduler) != "dynamic";
+      EXPECT_EQ(r.forward_choice.reason.find("alternating their GEMM issue") != std::string::npos, ordered)
+          << r.forward_choice.describe();
       expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2 d=256 dtype=f16 mask=causal align=bottom_right");
       expect_sm90("b=1 sq=257 sk=513 h=3 hkv=1 d=256 dtype=bf16 mask=window wl=40 wr=7 softcap=30");
       expect_sm90("b=1 sq=129 sk=4099 h=2 hkv=2 d=256 dtype=f16 mask=none qk_std=4");
@@ -492,15 +496,18 @@ TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
 
 // The ordered GEMM issue of the two consumer warpgroups (plan.hpp: sm90_wg_order) changes when a
 // warpgroup issues, not what it computes: the same bits with and without it, under both
-// schedulers, padded and varlen, causal and not (the overlap kernels: d 96 and 128).
+// schedulers, padded and varlen, causal and not (the overlap kernels: d 96 and 128, and d 256's,
+// which FASTATTN_CUDA_SM90_OVERLAP=1 selects).
 TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   for (int d : dims_) {
     if (!cuda::sm90_overlap_fits(d)) continue;
     for (const char* scheduler : {"grid", "persistent"}) {
       const std::vector<EnvSetting> settings = {
-          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"}},
-          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"}}};
+          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"},
+           {"FASTATTN_CUDA_SM90_OVERLAP", "1"}},
+          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"},
+           {"FASTATTN_CUDA_SM90_OVERLAP", "1"}}};
       for (const bool varlen : {false, true}) {
         for (const bool causal : {false, true}) {
           const SettingBits bits(d, varlen, causal, settings);
@@ -616,7 +623,8 @@ struct DeviceBuffers {
 // there (its P is 0 on those keys, and 0 x inf would be NaN). First sequences of 100 keys (one
 // key tile of 128 at d 64 / 96 / 128, two of 80 at d 256) and of 200 (two tiles of 128: the
 // overlapped loop zeroes the tail of tile 0 while tile 1's S runs), each followed by a shorter
-// one; both consumer loops (the overlap exists at d 96 / 128), causal and not.
+// one; both consumer loops (the overlap at d 96 / 128 by default, at d 256 when
+// FASTATTN_CUDA_SM90_OVERLAP=1), causal and not.
 TEST_F(CudaSm90, VarlenNonFiniteNextSequenceDoesNotReachThisOne) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   const std::int64_t h = 2;

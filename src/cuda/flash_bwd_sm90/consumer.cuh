@@ -59,6 +59,9 @@ enum Sm90BwdBarrier : int {
 #endif
 template <class T>
 constexpr bool sm90_bwd_dk_last() {
+  // A step releases the previous step's stage only after waiting for its own (q_full): with one
+  // stage the producer would wait for a release that needs the load it holds back.
+  static_assert(FASTATTN_SM90_BWD_DK_LAST == 0 || T::kStages >= 2, "dk_last order: at least two stages");
   return FASTATTN_SM90_BWD_DK_LAST != 0 && !T::kSplitColumns;
 }
 
@@ -89,15 +92,19 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
 
 // Issues acc (64 keys x kBlockM queries) = A_wg B^T, no wait: A the key-side tile (sK or sV,
 // rows kWgKeyRows wg..), B the query-side stage (sQ or sdO), both K-major; head_dim / 16 wgmma.
+// (Descriptors: each operand's first built once, the others advanced from it by the k16 step's
+// constant offset, sm90::descriptor_advance; the same values, fewer instructions.)
 template <class T>
 __device__ __forceinline__ void issue_transposed_scores(float (&acc)[T::kNTilesS][4], uint32_t s_keys,
                                                         uint32_t s_queries, int wg) {
   using E = typename T::Element;
+  const uint64_t desc_a0 = sm90::kmajor_descriptor(s_keys + sm90_layout::kmajor_step(T::kBlockN, T::kWgKeyRows * wg, 0));
+  const uint64_t desc_b0 = sm90::kmajor_descriptor(s_queries + sm90_layout::kmajor_step(T::kBlockM, 0, 0));
 #pragma unroll
   for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
-    const uint64_t desc_a =
-        sm90::kmajor_descriptor(s_keys + sm90_layout::kmajor_step(T::kBlockN, T::kWgKeyRows * wg, kk));
-    const uint64_t desc_b = sm90::kmajor_descriptor(s_queries + sm90_layout::kmajor_step(T::kBlockM, 0, kk));
+    // kmajor_step(rows, row0, kk) - kmajor_step(rows, row0, 0): row0 cancels, a constant per kk
+    const uint64_t desc_a = sm90::descriptor_advance(desc_a0, sm90_layout::kmajor_step(T::kBlockN, 0, kk));
+    const uint64_t desc_b = sm90::descriptor_advance(desc_b0, sm90_layout::kmajor_step(T::kBlockM, 0, kk));
     sm90::mma_ss<T::kBlockM, E>(acc, desc_a, desc_b, kk > 0 ? 1 : 0);
   }
   sm90::warpgroup_commit();
@@ -110,10 +117,12 @@ template <class T>
 __device__ __forceinline__ void issue_key_gradient(float (&acc)[T::kNTilesD][4], const uint32_t (&a)[T::kKStepsS][4],
                                                    uint32_t s_rows, int wg) {
   using E = typename T::Element;
+  const uint64_t desc_b0 =
+      sm90::mnmajor_descriptor(s_rows + sm90_layout::mnmajor_step(T::kBlockM, T::kWgDkvCols * wg, 0), T::kPanelBytesQ);
 #pragma unroll
   for (int kp = 0; kp < T::kKStepsS; ++kp) {
-    const uint64_t desc_b = sm90::mnmajor_descriptor(
-        s_rows + sm90_layout::mnmajor_step(T::kBlockM, T::kWgDkvCols * wg, kp), T::kPanelBytesQ);
+    // mnmajor_step(rows, mn0, kp) - mnmajor_step(rows, mn0, 0) = kp * 2048: mn0 cancels
+    const uint64_t desc_b = sm90::descriptor_advance(desc_b0, sm90_layout::mnmajor_step(T::kBlockM, 0, kp));
     sm90::mma_rs_tb<T::kDkvN, E>(acc, a[kp], desc_b, 1);
   }
 }
@@ -124,12 +133,13 @@ __device__ __forceinline__ void issue_key_gradient(float (&acc)[T::kNTilesD][4],
 template <class T>
 __device__ __forceinline__ void issue_dq(float (&acc)[T::kDqN / 8][4], uint32_t s_ds, uint32_t s_k, int wg) {
   using E = typename T::Element;
+  const uint64_t desc_a0 = sm90::mnmajor_descriptor(s_ds + sm90_layout::mnmajor_step(T::kBlockN, 0, 0), T::kPanelBytesDS);
+  const uint64_t desc_b0 =
+      sm90::mnmajor_descriptor(s_k + sm90_layout::mnmajor_step(T::kBlockN, T::kDqN * wg, 0), T::kPanelBytesKV);
 #pragma unroll
   for (int kk = 0; kk < T::kKStepsDq; ++kk) {
-    const uint64_t desc_a =
-        sm90::mnmajor_descriptor(s_ds + sm90_layout::mnmajor_step(T::kBlockN, 0, kk), T::kPanelBytesDS);
-    const uint64_t desc_b =
-        sm90::mnmajor_descriptor(s_k + sm90_layout::mnmajor_step(T::kBlockN, T::kDqN * wg, kk), T::kPanelBytesKV);
+    const uint64_t desc_a = sm90::descriptor_advance(desc_a0, sm90_layout::mnmajor_step(T::kBlockN, 0, kk));
+    const uint64_t desc_b = sm90::descriptor_advance(desc_b0, sm90_layout::mnmajor_step(T::kBlockN, 0, kk));
     sm90::mma_ss_tt<T::kDqN, E>(acc, desc_a, desc_b, kk > 0 ? 1 : 0);
   }
   sm90::warpgroup_commit();

@@ -1,5 +1,5 @@
-// dq_convert.cuh — the bulk dQ mode's convert kernel: dQ = scale * the tile-ordered fp32
-// accumulator that dq_writer.cuh's bulk reduce-adds fill (layout.hpp: dq_first_tile_row,
+// dq_convert.cuh — the tile modes' convert kernel (bulk and atomic_tiles dQ): dQ = scale * the
+// tile-ordered fp32 accumulator that dq_writer.cuh's bulk reduce-adds or v4 reductions fill (layout.hpp: dq_first_tile_row,
 // dq_tile_index), cast to the element type and written in the caller's strides. The atomic mode
 // keeps the [total_q][heads][head_dim] accumulator and flash_bwd/prepare.cuh's convert kernel.
 //

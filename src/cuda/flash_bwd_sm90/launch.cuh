@@ -1,6 +1,6 @@
 // launch.cuh — the sm90 backward launcher: the sm80 backward's prepare kernel and (atomic dQ)
-// convert kernel (flash_bwd/prepare.cuh), or bulk dQ's own (dq_convert.cuh), around the sm90
-// main kernel, whose tensor maps (q, dout in boxes of
+// convert kernel (flash_bwd/prepare.cuh), or the tile modes' own (dq_convert.cuh), around the
+// sm90 main kernel, whose tensor maps (q, dout in boxes of
 // kBlockM rows; k, v in boxes of kBlockN) come from sm90/tensor_map.hpp. Included only by the
 // generated sm90 units (src/cuda/generated/flash_bwd_sm90_*), compiled for sm_90a alone.
 #pragma once

@@ -216,7 +216,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   // tiles are not all as long as another (plan.hpp: Sm90Sections).
   const bool wave = block_m == kSm90D64NarrowBlockM ||
                     (block_m == 0 && block_n == 0 &&
-                     sm90_wave_sections_pay(s.head_dim, one_sided, s.varlen, s.heads_per_kv_head, plan.sm90_key_tiles));
+                     sm90_wave_sections_pay(s.head_dim, s.window_left < 0 && s.window_right >= 0, s.varlen, s.softcap,
+                                            s.heads_per_kv_head, plan.sm90_key_tiles));
   plan.sm90_sections = sm90_sections(masked || s.varlen, wave);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&

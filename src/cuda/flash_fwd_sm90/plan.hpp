@@ -233,13 +233,14 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 // 1.006x -> 0.988x and s8k 1.004x -> 0.997x (a KV head's 4 query heads split across a wave's
 // pairs), d64 and d256 within the spread.
 enum class Sm90Sections { l2_half, per_pair, wave };
-// The default tiles' calls that take the wave sections: d = 128 (d = 96 and 256 not measured /
-// within the spread), a mask bounded on one side (causal), padded, without GQA, whose query
-// tiles see on average kSm90WaveMinKeyTiles key tiles or more (causal s2k: 8).
+// The default tiles' calls that take the wave sections: what job1 measured, d = 128 (d = 96 and
+// 256 not measured / within the spread), causal (a mask bounded on the right only), padded,
+// without soft-cap or GQA, whose query tiles see on average kSm90WaveMinKeyTiles key tiles or
+// more (causal s2k: 8).
 constexpr std::int64_t kSm90WaveMinKeyTiles = 8;
-constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool one_sided_mask, bool varlen,
+constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool causal, bool varlen, bool softcap,
                                       std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles) {
-  return head_dim == 128 && one_sided_mask && !varlen && heads_per_kv_head == 1 &&
+  return head_dim == 128 && causal && !varlen && !softcap && heads_per_kv_head == 1 &&
          avg_key_tiles >= kSm90WaveMinKeyTiles;
 }
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";

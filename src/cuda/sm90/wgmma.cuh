@@ -26,17 +26,9 @@
 
 #include <cstdint>
 
-namespace fastattn::cuda::sm90 {
+#include "cuda/sm90/descriptor.hpp"  // smem_descriptor_sw128, descriptor_advance
 
-// Descriptor fields: bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45
-// stride byte offset >> 4, 49-51 base offset (0: atoms 1024-byte aligned), 62-63 swizzle
-// (1 = 128-byte). __host__ too so the unit tests check the packing.
-__host__ __device__ constexpr uint64_t smem_descriptor_sw128(uint32_t smem_address, uint32_t leading_bytes,
-                                                             uint32_t stride_bytes) {
-  return static_cast<uint64_t>((smem_address & 0x3FFFFu) >> 4) |
-         (static_cast<uint64_t>((leading_bytes & 0x3FFFFu) >> 4) << 16) |
-         (static_cast<uint64_t>((stride_bytes & 0x3FFFFu) >> 4) << 32) | (uint64_t{1} << 62);
-}
+namespace fastattn::cuda::sm90 {
 
 constexpr uint32_t kSwizzleRowBytes = 128;   // one row of a 128-byte-swizzled tile
 constexpr uint32_t kSwizzleAtomBytes = 1024;  // 8 rows
