@@ -148,7 +148,9 @@ __device__ __forceinline__ void rescale_output(float (&acc_o)[T::kMTiles][T::kNT
 
 // The scores (cap_or_negate_scores), then the mask (kMasked: partial tiles). For a partial tile
 // each row's visible keys are one interval [lo, hi] (mask.hpp), compared in 32 bits.
-template <class T, bool kSoftcap, bool kMasked>
+// kLeftBound = false (no window on the left: causal, or only keys past len_k): lo = 0 <= j, so
+// only the upper end is compared, one compare per score instead of two (the same -inf set).
+template <class T, bool kSoftcap, bool kMasked, bool kLeftBound = true>
 __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T::kNTilesS][4],
                                                     const ForwardParams& p, int q_row0, int k0, int len_k,
                                                     int diagonal, int window_left, int window_right, int lane) {
@@ -162,26 +164,35 @@ __device__ __forceinline__ void scale_and_mask_tile(float (&acc_s)[T::kMTiles][T
         int lo = 0, hi = len_k - 1;
         const int i = q_row0 + mt * A::kTileRows + A::lane_row(lane) + half * A::kHalfRows;
         const long long d = static_cast<long long>(i) + diagonal;  // 64-bit: no overflow
-        if (window_left >= 0) lo = static_cast<int>(max(0LL, d - window_left));
+        if (kLeftBound && window_left >= 0) lo = static_cast<int>(max(0LL, d - window_left));
         if (window_right >= 0) hi = static_cast<int>(min(static_cast<long long>(hi), d + window_right));
 #pragma unroll
         for (int nt = 0; nt < T::kNTilesS; ++nt)
 #pragma unroll
           for (int e = 2 * half; e < 2 * half + 2; ++e) {
             const int j = k0 + nt * A::kFragCols + A::lane_col(lane) + (e & 1);
-            if (j < lo || j > hi) acc_s[mt][nt][e] = -INFINITY;
+            if ((kLeftBound && j < lo) || j > hi) acc_s[mt][nt][e] = -INFINITY;
           }
       }
   }
 }
 
 // Full tiles take the copy with no mask arithmetic at all (the tiling-mask's point).
-template <class T, bool kSoftcap>
+// kSplitLeftBound: partial tiles of calls without a left window bound take the copy that
+// compares only the upper end (the sm90 forward; on the sm80 kernels the second copy moved
+// ptxas's spills of the d = 64 units, so they keep one).
+template <class T, bool kSoftcap, bool kSplitLeftBound = false>
 __device__ __forceinline__ void scale_and_mask(float (&acc_s)[T::kMTiles][T::kNTilesS][4], const ForwardParams& p,
                                                bool masked, int q_row0, int k0, int len_k, int diagonal,
                                                int window_left, int window_right, int lane) {
   if (masked) {
-    scale_and_mask_tile<T, kSoftcap, true>(acc_s, p, q_row0, k0, len_k, diagonal, window_left, window_right, lane);
+    if (!kSplitLeftBound || window_left >= 0) {
+      scale_and_mask_tile<T, kSoftcap, true, true>(acc_s, p, q_row0, k0, len_k, diagonal, window_left, window_right,
+                                                   lane);
+    } else {
+      scale_and_mask_tile<T, kSoftcap, true, false>(acc_s, p, q_row0, k0, len_k, diagonal, window_left, window_right,
+                                                    lane);
+    }
   } else {
     scale_and_mask_tile<T, kSoftcap, false>(acc_s, p, q_row0, k0, len_k, diagonal, window_left, window_right, lane);
   }

@@ -154,8 +154,8 @@ __device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&a
                                              const Sm90TileMask& m, int k0, int lane) {
   using Tile = typename T::WarpTile;
   const bool masked = kMayMask && w.mask.classify(w.q0, w.q1, k0, k0 + T::kBlockN) != TileClass::full;
-  scale_and_mask<Tile, kSoftcap>(acc_s, p, masked, m.q_row0, k0, w.len_k, m.diagonal, m.window_left, m.window_right,
-                                 lane);
+  scale_and_mask<Tile, kSoftcap, true>(acc_s, p, masked, m.q_row0, k0, w.len_k, m.diagonal, m.window_left,
+                                       m.window_right, lane);
   st.softmax.update(acc_s, rescale, m.exp_scale);
   return __any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f);
 }
