@@ -56,11 +56,15 @@ __device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_
     // same way (68-104 bytes; 0 with the move). The plain d = 256 loop does not need it.
     asm volatile("mov.b32 %0, %0;\n" : "+r"(sQ));
   }
+  // Each operand's first descriptor built once, the others advanced from it by the k16 step's
+  // constant offset (sm90::descriptor_advance: the same values, fewer instructions).
+  const uint64_t desc_q0 = sm90::kmajor_descriptor(sQ + wg * 64 * 128);
+  const uint64_t desc_k0 = sm90::kmajor_descriptor(sK);
 #pragma unroll
   for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
     const int panel = kk / 4, chunk = kk % 4;  // 4 k16 steps per 128-byte row
-    const uint64_t desc_q = sm90::kmajor_descriptor(sQ + panel * T::kPanelBytesQ + wg * 64 * 128 + chunk * 32);
-    const uint64_t desc_k = sm90::kmajor_descriptor(sK + panel * T::kPanelBytesKV + chunk * 32);
+    const uint64_t desc_q = sm90::descriptor_advance(desc_q0, panel * T::kPanelBytesQ + chunk * 32);
+    const uint64_t desc_k = sm90::descriptor_advance(desc_k0, panel * T::kPanelBytesKV + chunk * 32);
     sm90::mma_ss<T::kBlockN, E>(acc_s, desc_q, desc_k, kk > 0 ? 1 : 0);
   }
   sm90::warpgroup_commit();
@@ -86,10 +90,11 @@ template <class T>
 __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const uint32_t (&a)[T::kBlockN / 16][4],
                                          uint32_t sV) {
   using E = typename T::Element;
+  const uint64_t desc_v0 = sm90::mnmajor_descriptor(sV, T::kPanelBytesKV);
 #pragma unroll
   for (int kp = 0; kp < T::kBlockN / 16; ++kp) {
     // 16 keys = two 8-row swizzle atoms (2048 bytes) further into every panel.
-    const uint64_t desc_v = sm90::mnmajor_descriptor(sV + kp * 16 * 128, T::kPanelBytesKV);
+    const uint64_t desc_v = sm90::descriptor_advance(desc_v0, kp * 16 * 128);
     sm90::mma_rs_tb<T::kHeadDimTile, E>(acc_o, a[kp], desc_v, 1);
   }
   sm90::warpgroup_commit();
