@@ -548,6 +548,7 @@ TEST(CudaSm90BackwardPlan, TiledDqAccumulatorHoldsEveryTile) {
       EXPECT_EQ(padded.sm90_dq,
                 static_cast<int>(bulk ? cuda::Sm90DqReduction::bulk : cuda::Sm90DqReduction::atomic_tiles));
       EXPECT_NE(why.find(bulk ? "bulk reduce-add per warpgroup tile" : "red.global.add.v4"), std::string::npos) << why;
+      EXPECT_EQ(why.find("no shared memory"), std::string::npos) << why;
       const std::size_t tile_floats = static_cast<std::size_t>(cuda::sm90_backward_dq_tile_bytes(d)) / 4 * 2;
       EXPECT_GE(padded.dq_accum_bytes, static_cast<std::size_t>(3 * 16) * 5 * tile_floats * 4) << "d " << d;
       const cuda::BackwardPlan varlen =

@@ -496,8 +496,8 @@ TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
 
 // The ordered GEMM issue of the two consumer warpgroups (plan.hpp: sm90_wg_order) changes when a
 // warpgroup issues, not what it computes: the same bits with and without it, under both
-// schedulers, padded and varlen, causal and not (the overlap kernels: d 96 and 128, and d 256's,
-// which FASTATTN_CUDA_SM90_OVERLAP=1 selects).
+// schedulers, padded and varlen, causal and not (the overlap kernels: d 96 and 128, d 256's,
+// which FASTATTN_CUDA_SM90_OVERLAP=1 selects, and d 64's narrow tile, padded causal).
 TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   for (int d : dims_) {
@@ -520,6 +520,23 @@ TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
         }
       }
     }
+  }
+  // d = 64's narrow tile (padded causal calls; FASTATTN_CUDA_SM90_D64_TILE=128) has an ordered
+  // kernel too (its two consumer warpgroups).
+  if (std::find(dims_.begin(), dims_.end(), 64) == dims_.end()) return;
+  for (const char* scheduler : {"grid", "persistent"}) {
+    const std::vector<EnvSetting> settings = {
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"},
+         {"FASTATTN_CUDA_SM90_D64_TILE", "128"}},
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"},
+         {"FASTATTN_CUDA_SM90_D64_TILE", "128"}}};
+    const SettingBits bits(64, false, true, settings);
+    ASSERT_EQ(bits.out.size(), 2u);
+    EXPECT_NE(bits.choices[1].reason.find("narrow tile"), std::string::npos) << bits.choices[1].describe();
+    EXPECT_EQ(bits.choices[0].reason.find("alternating"), std::string::npos) << bits.choices[0].describe();
+    EXPECT_NE(bits.choices[1].reason.find("alternating their GEMM issue"), std::string::npos)
+        << bits.choices[1].describe();
+    EXPECT_EQ(bits.out[0], bits.out[1]) << "d=64 narrow tile " << scheduler;
   }
 }
 

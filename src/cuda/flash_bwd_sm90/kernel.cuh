@@ -105,10 +105,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       for (int r = 0; r < 4; ++r) st.a_ds[kp][r] = 0u;  // dk_last order only (defined before step 0's fences)
 #if FASTATTN_SM90_BWD_WORK_IN_SMEM
     // work_smem[wg]: the warpgroup's copy of the CTA's work, written once by its thread 0.
+    // The static array pads the kernel's static shared memory to 1 KiB (the dynamic base is
+    // 1024-aligned), on top of the dynamic T::kSmemBytes.
+    static_assert(T::kSmemBytes + 1024 <= 227 * 1024, "work in shared memory: static + dynamic shared memory");
     __shared__ alignas(16) unsigned char work_bytes[T::kMmaWarpgroups * sizeof(Sm90BackwardWork)];
-    Sm90BackwardWork* const work_smem = reinterpret_cast<Sm90BackwardWork*>(work_bytes) + wg;
-    if (t == 0) new (work_smem) Sm90BackwardWork(work());
+    void* const work_slot = work_bytes + wg * sizeof(Sm90BackwardWork);
+    if (t == 0) new (work_slot) Sm90BackwardWork(work());
     sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+    // The object thread 0 created (every thread forms the same pointer; the storage is bytes).
+    const Sm90BackwardWork* const work_smem = std::launder(static_cast<const Sm90BackwardWork*>(work_slot));
     auto step_work = [work_smem]() -> const Sm90BackwardWork& { return *work_smem; };
 #else
     auto step_work = work;

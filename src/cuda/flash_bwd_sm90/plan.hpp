@@ -314,8 +314,8 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          (plan.sm90_dq == static_cast<int>(Sm90DqReduction::bulk)           ? "one TMA bulk reduce-add per warpgroup tile"
           : plan.sm90_dq == static_cast<int>(Sm90DqReduction::atomic_tiles) ? "red.global.add.v4 into accumulator-ordered tiles"
                                                                             : "red.global.add.v2 from registers") +
-         (plan.sm90_warpgroup_split == 1 && plan.sm90_dq == static_cast<int>(Sm90DqReduction::atomic)
-              ? " (no shared memory for the bulk reduce-add's tile)"
+         (plan.sm90_warpgroup_split == 1 && sm90_dq_reduction() == Sm90DqReduction::bulk
+              ? " (bulk asked for: no shared memory for the bulk reduce-add's tile)"
               : "") +
          (deterministic ? " in key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
          order;
