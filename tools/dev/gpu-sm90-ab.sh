@@ -42,14 +42,8 @@ variants=${VARIANTS:-"base:"}
 # Extra builds (BUILD_VARIANTS): the same configuration as gpu-sm90.sh's, plus the flags.
 builds="base:$build"
 for bv in ${BUILD_VARIANTS:-}; do
-  bname=${bv%%:*} bflags=$(tr ',' ' ' <<< "${bv#*:}")
-  bdir=$root/build/sm90-$bname
-  run "build_$bname" 240 bash -c "cmake -S . -B '$bdir' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
-      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128;256}' \
-      '-DCMAKE_CUDA_FLAGS=$bflags' > '$out/build-$bname.log' 2>&1 && \
-      cmake --build '$bdir' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench >> '$out/build-$bname.log' 2>&1"
-  tail -1 "$out/build-$bname.log"
-  grep -E "ptxas (warning|error)|C75(08|10|17|19)|spill" "$out/build-$bname.log" | grep -v " 0 bytes spill" | head -5
+  bname=${bv%%:*} bdir=$root/build/sm90-${bv%%:*}
+  build_variant "$bname" "${bv#*:}" "${HEAD_DIMS:-64;128;256}"
   [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && builds+=" $bname:$bdir"
 done
 case ${TEST_BUILD:-} in

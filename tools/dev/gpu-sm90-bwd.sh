@@ -99,14 +99,8 @@ fi
 variant_builds=""
 for bv in ${BUILD_VARIANTS:-}; do
   has build || break
-  bname=${bv%%:*} bflags=$(tr ',' ' ' <<< "${bv#*:}")
-  bdir=$root/build/sm90-$bname
-  run "build_$bname" 240 bash -c "cmake -S . -B '$bdir' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
-      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128}' \
-      '-DCMAKE_CUDA_FLAGS=$bflags' > '$out/build-$bname.log' 2>&1 && \
-      cmake --build '$bdir' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench >> '$out/build-$bname.log' 2>&1"
-  tail -1 "$out/build-$bname.log"
-  grep -E "ptxas (warning|error)|C75(08|10|12|17|19)" "$out/build-$bname.log" | head -5
+  bname=${bv%%:*} bdir=$root/build/sm90-${bv%%:*}
+  build_variant "$bname" "${bv#*:}" "${HEAD_DIMS:-64;128}"
   [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && variant_builds+=" $bname:$bdir"
 done
 if has sass; then

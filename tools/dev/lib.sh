@@ -8,6 +8,12 @@
 #   load_deps_env        sources the dependency environments setup.sh writes (offline machine)
 #   device_tools         the build's tools on a bare device machine: setup.sh from the carried
 #                        build/debs, load_deps_env, then the GPU's name, driver and clocks
+#   build_variant NAME FLAGS DIMS
+#                        one more sm90 build (gpu-sm90.sh's configuration, head dims DIMS) with
+#                        CMAKE_CUDA_FLAGS FLAGS (comma-separated) in build/sm90-NAME, targets
+#                        fastattn_gpu_tests and fastattn_cuda_bench, log $out/build-NAME.log;
+#                        prints ptxas warnings, C75xx lines and non-zero spills (BUILD_VARIANTS of
+#                        gpu-sm90-ab.sh and gpu-sm90-bwd.sh)
 # shellcheck shell=bash
 
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -30,6 +36,16 @@ load_deps_env() {
     # shellcheck disable=SC1090
     [ -f "$env" ] && . "$env"
   done
+}
+build_variant() {
+  local bname=$1 bflags bdir=$root/build/sm90-$1
+  bflags=$(tr ',' ' ' <<< "$2")
+  run "build_$bname" 240 bash -c "cmake -S . -B '$bdir' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
+      -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=$3' \
+      '-DCMAKE_CUDA_FLAGS=$bflags' > '$out/build-$bname.log' 2>&1 && \
+      cmake --build '$bdir' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench >> '$out/build-$bname.log' 2>&1"
+  tail -1 "$out/build-$bname.log"
+  grep -E "ptxas (warning|error)|C75(08|10|12|17|19)|spill" "$out/build-$bname.log" | grep -v " 0 bytes spill" | head -5
 }
 device_tools() {
   FASTATTN_OFFLINE_DEBS=$root/build/debs bash "$root/tools/scripts/setup.sh" >/dev/null 2>&1
