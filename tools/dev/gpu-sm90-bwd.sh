@@ -42,7 +42,10 @@
 #   suite     ctest -L gpu with FASTATTN_CUDA_BWD_SM90=1 (every backward suite on the sm90 path
 #             where it serves), then CudaBackward.* with FASTATTN_CUDA_PATH=sm80
 #   sanitize  compute-sanitizer memcheck and racecheck of CudaSm90Backward.SmallShapesMatchFloat64
-# BUILD_VARIANTS (stage build only; default none): more builds, "name:flag,flag ..." each (e.g.
+# TARGETS (stage build; default fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli;
+#   the CPU plan tests of stage tests run only when fastattn_tests is built). VARIANT_HEAD_DIMS
+#   (default HEAD_DIMS): the variant builds' head dims. VARIANT_TESTS=0: stage tests skips them.
+# BUILD_VARIANTS (built by stage build, else used as an earlier call left them; default none): more builds, "name:flag,flag ..." each (e.g.
 #   "dklast:-DFASTATTN_SM90_BWD_DK_LAST=1"), the same configuration plus CMAKE_CUDA_FLAGS, into
 #   build/sm90-NAME; stage tests runs their CudaSm90Backward.* too (tests-NAME.log), stage bench
 #   times their sm90 dQ modes as variants NAME-atomic, NAME-atomic-tiles, NAME-bulk in the same
@@ -92,15 +95,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 if has build; then
   run build 200 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
       -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=${HEAD_DIMS:-64;128}' > '$out/build.log' 2>&1 &&
-    cmake --build '$build' -j 16 --target fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli >> '$out/build.log' 2>&1"
+    cmake --build '$build' -j 16 --target ${TARGETS:-fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli} >> '$out/build.log' 2>&1"
   tail -3 "$out/build.log"
   grep -E "ptxas (warning|error)|C75(08|10|12|17|19)" "$out/build.log" | head -5
 fi
 variant_builds=""
 for bv in ${BUILD_VARIANTS:-}; do
-  has build || break
   bname=${bv%%:*} bdir=$root/build/sm90-${bv%%:*}
-  build_variant "$bname" "${bv#*:}" "${HEAD_DIMS:-64;128}"
+  # Without stage build, a variant build left by an earlier call on the warm machine is used.
+  has build && build_variant "$bname" "${bv#*:}" "${VARIANT_HEAD_DIMS:-${HEAD_DIMS:-64;128}}"
   [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && variant_builds+=" $bname:$bdir"
 done
 if has sass; then
@@ -129,11 +132,12 @@ if has tests; then
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/tests.log" | head -20
   grep -B2 -A12 "Failure" "$out/tests.log" | head -80
   for vb in $variant_builds; do
+    [ "${VARIANT_TESTS:-1}" = 1 ] || break
     run "tests_${vb%%:*}" 200 bash -c "'${vb#*:}/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90Backward.*' \
         > '$out/tests-${vb%%:*}.log' 2>&1"
     grep -E "^\[  (PASSED|FAILED) |FAILED \]" "$out/tests-${vb%%:*}.log" | head -10
   done
-  run cpu_plan 30 bash -c "'$cpu_tests' --gtest_brief=1 \
+  [ -x "$cpu_tests" ] && run cpu_plan 30 bash -c "'$cpu_tests' --gtest_brief=1 \
       --gtest_filter='CudaSm90Backward*:CudaForwardPath.*:CudaBackwardPlan.*:Environment.*' >> '$out/tests.log' 2>&1"
   tail -3 "$out/tests.log"
 fi
@@ -167,6 +171,9 @@ if has bench; then
   # one after the other on them (cuda_bench --variants); then the anchors.
   run bench_fastattn 135 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
       >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+  # The anchors next: the bars need them; the variant builds' A/B is what a short budget cuts.
+  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
+      --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
   for vb in $variant_builds; do
     vname=${vb%%:*} vbench=${vb#*:}/bench/cuda/fastattn_cuda_bench
     vvariants="$vname-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
@@ -175,8 +182,6 @@ if has bench; then
     run "bench_$vname" 100 bash -c "for m in gqa paper; do '$vbench' \$m --passes bwd,fwdbwd $timing --variants '$vvariants'; done \
         >> '$out/bench.jsonl' 2>> '$out/bench.err'"
   done
-  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
-      --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
 fi
 if has det; then
   run det_sm90 40 bash -c "'$bench' determinism --runs 10 $timing > '$out/det.jsonl' 2>> '$out/bench.err'"

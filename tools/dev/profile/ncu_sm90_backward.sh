@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ncu_sm90_backward.sh — one device call: where the sm90 backward (issue 16, 0.66x cuDNN) spends
 # its time, beside cuDNN's backward kernel on the same shape. Builds (gpu-sm90.sh's build stage,
-# head dims 64 and 128, the CLI) unless build/sm90 has a CLI already (a warm machine), then
+# head dims HEAD_DIMS, default 64;128: the warm build's, lest it be configured afresh; the CLI)
+# unless build/sm90 has a CLI already (a warm machine), then
 # Nsight Compute on one backward launch of each dQ mode (FASTATTN_CUDA_SM90_BWD_DQ = atomic,
 # atomic_tiles, bulk) and of cuDNN's (PyTorch SDPA, sdpa_flash_once.py --backend cudnn), with
 # --clock-control none (device/METHOD.md). Sections: SpeedOfLight, ComputeWorkloadAnalysis
@@ -26,7 +27,7 @@ stages="ncu"
 build=$root/build/sm90
 cli=$(find "$build" -name fastattn -type f -perm -u+x 2>/dev/null | head -1)
 if [ ! -x "$cli" ]; then
-  OUT=$out STAGES=build HEAD_DIMS="64;128" TARGETS="fastattn_cli" BUDGET_S=260 bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
+  OUT=$out STAGES=build HEAD_DIMS="${HEAD_DIMS:-64;128}" TARGETS="fastattn_cli" BUDGET_S=260 bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
   cli=$(find "$build" -name fastattn -type f -perm -u+x | head -1)
 fi
 exec > >(tee -a "$out/summary.txt") 2>&1
