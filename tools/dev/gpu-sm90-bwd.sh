@@ -171,9 +171,15 @@ if has bench; then
   # one after the other on them (cuda_bench --variants); then the anchors.
   run bench_fastattn 135 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
       >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  # The anchors next: the bars need them; the variant builds' A/B is what a short budget cuts.
+  # The anchors next: the bars need them.
   run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
       --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
+fi
+if has det; then
+  run det_sm90 40 bash -c "'$bench' determinism --runs 10 $timing > '$out/det.jsonl' 2>> '$out/bench.err'"
+fi
+# The variant builds' A/B after the deterministic run: what a short budget cuts first.
+if has bench; then
   for vb in $variant_builds; do
     vname=${vb%%:*} vbench=${vb#*:}/bench/cuda/fastattn_cuda_bench
     vvariants="$vname-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
@@ -182,9 +188,6 @@ if has bench; then
     run "bench_$vname" 100 bash -c "for m in gqa paper; do '$vbench' \$m --passes bwd,fwdbwd $timing --variants '$vvariants'; done \
         >> '$out/bench.jsonl' 2>> '$out/bench.err'"
   done
-fi
-if has det; then
-  run det_sm90 40 bash -c "'$bench' determinism --runs 10 $timing > '$out/det.jsonl' 2>> '$out/bench.err'"
 fi
 if has mem; then
   run mem_sm90 45 bash -c "'$bench' long --passes bwd --warmup 1 --repeats 5 --max-seconds 1 \
