@@ -134,9 +134,9 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   }
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
-  // d = 256: the overlap kernels are compiled (0 spills since the twelfth session) but not the
-  // default until measured (plan.hpp: kSm90D256OverlapDefault); FASTATTN_CUDA_SM90_OVERLAP=1
-  // selects them.
+  // d = 256: the overlap kernels (0 spills since the twelfth session) are the default since
+  // the thirteenth session's measurement (plan.hpp: kSm90D256OverlapDefault);
+  // FASTATTN_CUDA_SM90_OVERLAP=0 / 1 selects the plain loop / the overlap.
   EXPECT_TRUE(cuda::sm90_overlap_fits(256));
   EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap, cuda::kSm90D256OverlapDefault);
   {

@@ -460,8 +460,21 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
                  "FASTATTN_CUDA_SM90_BWD_ORDER");
   }
   {
+    // Unset: the measured rule (plan.hpp sm90_dq_default), bulk for d = 128 without a mask,
+    // atomic_tiles for the rest.
     const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
-    EXPECT_EQ(cuda::sm90_dq_reduction(), cuda::kSm90DqDefault);
+    const cuda::Sm90MaskShape none{-1, -1, true, 1000, 1000}, causal{-1, 0, true, 1000, 1000};
+    const auto bulk = static_cast<int>(cuda::Sm90DqReduction::bulk);
+    const auto tiles = static_cast<int>(cuda::Sm90DqReduction::atomic_tiles);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, none, false).sm90_dq, bulk);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, none, true).sm90_dq, bulk);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_dq, tiles);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{64, 64, true, 1000, 1000}, false).sm90_dq,
+              tiles);
+    for (int d : {64, 96, 256}) {
+      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, none, false).sm90_dq, tiles) << d;
+      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, causal, false).sm90_dq, tiles) << d;
+    }
   }
   {
     const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_DQ", std::string("tma"));

@@ -60,6 +60,11 @@ MODES = {
                 + [("sweep90", 16384 // s, s, s, 32, 8, 128, True) for s in (4096, 8192, 16384)]
                 + [("sweep90", 1, 32768, 32768, 16, 16, 128, False)],
                 ("fwd",)),
+    # d = 256 beyond sweep90's causal rows (cuda_bench.cpp d256): 16k tokens, 8 heads, no mask at
+    # 2k-16k, causal at 2k; forward only.
+    "d256": ([("d256", 16384 // s, s, s, 8, 8, 256, False) for s in (2048, 4096, 8192, 16384)]
+             + [("d256", 8, 2048, 2048, 8, 8, 256, True)],
+             ("fwd",)),
     "long": ([("long", 1, s, s, 16, 16, 128, True) for s in (32768, 65536, 131072)],
              ("fwd", "fwdbwd")),
     # Issue 17's decode bar (kv_cache_bench.cpp decode): kv 4k, 32k, 128k, K+V up to 40 GB

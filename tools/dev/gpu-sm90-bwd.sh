@@ -29,7 +29,7 @@
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
 #             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
-#             with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
+#             with the dQ mode its plan picks (sm90-default), with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
 #             (=atomic_tiles), without longest
 #             first (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
 #             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
@@ -161,7 +161,9 @@ fi
 timing="--warmup 3 --repeats 20 --max-seconds 1"
 # Every variant sets every switch (a variant's settings stay for the next one in the process).
 sm90="FASTATTN_CUDA_BWD_SM90=1"
-variants="sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+# sm90-default: the dQ mode the plan picks (FASTATTN_CUDA_SM90_BWD_DQ= unsets it).
+variants="sm90-default:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+variants+=",sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-headmajor:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=head_major"

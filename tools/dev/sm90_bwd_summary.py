@@ -19,7 +19,8 @@ import math
 import sys
 from pathlib import Path
 
-VARIANTS = ("sm90-atomic", "sm90-atomic-tiles", "sm90-bulk", "sm90-headmajor", "sm80-bwd")
+# sm90-default: the library's own choices (no FASTATTN_CUDA_SM90_BWD_DQ), the bars' row.
+VARIANTS = ("sm90-default", "sm90-atomic", "sm90-atomic-tiles", "sm90-bulk", "sm90-headmajor", "sm80-bwd")
 # Tagged variants of extra builds (gpu-sm90-bwd.sh BUILD_VARIANTS: NAME-atomic, NAME-atomic-tiles,
 # NAME-bulk), found in bench.jsonl; each gets the A/B "NAME build vs default build" per dQ mode.
 MODES = ("atomic", "atomic-tiles", "bulk")

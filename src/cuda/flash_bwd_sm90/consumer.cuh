@@ -48,14 +48,18 @@ enum Sm90BwdBarrier : int {
   kBarRowsZeroed = 4,  // varlen: both MMA warpgroups zeroed a tile's rows past the sequence (kMmaThreads)
 };
 
-// The step order (FASTATTN_SM90_BWD_DK_LAST, a build knob for the A/B; default 0, the order
-// above). 1: FlashAttention-3's order for the key split (d = 64 / 96 / 128): dV, then dQ, then
-// dK, and the step waits for dV and dQ only, so dK += dS^T Q runs on the tensor cores while the
-// warpgroup adds its dQ tile and issues the next step's S^T and dP^T; the next step's first
-// wait retires it and releases the stage (Q of the stage is dK's operand). dS^T's A fragments
-// live across the step boundary for it (Sm90BwdMmaState::a_ds). d = 256 keeps its order.
+// The step order (FASTATTN_SM90_BWD_DK_LAST, a build knob; default 1). 1: FlashAttention-3's
+// order for the key split (d = 64 / 96 / 128): dV, then dQ, then dK, and the step waits for dV
+// and dQ only, so dK += dS^T Q runs on the tensor cores while the warpgroup adds its dQ tile and
+// issues the next step's S^T and dP^T; the next step's first wait retires it and releases the
+// stage (Q of the stage is dK's operand). dS^T's A fragments live across the step boundary for
+// it (Sm90BwdMmaState::a_ds). d = 256 keeps its order. 0: the order above (dK before dQ, all
+// three waited for within the step). Measured on the H200 (2026-12-05, thirteenth session, the
+// two builds in one job, issue 16's 27 rows): 1 is faster by a geomean of 5.8% (atomic dQ),
+// 6.0% (atomic_tiles) and 4.8% (bulk), backward alone, at a cost of 4-12 bytes of ptxas spills
+// in the bulk and deterministic kernels.
 #ifndef FASTATTN_SM90_BWD_DK_LAST
-#define FASTATTN_SM90_BWD_DK_LAST 0
+#define FASTATTN_SM90_BWD_DK_LAST 1
 #endif
 template <class T>
 constexpr bool sm90_bwd_dk_last() {

@@ -115,18 +115,26 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 //                 0.70x the atomic dQ (docs/cuda.md).
 // The two tile-ordered modes have their own convert kernel (dq_convert.cuh). bulk needs shared
 // memory for the tiles (not at d = 256, which then adds with `atomic`).
-// FASTATTN_CUDA_SM90_BWD_DQ=atomic|atomic_tiles|bulk; kSm90DqDefault when unset. The issue asks
-// for them measured and the fastest kept: kSm90DqDefault is the one value to change after
-// tools/dev/gpu-sm90-bwd.sh (sm90_bwd_summary.json: sm90-atomic, sm90-atomic-tiles, sm90-bulk).
+// FASTATTN_CUDA_SM90_BWD_DQ=atomic|atomic_tiles|bulk forces one; unset, sm90_dq_default below
+// decides. Measured on the H200 (2026-12-05, thirteenth session, one job, bf16, beside cuDNN;
+// bench/results/nvidia-h200-session13-2026-12-05), backward alone, geomean over issue 16's 27
+// rows of the speed against cuDNN, with FA3's step order (sm90_bwd_dk_last): atomic 0.711x,
+// atomic_tiles 0.787x, bulk 0.771x. Per row, bulk beat atomic_tiles on every d = 128 row without
+// a mask (s512-s16k, 0.834-0.915x against 0.793-0.868x) and atomic_tiles won or tied the
+// others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 was not timed: it takes atomic_tiles,
+// whose code it shares with d = 64 / 128.
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
-constexpr Sm90DqReduction kSm90DqDefault = Sm90DqReduction::atomic;
+constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked) {
+  return head_dim == 128 && !masked ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
+}
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
-inline Sm90DqReduction sm90_dq_reduction() {
+// The mode FASTATTN_CUDA_SM90_BWD_DQ forces, or `by_default` when it is unset.
+inline Sm90DqReduction sm90_dq_reduction(Sm90DqReduction by_default = Sm90DqReduction::atomic_tiles) {
   return env_choice<Sm90DqReduction>(EnvVar::cuda_sm90_bwd_dq,
                                      {{"atomic", Sm90DqReduction::atomic},
                                       {"atomic_tiles", Sm90DqReduction::atomic_tiles},
                                       {"bulk", Sm90DqReduction::bulk}},
-                                     kSm90DqDefault);
+                                     by_default);
 }
 // Whether the mode adds into the tile-ordered accumulator (and converts it with dq_convert.cuh).
 constexpr bool sm90_dq_in_tiles(Sm90DqReduction r) { return r != Sm90DqReduction::atomic; }
@@ -270,7 +278,8 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
-  Sm90DqReduction dq = sm90_dq_reduction();
+  const bool masked = mask.window_left >= 0 || mask.window_right >= 0;
+  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, masked));
   if (dq == Sm90DqReduction::bulk && !sm90_backward_bulk_dq_fits(head_dim)) dq = Sm90DqReduction::atomic;
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
