@@ -158,7 +158,12 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_NE(cuda::describe_plan(plan).find("persistent CTAs"), std::string::npos) << cuda::describe_plan(plan);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 32768, 32768, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
-            cuda::Sm90Scheduler::grid);  // the plain loop: 205 key tiles of 80
+            cuda::Sm90Scheduler::persistent);  // d = 256's overlap loop, no mask
+  {
+    ScopedEnv plain_loop(cuda::kSm90OverlapEnv, "0");
+    EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
+              cuda::Sm90Scheduler::grid);  // the plain loop: 205 key tiles of 80
+  }
   EXPECT_NE(cuda::describe_plan(plan).find("128x176 tiles"), std::string::npos) << cuda::describe_plan(plan);
   cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;
   causal2k.window_right = 0;
