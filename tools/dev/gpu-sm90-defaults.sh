@@ -2,16 +2,16 @@
 # gpu-sm90-defaults.sh — one device call that checks the sm90 defaults after they change
 # (issues 15 and 16): one build of every sm90 head dim (64, 96, 128, 256), then, in this order
 # (a short budget cuts the last first):
-#   1. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
-#      mode as sm90-default, the forced modes, the deterministic run), judged by
-#      sm90_bwd_summary.py;
-#   2. the d = 256 forward, default against FASTATTN_CUDA_SM90_OVERLAP=0 (the plain loop),
+#   1. the d = 256 forward, default against FASTATTN_CUDA_SM90_OVERLAP=0 (the plain loop),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
-#   3. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
+#   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
 #      (gpu-sm90-bwd.sh's newdims set) and the forward's d = 256 overlap, odd-shape and
-#      wide-tile tests, each under its own timeout.
+#      wide-tile tests, each under its own timeout;
+#   3. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
+#      mode as sm90-default, the forced modes, the deterministic run), judged by
+#      sm90_bwd_summary.py.
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/gpu-sm90-defaults.sh
-# BUDGET_S (default 400): the call's seconds; everything lands in $OUT/defaults.tar.gz (one file:
+# BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share; everything lands in $OUT/defaults.tar.gz (one file:
 # the device call brings back few) plus summary.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -39,11 +39,6 @@ build=$root/build/sm90
 [ -x "$build/bench/cuda/fastattn_cuda_bench" ] || { echo "no bench binary"; exit 3; }
 echo "[$((SECONDS - t0))s] built"
 
-OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(($(left) < 120 ? $(left) : 120)) \
-  bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
-grep -E "vs cuDNN|A/B|determinism" "$work/bwd/bars.txt"
-echo "[$((SECONDS - t0))s] backward timed"
-
 timeout 30 "$build/bench/cuda/fastattn_cuda_bench" d256 --repeats 10 --max-seconds 2 \
   --variants "default:FASTATTN_CUDA_SM90_OVERLAP=,plain:FASTATTN_CUDA_SM90_OVERLAP=0" > "$work/d256.jsonl" 2>&1
 PYTHONUNBUFFERED=1 timeout 40 "$python" bench/cuda/sdpa_anchor.py d256 --backends cudnn,flash --no-gemm --repeats 10 \
@@ -51,14 +46,22 @@ PYTHONUNBUFFERED=1 timeout 40 "$python" bench/cuda/sdpa_anchor.py d256 --backend
 echo "[$((SECONDS - t0))s] d256 timed"
 
 export FASTATTN_CUDA_BWD_SM90=1
-limit=$(left)
-timeout "$limit" "$build/tests/fastattn_gpu_tests" \
+# The tests' share: TEST_S (default 150) or what is left, whichever is less.
+test_s=${TEST_S:-150}
+tests_end=$((SECONDS + ($(left) < test_s ? $(left) : test_s)))
+until_tests_end() { local l=$((tests_end - SECONDS)); echo $((l > 0 ? l : 1)); }
+timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" \
   --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*' > "$work/newdims.log" 2>&1 &
 for t in OverlapLoopAtHeadDim256MatchesFloat64 OddShapesMatchFloat64 RandomCasesMatchFloat64 WideKeyTileMatchesFloat64; do
-  timeout "$(left)" "$build/tests/fastattn_gpu_tests" --gtest_filter="CudaSm90.$t" > "$work/fwd_$t.log" 2>&1
+  timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="CudaSm90.$t" > "$work/fwd_$t.log" 2>&1
   echo "CudaSm90.$t rc=$? $(grep -cE 'Failure' "$work/fwd_$t.log") failures"
 done
 wait
 grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims.log"
 grep -h -B2 -A10 "Failure" "$work"/*.log | head -40
+OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(left) \
+  bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
+grep -E "vs cuDNN|A/B|determinism" "$work/bwd/bars.txt"
+echo "[$((SECONDS - t0))s] backward timed"
+
 echo "[$((SECONDS - t0))s] done"
