@@ -168,6 +168,12 @@ variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BW
 variants+=",sm90-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-headmajor:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=head_major"
 variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+# ONLY_VARIANTS (space-separated names, e.g. "sm90-default"): time those alone (a short call).
+if [ -n "${ONLY_VARIANTS:-}" ]; then
+  kept=""
+  for v in ${variants//,/ }; do [[ " $ONLY_VARIANTS " == *" ${v%%:*} "* ]] && kept+="${kept:+,}$v"; done
+  variants=$kept
+fi
 if has bench; then
   # One process per mode: each shape's tensors filled once, its three backward variants timed
   # one after the other on them (cuda_bench --variants); then the anchors.

@@ -11,7 +11,8 @@
 #      mode as sm90-default, the forced modes, the deterministic run), judged by
 #      sm90_bwd_summary.py.
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/gpu-sm90-defaults.sh
-# BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share; everything lands in $OUT/defaults.tar.gz (one file:
+# BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share;
+# ONLY_VARIANTS: gpu-sm90-bwd.sh's (e.g. "sm90-default": the other dQ modes not timed); everything lands in $OUT/defaults.tar.gz (one file:
 # the device call brings back few) plus summary.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -59,7 +60,7 @@ done
 wait
 grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims.log"
 grep -h -B2 -A10 "Failure" "$work"/*.log | head -40
-OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(left) \
+OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(left) ONLY_VARIANTS=${ONLY_VARIANTS:-} \
   bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
 grep -E "vs cuDNN|A/B|determinism" "$work/bwd/bars.txt"
 echo "[$((SECONDS - t0))s] backward timed"
