@@ -121,10 +121,11 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // rows of the speed against cuDNN, with FA3's step order (sm90_bwd_dk_last): atomic 0.711x,
 // atomic_tiles 0.787x, bulk 0.771x. Per row, bulk beat atomic_tiles on every d = 128 row without
 // a mask (s512-s16k, 0.834-0.915x against 0.793-0.868x) and atomic_tiles won or tied the
-// others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 was not timed: it takes atomic_tiles,
-// whose code it shares with d = 64 / 128.
+// others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 and 256 were neither timed nor
+// tested on the GPU in the tile modes, so they keep atomic until they are.
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked) {
+  if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
   return head_dim == 128 && !masked ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
 }
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
