@@ -134,11 +134,22 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   }
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
-  // d = 256: the overlap kernels (0 spills since the twelfth session) are the default since
-  // the thirteenth session's measurement (plan.hpp: kSm90D256OverlapDefault);
+  // d = 256: the overlap kernels (0 spills since the twelfth session) are the default for
+  // masked calls since the thirteenth session's measurement of causal rows; calls without a
+  // mask keep the plain loop (plan.hpp: sm90_d256_overlap_by_default);
   // FASTATTN_CUDA_SM90_OVERLAP=0 / 1 selects the plain loop / the overlap.
   EXPECT_TRUE(cuda::sm90_overlap_fits(256));
-  EXPECT_EQ(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap, cuda::kSm90D256OverlapDefault);
+  EXPECT_FALSE(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap);
+  {
+    cuda::ForwardShape causal256 = hopper(2, 16, 4096, 4096, 256), window256 = causal256;
+    causal256.window_right = 0;
+    window256.window_left = 100;
+    window256.window_right = 10;
+    EXPECT_TRUE(cuda::plan_forward(causal256).sm90_overlap);
+    EXPECT_TRUE(cuda::plan_forward(window256).sm90_overlap);
+    ScopedEnv off(cuda::kSm90OverlapEnv, "0");
+    EXPECT_FALSE(cuda::plan_forward(causal256).sm90_overlap);
+  }
   {
     ScopedEnv on(cuda::kSm90OverlapEnv, "1");
     const cuda::ForwardPlan p256 = cuda::plan_forward(hopper(2, 16, 4096, 4096, 256));
@@ -158,11 +169,11 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_NE(cuda::describe_plan(plan).find("persistent CTAs"), std::string::npos) << cuda::describe_plan(plan);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 32768, 32768, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
-            cuda::Sm90Scheduler::persistent);  // d = 256's overlap loop, no mask
+            cuda::Sm90Scheduler::grid);  // no mask: the plain loop, 205 key tiles of 80
   {
-    ScopedEnv plain_loop(cuda::kSm90OverlapEnv, "0");
+    ScopedEnv overlap(cuda::kSm90OverlapEnv, "1");
     EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
-              cuda::Sm90Scheduler::grid);  // the plain loop: 205 key tiles of 80
+              cuda::Sm90Scheduler::persistent);  // the overlap loop without a mask
   }
   EXPECT_NE(cuda::describe_plan(plan).find("128x176 tiles"), std::string::npos) << cuda::describe_plan(plan);
   cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;

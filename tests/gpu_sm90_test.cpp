@@ -140,8 +140,8 @@ TEST_F(CudaSm90, PlainLoopMatchesFloat64) {
   }
 }
 
-// d = 256's overlap loop (the default since the thirteenth session's measurement, plan.hpp
-// kSm90D256OverlapDefault; forced here so the test keeps covering it): against float64 on the
+// d = 256's overlap loop (the default for masked calls since the thirteenth session's
+// measurement, plan.hpp sm90_d256_overlap_by_default; forced here, for every call): against float64 on the
 // plain loop's shapes, varlen, every scheduler, with and without the ordered issue; the plan
 // must say it overlaps.
 TEST_F(CudaSm90, OverlapLoopAtHeadDim256MatchesFloat64) {

@@ -198,7 +198,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_block_m = block_m;
   plan.sm90_stages = b.stages;
   // The narrow d = 64 tile has overlap kernels only (launch.cuh); the variable is still checked.
-  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m) || block_m == kSm90D64NarrowBlockM;
+  const bool masked = s.window_left >= 0 || s.window_right >= 0;
+  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m, masked) || block_m == kSm90D64NarrowBlockM;
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -208,7 +209,6 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   if (s.window_left >= 0 && s.window_right >= 0) keys = std::min(keys, s.window_left + s.window_right + b.block_m);
   plan.n_blocks = (keys + b.block_n - 1) / b.block_n;
   // A mask bounded on one side only (causal) shows a query tile half the keys on average.
-  const bool masked = s.window_left >= 0 || s.window_right >= 0;
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, masked, one_sided);
