@@ -2,7 +2,7 @@
 # gpu-sm90-defaults.sh — one device call that checks the sm90 defaults after they change
 # (issues 15 and 16): one build of every sm90 head dim (64, 96, 128, 256), then, in this order
 # (a short budget cuts the last first):
-#   1. the d = 256 forward, default against FASTATTN_CUDA_SM90_OVERLAP=0 (the plain loop),
+#   1. the d = 256 forward, the overlap loop against the plain one (FASTATTN_CUDA_SM90_OVERLAP=1 / 0),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
 #   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
 #      (gpu-sm90-bwd.sh's newdims set) and the forward's d = 256 overlap, odd-shape and
@@ -42,7 +42,7 @@ build=$root/build/sm90
 echo "[$((SECONDS - t0))s] built"
 
 timeout 30 "$build/bench/cuda/fastattn_cuda_bench" d256 --repeats 10 --max-seconds 2 \
-  --variants "default:FASTATTN_CUDA_SM90_OVERLAP=,plain:FASTATTN_CUDA_SM90_OVERLAP=0" > "$work/d256.jsonl" 2>&1
+  --variants "overlap:FASTATTN_CUDA_SM90_OVERLAP=1,plain:FASTATTN_CUDA_SM90_OVERLAP=0" > "$work/d256.jsonl" 2>&1
 PYTHONUNBUFFERED=1 timeout 40 "$python" bench/cuda/sdpa_anchor.py d256 --backends cudnn,flash --no-gemm --repeats 10 \
   --max-seconds 2 >> "$work/d256.jsonl" 2>> "$work/d256.err"
 "$python" - "$work/d256.jsonl" <<'PY'
