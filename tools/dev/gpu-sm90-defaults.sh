@@ -11,7 +11,7 @@
 #      mode as sm90-default, the forced modes, the deterministic run), judged by
 #      sm90_bwd_summary.py.
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/gpu-sm90-defaults.sh
-# BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share;
+# BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share (0: no tests);
 # DIMS (default "64;96;128;256"): the build's head dims; NEWDIMS=0 skips the d = 96 / 256 backward
 # tests; ONLY_VARIANTS: gpu-sm90-bwd.sh's (e.g. "sm90-default": the other dQ modes not timed); everything lands in $OUT/defaults.tar.gz (one file:
 # the device call brings back few) plus summary.txt.
@@ -62,25 +62,27 @@ PY
 echo "[$((SECONDS - t0))s] d256 timed"
 
 export FASTATTN_CUDA_BWD_SM90=1
-# The tests' share: TEST_S (default 150) or what is left, whichever is less.
-test_s=${TEST_S:-150}
-tests_end=$((SECONDS + ($(left) < test_s ? $(left) : test_s)))
-until_tests_end() { local l=$((tests_end - SECONDS)); echo $((l > 0 ? l : 1)); }
-if [ "${NEWDIMS:-1}" = 1 ]; then
-  timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" \
-    --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*' > "$work/newdims.log" 2>&1 &
+if [ "${TEST_S:-150}" != 0 ]; then
+  # The tests' share: TEST_S (default 150) or what is left, whichever is less.
+  test_s=${TEST_S:-150}
+  tests_end=$((SECONDS + ($(left) < test_s ? $(left) : test_s)))
+  until_tests_end() { local l=$((tests_end - SECONDS)); echo $((l > 0 ? l : 1)); }
+  if [ "${NEWDIMS:-1}" = 1 ]; then
+    timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" \
+      --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*' > "$work/newdims.log" 2>&1 &
+  fi
+  # The wide-tile test alone takes ~100 s (its float64 references): beside the others.
+  t=WideKeyTileMatchesFloat64
+  (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="CudaSm90.$t" > "$work/fwd_$t.log" 2>&1
+   echo "CudaSm90.$t rc=$? $(grep -cE 'Failure' "$work/fwd_$t.log") failures") &
+  for t in OverlapLoopAtHeadDim256MatchesFloat64 OddShapesMatchFloat64 RandomCasesMatchFloat64; do
+    timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="CudaSm90.$t" > "$work/fwd_$t.log" 2>&1
+    echo "CudaSm90.$t rc=$? $(grep -cE 'Failure' "$work/fwd_$t.log") failures"
+  done
+  wait
+  [ -f "$work/newdims.log" ] && grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims.log"
+  grep -h -B2 -A10 "Failure" "$work"/*.log | head -40
 fi
-# The wide-tile test alone takes ~100 s (its float64 references): beside the others.
-t=WideKeyTileMatchesFloat64
-(timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="CudaSm90.$t" > "$work/fwd_$t.log" 2>&1
- echo "CudaSm90.$t rc=$? $(grep -cE 'Failure' "$work/fwd_$t.log") failures") &
-for t in OverlapLoopAtHeadDim256MatchesFloat64 OddShapesMatchFloat64 RandomCasesMatchFloat64; do
-  timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="CudaSm90.$t" > "$work/fwd_$t.log" 2>&1
-  echo "CudaSm90.$t rc=$? $(grep -cE 'Failure' "$work/fwd_$t.log") failures"
-done
-wait
-[ -f "$work/newdims.log" ] && grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims.log"
-grep -h -B2 -A10 "Failure" "$work"/*.log | head -40
 OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(left) ONLY_VARIANTS=${ONLY_VARIANTS:-} \
   bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
 grep -E "vs cuDNN|A/B|determinism" "$work/bwd/bars.txt"
