@@ -480,7 +480,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   }
   {
     const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_DQ", std::string("tma"));
-    expect_error([] { (void)cuda::sm90_dq_reduction(); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
+    expect_error([] { (void)cuda::sm90_dq_reduction(cuda::Sm90DqReduction::atomic); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_BWD_DQ");
   }
   const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
   for (int d : {64, 96, 128, 256}) {

@@ -1,15 +1,17 @@
 // gpu_sm90_backward_test.cpp — the Hopper backward (src/cuda/flash_bwd_sm90, issue 16), ctest
 // label `gpu`. Skipped unless the device's path is sm90 (a build with FASTATTN_CUDA_ARCHS
 // containing 90, on a compute capability 9.0 GPU). The fixture sets FASTATTN_CUDA_BWD_SM90=1
-// (flash_bwd_sm90/plan.hpp: kSm90BackwardDefault is sm80 until its speed is measured).
+// (flash_bwd_sm90/plan.hpp: kSm90BackwardDefault, sm90 since it was measured).
 //
 //   * gradients (dq, dk, dv) against float64 on odd shapes: seqlen 1, 17, 1023; seqlen_q !=
 //     seqlen_k both ways with causal / window masks in which whole query rows see no key (their
 //     dq must be 0, no NaN: the harness poisons outputs and fails NaN) and key blocks no query
 //     sees (dk = dv = 0); GQA 7:1; causal in both alignments; windows; soft-cap; negative scale;
-//     both dtypes, d = 64 and 128; the backward kernel must be the sm90 one;
-//   * the same with the bulk reduce-add dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk) and with
-//     red.global.add.v4 into the same tile-ordered accumulator (atomic_tiles);
+//     both dtypes, d = 64 and 128 (the default dQ mode, plan.hpp sm90_dq_default); the backward
+//     kernel must be the sm90 one;
+//   * the same with each dQ mode forced: the bulk reduce-add (FASTATTN_CUDA_SM90_BWD_DQ=bulk),
+//     red.global.add.v4 into the same tile-ordered accumulator (atomic_tiles) and
+//     red.global.add.v2 into [tokens][heads][d] (atomic);
 //   * deterministic mode (every dQ reduction): right, and bitwise repeatable over 10 runs;
 //   * paths those leave out (seqlen 4097, causal with seqlen_q and seqlen_k far apart, GQA
 //     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
@@ -22,7 +24,7 @@
 //   * calls it does not serve (not opted in, head dims without a unit; varlen when
 //     kSm90BackwardVarlen is sm80) run the sm80 backward and the reason says why;
 //   * d = 96 (d = 128's tile on zero-padded columns) and d = 256 (its own tile: 64 keys, the MMA
-//     warpgroups split dK/dV's columns; atomic dQ only): odd shapes, causal with seqlen_q !=
+//     warpgroups split dK/dV's columns; no bulk dQ): odd shapes, causal with seqlen_q !=
 //     seqlen_k, GQA, soft-cap, windows, deterministic bitwise over 10 runs, d = 96 with bulk dQ,
 //     d = 256 with bulk requested (runs atomic). Skipped when the build lacks the head dim or
 //     kSm90BackwardHeadDims (flash_bwd_sm90/plan.hpp) leaves it out.
@@ -138,6 +140,14 @@ TEST_F(CudaSm90Backward, OddShapesMatchFloat64) {
 // red.global.add.v4 into the same tile-ordered accumulator (dq_writer.cuh).
 TEST_F(CudaSm90Backward, BulkReduceDqMatchesFloat64) {
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
+  for (int d : dims_) {
+    for (const std::string& text : odd_shapes(d, "bf16")) expect_sm90_backward(text);
+  }
+}
+// atomic dQ (red.global.add.v2 into [tokens][heads][d]) is no longer d = 64 / 128's default
+// (plan.hpp sm90_dq_default), so it is forced here on the odd shapes.
+TEST_F(CudaSm90Backward, AtomicDqMatchesFloat64) {
+  const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
   for (int d : dims_) {
     for (const std::string& text : odd_shapes(d, "bf16")) expect_sm90_backward(text);
   }

@@ -640,8 +640,8 @@ struct DeviceBuffers {
 // there (its P is 0 on those keys, and 0 x inf would be NaN). First sequences of 100 keys (one
 // key tile of 128 at d 64 / 96 / 128, two of 80 at d 256) and of 200 (two tiles of 128: the
 // overlapped loop zeroes the tail of tile 0 while tile 1's S runs), each followed by a shorter
-// one; both consumer loops (the overlap at d 96 / 128 by default, at d 256 when
-// FASTATTN_CUDA_SM90_OVERLAP=1), causal and not.
+// one; both consumer loops (the overlap at d 96 / 128 by default, at d 256 for causal calls
+// by default and for all with FASTATTN_CUDA_SM90_OVERLAP=1), causal and not.
 TEST_F(CudaSm90, VarlenNonFiniteNextSequenceDoesNotReachThisOne) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   const std::int64_t h = 2;

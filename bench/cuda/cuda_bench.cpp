@@ -367,7 +367,7 @@ int run(int argc, char** argv) {
   const std::vector<Point> points = points_for(a.mode);
   if (points.empty())
     throw Error(ErrorCode::invalid_argument,
-                "cuda_bench: expected a mode (paper, short, seqpar, splitkv, decode, hopper, gqa, long, determinism), "
+                "cuda_bench: expected a mode (paper, short, seqpar, splitkv, decode, hopper, gqa, sweep90, d256, long, determinism), "
                 "got '" + a.mode + "'");
   const bool bandwidth_mode = a.mode == "splitkv" || a.mode == "decode";
   double hbm_gbs = bandwidth_mode ? measure_hbm(0) : 0;

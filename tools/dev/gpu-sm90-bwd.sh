@@ -46,7 +46,7 @@
 #   the CPU plan tests of stage tests run only when fastattn_tests is built). VARIANT_HEAD_DIMS
 #   (default HEAD_DIMS): the variant builds' head dims. VARIANT_TESTS=0: stage tests skips them.
 # BUILD_VARIANTS (built by stage build, else used as an earlier call left them; default none): more builds, "name:flag,flag ..." each (e.g.
-#   "dklast:-DFASTATTN_SM90_BWD_DK_LAST=1"), the same configuration plus CMAKE_CUDA_FLAGS, into
+#   "oldorder:-DFASTATTN_SM90_BWD_DK_LAST=0"), the same configuration plus CMAKE_CUDA_FLAGS, into
 #   build/sm90-NAME; stage tests runs their CudaSm90Backward.* too (tests-NAME.log), stage bench
 #   times their sm90 dQ modes as variants NAME-atomic, NAME-atomic-tiles, NAME-bulk in the same
 #   job (sm90_bwd_summary.py's A/B "NAME build vs default build", per dQ mode).
@@ -172,6 +172,7 @@ variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0+FASTATTN_CUDA_SM90_BWD_DQ=atomic+F
 if [ -n "${ONLY_VARIANTS:-}" ]; then
   kept=""
   for v in ${variants//,/ }; do [[ " $ONLY_VARIANTS " == *" ${v%%:*} "* ]] && kept+="${kept:+,}$v"; done
+  [ -n "$kept" ] || { echo "ONLY_VARIANTS='$ONLY_VARIANTS' names none of the variants"; exit 2; }
   variants=$kept
 fi
 if has bench; then

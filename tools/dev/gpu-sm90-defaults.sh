@@ -34,16 +34,18 @@ trap pack EXIT
 exec > >(tee -a "$out/summary.txt") 2>&1
 
 dims=${DIMS:-"64;96;128;256"}
-OUT=$work/build STAGES=build HEAD_DIMS="$dims" TARGETS="fastattn_gpu_tests fastattn_cuda_bench" BUDGET_S=220 \
-  bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
+# The CLI too: tools/dev/profile/ncu_sm90_backward.sh then reuses this build on a warm machine.
+OUT=$work/build STAGES=build HEAD_DIMS="$dims" TARGETS="fastattn_gpu_tests fastattn_cuda_bench fastattn_cli" \
+  BUDGET_S=220 bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
 tail -2 "$work/build/build.log"
 build=$root/build/sm90
-[ -x "$build/bench/cuda/fastattn_cuda_bench" ] || { echo "no bench binary"; exit 3; }
+# A build cut short would leave an older build's binaries in place: stop instead.
+grep -q "build: rc=0" "$work/build/summary.txt" || { echo "the build failed or ran out of time"; exit 3; }
 echo "[$((SECONDS - t0))s] built"
 
-timeout 30 "$build/bench/cuda/fastattn_cuda_bench" d256 --repeats 10 --max-seconds 2 \
+timeout "$(($(left) < 30 ? $(left) : 30))" "$build/bench/cuda/fastattn_cuda_bench" d256 --repeats 10 --max-seconds 2 \
   --variants "overlap:FASTATTN_CUDA_SM90_OVERLAP=1,plain:FASTATTN_CUDA_SM90_OVERLAP=0" > "$work/d256.jsonl" 2>&1
-PYTHONUNBUFFERED=1 timeout 40 "$python" bench/cuda/sdpa_anchor.py d256 --backends cudnn,flash --no-gemm --repeats 10 \
+PYTHONUNBUFFERED=1 timeout "$(($(left) < 40 ? $(left) : 40))" "$python" bench/cuda/sdpa_anchor.py d256 --backends cudnn,flash --no-gemm --repeats 10 \
   --max-seconds 2 >> "$work/d256.jsonl" 2>> "$work/d256.err"
 "$python" - "$work/d256.jsonl" <<'PY'
 import json, sys

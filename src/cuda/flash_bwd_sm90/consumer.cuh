@@ -60,15 +60,23 @@ enum Sm90BwdBarrier : int {
 // in the bulk and deterministic kernels. Only d = 64 and 128 were built that way on the GPU
 // machine (timed, and their tests passed), so d = 96 keeps the old order until its tests have
 // run in that order (FASTATTN_SM90_BWD_DK_LAST=2 builds it for d = 96 too, for that run).
+// FASTATTN_SM90_BWD_WORK_IN_SMEM=1 (kernel.cuh) with dK last makes ptxas serialise the wgmma
+// (C7515), so that knob alone builds the old order.
 #ifndef FASTATTN_SM90_BWD_DK_LAST
+#if defined(FASTATTN_SM90_BWD_WORK_IN_SMEM) && FASTATTN_SM90_BWD_WORK_IN_SMEM
+#define FASTATTN_SM90_BWD_DK_LAST 0
+#else
 #define FASTATTN_SM90_BWD_DK_LAST 1
+#endif
 #endif
 template <class T>
 constexpr bool sm90_bwd_dk_last() {
   // A step releases the previous step's stage only after waiting for its own (q_full): with one
   // stage the producer would wait for a release that needs the load it holds back.
-  static_assert(FASTATTN_SM90_BWD_DK_LAST == 0 || T::kStages >= 2, "dk_last order: at least two stages");
-  return !T::kSplitColumns && (FASTATTN_SM90_BWD_DK_LAST >= 2 || (FASTATTN_SM90_BWD_DK_LAST == 1 && T::kHeadDim != 96));
+  constexpr bool dk_last =
+      !T::kSplitColumns && (FASTATTN_SM90_BWD_DK_LAST >= 2 || (FASTATTN_SM90_BWD_DK_LAST == 1 && T::kHeadDim != 96));
+  static_assert(!dk_last || T::kStages >= 2, "dk_last order: at least two stages");
+  return dk_last;
 }
 
 template <class T>

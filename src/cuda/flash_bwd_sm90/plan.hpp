@@ -122,21 +122,26 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // atomic_tiles 0.787x, bulk 0.771x. Per row, bulk beat atomic_tiles on every d = 128 row without
 // a mask (s512-s16k, 0.834-0.915x against 0.793-0.868x) and atomic_tiles won or tied the
 // others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 and 256 were neither timed nor
-// tested on the GPU in the tile modes, so they keep atomic until they are.
+// tested on the GPU in the tile modes, so they keep atomic until they are. Deterministic calls
+// follow the same rule; their tile-mode kernels passed the bitwise tests but were not timed
+// (the deterministic run of that job had atomic as the default; d = 128's bulk + deterministic
+// kernels spill 4-12 bytes).
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked) {
   if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
   return head_dim == 128 && !masked ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
 }
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
-// The mode FASTATTN_CUDA_SM90_BWD_DQ forces, or `by_default` when it is unset.
-inline Sm90DqReduction sm90_dq_reduction(Sm90DqReduction by_default = Sm90DqReduction::atomic_tiles) {
+// The mode FASTATTN_CUDA_SM90_BWD_DQ forces, or `by_default` (sm90_dq_default) when it is unset.
+inline Sm90DqReduction sm90_dq_reduction(Sm90DqReduction by_default) {
   return env_choice<Sm90DqReduction>(EnvVar::cuda_sm90_bwd_dq,
                                      {{"atomic", Sm90DqReduction::atomic},
                                       {"atomic_tiles", Sm90DqReduction::atomic_tiles},
                                       {"bulk", Sm90DqReduction::bulk}},
                                      by_default);
 }
+// Whether FASTATTN_CUDA_SM90_BWD_DQ asks for bulk (sm90_dq_default never picks it where it cannot run).
+inline bool sm90_dq_bulk_forced() { return sm90_dq_reduction(Sm90DqReduction::atomic) == Sm90DqReduction::bulk; }
 // Whether the mode adds into the tile-ordered accumulator (and converts it with dq_convert.cuh).
 constexpr bool sm90_dq_in_tiles(Sm90DqReduction r) { return r != Sm90DqReduction::atomic; }
 
@@ -324,7 +329,7 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          (plan.sm90_dq == static_cast<int>(Sm90DqReduction::bulk)           ? "one TMA bulk reduce-add per warpgroup tile"
           : plan.sm90_dq == static_cast<int>(Sm90DqReduction::atomic_tiles) ? "red.global.add.v4 into accumulator-ordered tiles"
                                                                             : "red.global.add.v2 from registers") +
-         (plan.sm90_warpgroup_split == 1 && sm90_dq_reduction() == Sm90DqReduction::bulk
+         (plan.sm90_warpgroup_split == 1 && sm90_dq_bulk_forced()
               ? " (bulk asked for: no shared memory for the bulk reduce-add's tile)"
               : "") +
          (deterministic ? " in key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +

@@ -128,7 +128,8 @@ inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1
 // Overlap keeps S, P and O live at once: it fits the 240 registers of a 2-consumer-warpgroup
 // tile (d = 128), not the 160 of a 3-warpgroup one (d = 64: ptxas spilled 68-160 bytes), so it
 // is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
-// loop there too, for A/B measurements (and =1 the overlap at d = 256, below).
+// loop there too, for A/B measurements (and =1 the overlap for d = 256 calls without a mask,
+// below).
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // d = 256 (O alone is 128 registers a thread): the overlap loop spilled 68-104 bytes until Q's
 // 16 descriptors were kept from being hoisted out of the key loop (consumer.cuh issue_qk's

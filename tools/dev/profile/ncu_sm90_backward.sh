@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ncu_sm90_backward.sh — one device call: where the sm90 backward (issue 16, 0.66x cuDNN) spends
+# ncu_sm90_backward.sh — one device call: where the sm90 backward (issue 16; 0.79x cuDNN with the thirteenth session's defaults) spends
 # its time, beside cuDNN's backward kernel on the same shape. Builds (gpu-sm90.sh's build stage,
 # head dims HEAD_DIMS, default 64;128: the warm build's, lest it be configured afresh; the CLI)
 # unless build/sm90 has a CLI already (a warm machine), then
