@@ -500,23 +500,28 @@ TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
 // which FASTATTN_CUDA_SM90_OVERLAP=1 selects, and d 64's narrow tile, padded causal).
 TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  // The call without and with the ordered issue, under `scheduler`, with var=value besides.
+  auto without_and_with_order = [](const char* scheduler, const char* var, const char* value) {
+    return std::vector<EnvSetting>{
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"}, {var, value}},
+        {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"}, {var, value}}};
+  };
+  auto expect_same_bits = [](const SettingBits& bits, const std::string& what) {
+    ASSERT_EQ(bits.out.size(), 2u);
+    EXPECT_EQ(bits.choices[0].reason.find("alternating"), std::string::npos) << bits.choices[0].describe();
+    EXPECT_NE(bits.choices[1].reason.find("alternating their GEMM issue"), std::string::npos)
+        << bits.choices[1].describe();
+    EXPECT_EQ(bits.out[0], bits.out[1]) << what;
+  };
   for (int d : dims_) {
     if (!cuda::sm90_overlap_fits(d)) continue;
     for (const char* scheduler : {"grid", "persistent"}) {
-      const std::vector<EnvSetting> settings = {
-          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"},
-           {"FASTATTN_CUDA_SM90_OVERLAP", "1"}},
-          {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"},
-           {"FASTATTN_CUDA_SM90_OVERLAP", "1"}}};
+      const std::vector<EnvSetting> settings = without_and_with_order(scheduler, "FASTATTN_CUDA_SM90_OVERLAP", "1");
       for (const bool varlen : {false, true}) {
         for (const bool causal : {false, true}) {
-          const SettingBits bits(d, varlen, causal, settings);
-          ASSERT_EQ(bits.out.size(), 2u);
-          EXPECT_EQ(bits.choices[0].reason.find("alternating"), std::string::npos) << bits.choices[0].describe();
-          EXPECT_NE(bits.choices[1].reason.find("alternating their GEMM issue"), std::string::npos)
-              << bits.choices[1].describe();
-          EXPECT_EQ(bits.out[0], bits.out[1]) << "d=" << d << " " << scheduler << (varlen ? " varlen" : "")
-                                              << (causal ? " causal" : "");
+          expect_same_bits(SettingBits(d, varlen, causal, settings), "d=" + std::to_string(d) + " " + scheduler +
+                                                                         (varlen ? " varlen" : "") +
+                                                                         (causal ? " causal" : ""));
         }
       }
     }
@@ -525,18 +530,10 @@ TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
   // kernel too (its two consumer warpgroups).
   if (std::find(dims_.begin(), dims_.end(), 64) == dims_.end()) return;
   for (const char* scheduler : {"grid", "persistent"}) {
-    const std::vector<EnvSetting> settings = {
-        {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "0"},
-         {"FASTATTN_CUDA_SM90_D64_TILE", "128"}},
-        {{"FASTATTN_CUDA_SM90_SCHEDULER", scheduler}, {"FASTATTN_CUDA_SM90_WG_ORDER", "1"},
-         {"FASTATTN_CUDA_SM90_D64_TILE", "128"}}};
-    const SettingBits bits(64, false, true, settings);
+    const SettingBits bits(64, false, true, without_and_with_order(scheduler, "FASTATTN_CUDA_SM90_D64_TILE", "128"));
     ASSERT_EQ(bits.out.size(), 2u);
     EXPECT_NE(bits.choices[1].reason.find("narrow tile"), std::string::npos) << bits.choices[1].describe();
-    EXPECT_EQ(bits.choices[0].reason.find("alternating"), std::string::npos) << bits.choices[0].describe();
-    EXPECT_NE(bits.choices[1].reason.find("alternating their GEMM issue"), std::string::npos)
-        << bits.choices[1].describe();
-    EXPECT_EQ(bits.out[0], bits.out[1]) << "d=64 narrow tile " << scheduler;
+    expect_same_bits(bits, std::string("d=64 narrow tile ") + scheduler);
   }
 }
 

@@ -5,7 +5,7 @@
 #   1. the d = 256 forward, the overlap loop against the plain one (FASTATTN_CUDA_SM90_OVERLAP=1 / 0),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
 #   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
-#      (gpu-sm90-bwd.sh's newdims set) and the forward's d = 256 overlap, odd-shape and
+#      (gpu-sm90-bwd.sh stage newdims) and the forward's d = 256 overlap, odd-shape and
 #      wide-tile tests, each under its own timeout;
 #   3. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
 #      mode as sm90-default, the forced modes, the deterministic run), judged by
@@ -70,8 +70,8 @@ if [ "${TEST_S:-150}" != 0 ]; then
   tests_end=$((SECONDS + ($(left) < test_s ? $(left) : test_s)))
   until_tests_end() { local l=$((tests_end - SECONDS)); echo $((l > 0 ? l : 1)); }
   if [ "${NEWDIMS:-1}" = 1 ]; then
-    timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" \
-      --gtest_filter='CudaSm90BackwardHeadDim*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*' > "$work/newdims.log" 2>&1 &
+    OUT=$work/newdims STAGES=newdims HEAD_DIMS="$dims" BUDGET_S="$(until_tests_end)" \
+      bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1 &
   fi
   # The wide-tile test alone takes ~100 s (its float64 references): beside the others.
   t=WideKeyTileMatchesFloat64
@@ -82,8 +82,8 @@ if [ "${TEST_S:-150}" != 0 ]; then
     echo "CudaSm90.$t rc=$? $(grep -cE 'Failure' "$work/fwd_$t.log") failures"
   done
   wait
-  [ -f "$work/newdims.log" ] && grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims.log"
-  grep -h -B2 -A10 "Failure" "$work"/*.log | head -40
+  [ -f "$work/newdims/newdims.log" ] && grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims/newdims.log"
+  grep -h -B2 -A10 "Failure" "$work"/*.log "$work"/newdims/*.log 2>/dev/null | head -40
 fi
 OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(left) ONLY_VARIANTS=${ONLY_VARIANTS:-} \
   bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
