@@ -94,6 +94,7 @@ struct ForwardPlan {
   std::string sm90_declined;
   int sm90_stages = 0;  // sm90 plans: (K, V) stages of the ring
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
+  int sm90_exp2_poly_every = 0;  // sm90 plans: 1 n8 fragment in N of the softmax's exponentials on the FMA pipe (0: none)
   bool sm90_wg_order = false;  // sm90 overlap plans: the consumer warpgroups issue GEMMs in turn
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   Sm90Sections sm90_sections = Sm90Sections::l2_half;        // sm90 persistent plans: the order's sections
@@ -200,6 +201,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   // The narrow d = 64 tile has overlap kernels only (launch.cuh); the variable is still checked.
   const bool masked = s.window_left >= 0 || s.window_right >= 0;
   plan.sm90_overlap = sm90_overlap(s.head_dim, block_m, masked) || block_m == kSm90D64NarrowBlockM;
+  plan.sm90_exp2_poly_every = sm90_exp2_poly_every(s.head_dim);  // a build switch (plan.hpp)
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
   plan.ctas_per_sm = 1;
@@ -344,6 +346,9 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile, for causal calls)" : "") +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
+           (plan.sm90_exp2_poly_every > 0 ? ", 1 in " + std::to_string(plan.sm90_exp2_poly_every) +
+                                                " of its exponentials on the FMA pipe"
+                                          : std::string()) +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
            (plan.sm90_tma_store ? ", O by TMA store from shared memory" : "") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +

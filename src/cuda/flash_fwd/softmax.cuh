@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "cuda/common/exp2_poly.hpp"
 #include "cuda/common/fast_exp.cuh"
 
 namespace fastattn::cuda {
@@ -36,11 +37,48 @@ struct OnlineSoftmax {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
   }
 
+  // The largest of this thread's 2 kNTiles scores of row `half` of row tile mt. kTree: as a
+  // tree of depth log2(2 kNTiles) instead of a chain of 2 kNTiles dependent FMNMX, since every
+  // exponential of the tile waits for it (in the sm90 d = 64 kernel's SASS the chain was 17
+  // FMNMX deep before the first MUFU). max is exact, so both give the same value; the other
+  // kernels keep the chain (the tree moved ptxas's spills of the sm80 KV-cache kernels).
+  template <bool kTree, int kMTiles>
+  __device__ __forceinline__ static float thread_row_max(const float (&s)[kMTiles][kNTiles][4], int mt, int half) {
+    if constexpr (!kTree) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      return m;
+    } else {
+      float v[kNTiles];
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) v[nt] = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
+#pragma unroll
+      for (int stride = 1; stride < kNTiles; stride *= 2) {
+#pragma unroll
+        for (int nt = 0; nt + stride < kNTiles; nt += 2 * stride) v[nt] = fmaxf(v[nt], v[nt + stride]);
+      }
+      return v[0];
+    }
+  }
+
+  // 2^x for the scores of n8 fragment nt: MUFU (exp2_ftz), or, for one fragment in kPolyEvery
+  // (0: none), the FMA pipe's polynomial of degree kPolyDegree (cuda/common/exp2_poly.hpp: where
+  // MUFU is as busy as the tensor cores). nt is a compile-time index after unrolling.
+  template <int kPolyEvery, int kPolyDegree>
+  __device__ __forceinline__ static float exp2_of_fragment(int nt, float x) {
+    if constexpr (kPolyEvery > 0) {
+      if (nt % kPolyEvery == kPolyEvery - 1) return exp2_poly<kPolyDegree>(x);
+    }
+    return exp2_ftz(x);
+  }
+
   // s[mt][nt][4]: raw scores of this tile (-inf where masked; see scale_and_mask); the log2
   // domain score is s * exp_scale (exp_scale > 0). Turns s into P = exp2(s * exp_scale - max)
-  // in place, one FFMA and one MUFU per score, and returns per row the factor the O accumulator
-  // must be rescaled by (exp2(old_max - new_max)). row_max is kept in the log2 domain.
-  template <int kMTiles>
+  // in place, one FFMA and one MUFU per score (kPolyEvery: exp2_of_fragment), and returns per
+  // row the factor the O accumulator must be rescaled by (exp2(old_max - new_max)). row_max is
+  // kept in the log2 domain. kTreeMax: thread_row_max.
+  template <int kMTiles, bool kTreeMax = false, int kPolyEvery = 0, int kPolyDegree = 3>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&rescale)[kRows],
                                          float exp_scale) {
 #pragma unroll
@@ -48,10 +86,9 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mt * 2 + half;
-        float m = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-        m = fmaxf(quad_max(m) * exp_scale, row_max[r]);
+        // fmaxf drops NaN: a thread whose scores are all NaN leaves the max to the other lanes
+        // and row_max, as the chain from -inf does.
+        const float m = fmaxf(quad_max(thread_row_max<kTreeMax>(s, mt, half)) * exp_scale, row_max[r]);
         // A row that has seen only masked keys keeps max -inf: use 0 as the exponent base so
         // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
         const float base = m == -INFINITY ? 0.0f : m;
@@ -60,8 +97,9 @@ struct OnlineSoftmax {
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          s[mt][nt][2 * half] = exp2_ftz(fmaf(s[mt][nt][2 * half], exp_scale, -base));
-          s[mt][nt][2 * half + 1] = exp2_ftz(fmaf(s[mt][nt][2 * half + 1], exp_scale, -base));
+          s[mt][nt][2 * half] = exp2_of_fragment<kPolyEvery, kPolyDegree>(nt, fmaf(s[mt][nt][2 * half], exp_scale, -base));
+          s[mt][nt][2 * half + 1] =
+              exp2_of_fragment<kPolyEvery, kPolyDegree>(nt, fmaf(s[mt][nt][2 * half + 1], exp_scale, -base));
           sum += s[mt][nt][2 * half] + s[mt][nt][2 * half + 1];
         }
         row_sum[r] = row_sum[r] * rescale[r] + sum;

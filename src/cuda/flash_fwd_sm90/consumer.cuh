@@ -5,8 +5,8 @@
 //   wait k_full[s]; S = Q K^T: head_dim / 16 wgmma m64n{kBlockN}k16, both operands in shared
 //   memory (SS), one commit group; wait for it
 //   mask (partial tiles only, flash_fwd/tile_ops.cuh) and online softmax in registers
-//   (flash_fwd/softmax.cuh: exp2 with the scale folded into one FFMA); O rescaled when a row
-//   max moved
+//   (flash_fwd/softmax.cuh: exp2 with the scale folded into one FFMA; T::kExp2PolyEvery: a share
+//   of the exponentials on the FMA pipe); O rescaled when a row max moved
 //   P to 16-bit in registers: two n8 fragments of S are one k16 A fragment (wgmma.cuh)
 //   wait v_full[s]; O += P V: kBlockN / 16 wgmma m64n{head_dim}k16, A from registers (RS), V
 //   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed)
@@ -161,7 +161,7 @@ __device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&a
   const bool masked = kMayMask && w.mask.classify(w.q0, w.q1, k0, k0 + T::kBlockN) != TileClass::full;
   scale_and_mask<Tile, kSoftcap, true>(acc_s, p, masked, m.q_row0, k0, w.len_k, m.diagonal, m.window_left,
                                        m.window_right, lane);
-  st.softmax.update(acc_s, rescale, m.exp_scale);
+  st.softmax.template update<1, kSm90TreeRowMax, T::kExp2PolyEvery, T::kExp2PolyDegree>(acc_s, rescale, m.exp_scale);
   return __any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f);
 }
 

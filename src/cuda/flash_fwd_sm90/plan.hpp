@@ -54,6 +54,24 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 #ifndef FASTATTN_SM90_D128_STAGES
 #define FASTATTN_SM90_D128_STAGES 2
 #endif
+// A/B builds may set FASTATTN_SM90_D64_EXP2_POLY=N (N > 0): the d = 64 kernels then compute the
+// exponentials of one n8 fragment of S in N (N = 8: 1/8 of them) on the FMA pipe
+// (cuda/common/exp2_poly.hpp), since at d = 64 the softmax's MUFU cycles equal the GEMMs'
+// tensor-core cycles. 0 (the default, until an A/B has timed it): MUFU for all of them.
+#ifndef FASTATTN_SM90_D64_EXP2_POLY
+#define FASTATTN_SM90_D64_EXP2_POLY 0
+#endif
+// The softmax's row max as a tree (flash_fwd/softmax.cuh: thread_row_max; the same values as
+// the chain, a shorter path to the exponentials). A/B builds may set FASTATTN_SM90_ROW_MAX_CHAIN=1
+// for the chain.
+#ifndef FASTATTN_SM90_ROW_MAX_CHAIN
+#define FASTATTN_SM90_ROW_MAX_CHAIN 0
+#endif
+constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
+constexpr int sm90_exp2_poly_every(std::int64_t head_dim) {
+  static_assert(FASTATTN_SM90_D64_EXP2_POLY >= 0, "FASTATTN_SM90_D64_EXP2_POLY: 0 or one fragment in N");
+  return head_dim <= 64 ? FASTATTN_SM90_D64_EXP2_POLY : 0;
+}
 // The d = 64 narrow tile (block_m = kSm90D64NarrowBlockM, sm90_d64_narrow_block_m below): 128 x
 // 128, two consumer warpgroups with the overlap, 4 stages, the shape of cuDNN's d = 64 kernel.
 constexpr int kSm90D64NarrowBlockM = 128;
