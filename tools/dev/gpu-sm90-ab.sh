@@ -15,9 +15,12 @@
 # HEAD_DIMS (default "64;128;256"), BUDGET_S (default 540). BUILD_VARIANTS (default none): more
 # builds beside build/sm90 ("base"), space-separated "name:FLAG,FLAG" of CMAKE_CUDA_FLAGS (e.g.
 # "d64wg2:-DFASTATTN_SM90_D64_BLOCK_M=128"), each in build/sm90-<name> with the same targets;
-# every build then runs every variant (rows tagged sm90-<build>.<variant>-rK), and the tests and
+# VARIANT_HEAD_DIMS (default HEAD_DIMS) their head dims (a sweep row of a dim a build lacks is an
+# error row); every build then runs every variant (rows tagged sm90-<build>.<variant>-rK), and the tests and
 # sanitizers run on TEST_BUILD (default: the last build; "base": build/sm90). $OUT: summary.txt, build.log,
-# sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, probe.txt.
+# sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, sweep.txt, probe.txt, build-NAME.log;
+# with PACK=1 (the default: a device call brings back at most 8 files) all but summary.txt go
+# into $OUT/ab.tar.gz when the script exits.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -27,6 +30,12 @@ budget=${BUDGET_S:-540}
 t0=$SECONDS
 status=()
 stages="ab"
+pack() {
+  [ "${PACK:-1}" = 1 ] || return 0
+  tar -czf /tmp/sm90_ab.tar.gz -C "$out" --exclude=summary.txt . &&
+    find "$out" -mindepth 1 ! -name summary.txt -delete && mv /tmp/sm90_ab.tar.gz "$out/ab.tar.gz"
+}
+trap pack EXIT
 . "$root/tools/dev/lib.sh"  # has, note, run, device_tools
 
 OUT=$out STAGES=${BUILD_STAGES:-"build sass"} HEAD_DIMS=${HEAD_DIMS:-"64;128;256"} TARGETS="fastattn_gpu_tests fastattn_cuda_bench" \
@@ -43,7 +52,7 @@ variants=${VARIANTS:-"base:"}
 builds="base:$build"
 for bv in ${BUILD_VARIANTS:-}; do
   bname=${bv%%:*} bdir=$root/build/sm90-${bv%%:*}
-  build_variant "$bname" "${bv#*:}" "${HEAD_DIMS:-64;128;256}"
+  build_variant "$bname" "${bv#*:}" "${VARIANT_HEAD_DIMS:-${HEAD_DIMS:-64;128;256}}"
   [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ] && builds+=" $bname:$bdir"
 done
 case ${TEST_BUILD:-} in
