@@ -65,6 +65,34 @@ struct SequenceMask {
     }
     return all ? TileClass::full : TileClass::partial;
   }
+
+  // The key tiles [lo, hi) of `block_n` keys (tile n: keys [n block_n, (n + 1) block_n)) that
+  // classify() calls full for the queries [q0, q1) (none when lo >= hi; q0 < q1, block_n > 0).
+  // classify's three conditions each bound n on one side, so the full tiles are one range: a
+  // key loop then decides per tile with two integer compares instead of classify's 64-bit
+  // arithmetic (the sm90 forward, where that was ~40 instructions of every key tile).
+  struct KeyTileRange {
+    std::int64_t lo, hi;
+  };
+  FASTATTN_HD KeyTileRange full_key_tiles(std::int64_t q0, std::int64_t q1, std::int64_t block_n) const {
+    const std::int64_t d_first = q0 + offset, d_last = (q1 - 1) + offset;
+    // floor(a / b) for b > 0
+    auto floor_div = [](std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+    // k1 <= seqlen_k: (n + 1) block_n <= seqlen_k
+    std::int64_t hi = seqlen_k / block_n;
+    // right: k1 - 1 <= d_first + right, i.e. (n + 1) block_n <= d_first + right + 1
+    if (right >= 0) {
+      const std::int64_t h = floor_div(d_first + right + 1, block_n);
+      hi = h < hi ? h : hi;
+    }
+    // left: k0 >= d_last - left, i.e. n >= ceil((d_last - left) / block_n)
+    std::int64_t lo = 0;
+    if (left >= 0) {
+      const std::int64_t l = -floor_div(-(d_last - left), block_n);
+      lo = l > lo ? l : lo;
+    }
+    return {lo, hi};
+  }
 };
 
 }  // namespace fastattn

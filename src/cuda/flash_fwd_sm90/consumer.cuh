@@ -144,21 +144,25 @@ __device__ __forceinline__ void wg_order_pass_turn(int wg) {
   sm90::named_barrier_arrive(kBarWgTurn0 + 1 - wg, 2 * sm90::kWarpgroupThreads);
 }
 
-// Per-tile values of the consumer loop.
+// Per-tile values of the consumer loop. [full_lo, full_hi): the key tiles classify() calls full
+// (SequenceMask::full_key_tiles, worked out once per tile: the per-key-tile classify was ~40
+// instructions of 64-bit arithmetic in every iteration of the d = 64 loop).
 struct Sm90TileMask {
   int q_row0, diagonal, window_left, window_right;
   float exp_scale;
+  int full_lo, full_hi;
 };
 
-// Mask (partial tiles) and online softmax of one S tile in place; rescale: per row, the factor
-// O must be multiplied by before this tile's P V. Returns whether any row of the warp moved.
-// kMayMask = false: the tile is known full (no mask code compiled).
+// Mask (partial tiles) and online softmax of key tile n's S in place; rescale: per row, the
+// factor O must be multiplied by before this tile's P V. Returns whether any row of the warp
+// moved. kMayMask = false: the tile is known full (no mask code compiled).
 template <class T, bool kSoftcap, bool kMayMask = true>
 __device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&acc_s)[1][T::kNTilesS][4],
                                              float (&rescale)[2], const ForwardParams& p, const Sm90TileWork& w,
-                                             const Sm90TileMask& m, int k0, int lane) {
+                                             const Sm90TileMask& m, int n, int lane) {
   using Tile = typename T::WarpTile;
-  const bool masked = kMayMask && w.mask.classify(w.q0, w.q1, k0, k0 + T::kBlockN) != TileClass::full;
+  const int k0 = n * T::kBlockN;
+  const bool masked = kMayMask && !(n >= m.full_lo && n < m.full_hi);
   scale_and_mask<Tile, kSoftcap, true>(acc_s, p, masked, m.q_row0, k0, w.len_k, m.diagonal, m.window_left,
                                        m.window_right, lane);
   st.softmax.template update<1, kSm90TreeRowMax, T::kExp2PolyEvery, T::kExp2PolyDegree>(acc_s, rescale, m.exp_scale);
@@ -193,13 +197,24 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
   clear_accumulator(st.acc_o);
   st.softmax.init();
   if (!w.has_keys()) return;
-  const Sm90TileMask m{w.q0 + wg * 64 + warp_in_wg * 16, static_cast<int>(w.mask.offset),
-                       static_cast<int>(p.window_left), static_cast<int>(p.window_right), fabsf(p.scale_log2)};
+  const SequenceMask::KeyTileRange full = w.mask.full_key_tiles(w.q0, w.q1, T::kBlockN);
+  // clamped to the visited tiles [n_begin, n_end), so both fit an int
+  auto visited = [&](int64_t n) { return static_cast<int>(min(max(n, int64_t{w.n_begin}), int64_t{w.n_end})); };
+  const Sm90TileMask m{w.q0 + wg * 64 + warp_in_wg * 16,
+                       static_cast<int>(w.mask.offset),
+                       static_cast<int>(p.window_left),
+                       static_cast<int>(p.window_right),
+                       fabsf(p.scale_log2),
+                       visited(full.lo),
+                       visited(full.hi)};
   const int tiles = w.n_end - w.n_begin;
-  auto key0 = [&](int i) { return (w.n_end - 1 - i) * T::kBlockN; };
+  auto tile = [&](int i) { return w.n_end - 1 - i; };  // visited from the last key tile down
+  auto key0 = [&](int i) { return tile(i) * T::kBlockN; };
   // Key tile i of this tile is key tile count.kv + i of the CTA (producer.cuh).
-  auto stage_of = [&](int i) { return (count.kv + i) % T::kStages; };
-  auto parity = [&](int i) { return static_cast<uint32_t>(((count.kv + i) / T::kStages) & 1); };
+  // Unsigned (the count is never negative): the signed % and / took ~10 instructions a tile
+  // for the sign fix-ups.
+  auto stage_of = [&](int i) { return static_cast<int>(static_cast<uint32_t>(count.kv + i) % T::kStages); };
+  auto parity = [&](int i) { return (static_cast<uint32_t>(count.kv + i) / T::kStages) & 1u; };
   float acc_s[1][T::kNTilesS][4];
   uint32_t a[T::kBlockN / 16][4];
   float rescale[2];
@@ -219,7 +234,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::fence_registers(acc_s[0]);
       sm90::mbarrier_arrive(smem.k_empty(stage));
       if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
-      if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(i), lane)) rescale_o(st, rescale);
+      if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, tile(i), lane)) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
       sm90::mbarrier_wait(smem.v_full(stage), parity(i));
       if (i == 0 && v_tail) zero_v_rows_past_end<T>(smem.v(stage), w.len_k - key0(0), consumer_tid);
@@ -242,7 +257,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     sm90::fence_registers(acc_s[0]);
     sm90::mbarrier_arrive(smem.k_empty(stage_of(0)));
     if (tiles == 1) sm90::mbarrier_arrive(smem.q_empty());
-    softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, key0(0), lane);  // O is 0: no rescale
+    softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, tile(0), lane);  // O is 0: no rescale
     pack_p<T>(a, acc_s[0]);
     for (int i = 1; i < tiles; ++i) {
       const int stage = stage_of(i), prev = stage_of(i - 1);
@@ -274,7 +289,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
       // The wide tile serves unmasked calls only (plan.hpp), where tile 0 (the last key tile)
       // is the only one that can be partial.
-      const bool moved = softmax_tile<T, kSoftcap, !T::kUnmaskedCallsOnly>(st, acc_s, rescale, p, w, m, key0(i), lane);
+      const bool moved = softmax_tile<T, kSoftcap, !T::kUnmaskedCallsOnly>(st, acc_s, rescale, p, w, m, tile(i), lane);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
