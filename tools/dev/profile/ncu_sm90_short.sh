@@ -8,6 +8,10 @@
 # memory orders (sdpa_anchor.py kv_decode kv_decode_tm) and fastattn_kv_cache_bench decode decode_hm.
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/profile/ncu_sm90_short.sh
 # ROWS (default "32,16,512,128,0 32,32,512,64,1 8,32,2048,64,1"): b,h,s,d,causal each.
+# PIPES (default 1): also each pipe's share of its peak (tensor, MUFU = xu, FMA, ALU, uniform)
+# and issue activity, as ncu metrics: those of the candidates below that `ncu --query-metrics`
+# lists on the device (at d = 64 the softmax's MUFU work equals the GEMMs' tensor work;
+# docs/cuda.md "The key loop's per-tile work").
 # $OUT: summary.txt, build.log, ncu.tar.gz (details per row, source CSVs), kv.tar.gz.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -34,6 +38,17 @@ nout=/tmp/ncu_short
 rm -rf "$nout" && mkdir -p "$nout"
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
           --section LaunchStats --section Occupancy)
+pipe_metrics=()
+if [ "${PIPES:-1}" = 1 ]; then
+  ncu --query-metrics > "$nout/query-metrics.txt" 2>&1
+  for m in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_tensor_op_hmma_cycles_active sm__inst_executed_pipe_xu \
+           sm__pipe_xu_cycles_active sm__pipe_fma_cycles_active sm__inst_executed_pipe_fma sm__pipe_alu_cycles_active \
+           sm__inst_executed_pipe_alu sm__inst_executed_pipe_uniform smsp__issue_active; do
+    grep -q "^$m " "$nout/query-metrics.txt" && pipe_metrics+=("$m.avg.pct_of_peak_sustained_active")
+  done
+  echo "pipe metrics: ${pipe_metrics[*]:-none of the candidates listed}"
+fi
+((${#pipe_metrics[@]})) && sections+=(--metrics "$(IFS=,; echo "${pipe_metrics[*]}")")
 for r in $rows; do
   IFS=, read -r b h s d causal <<< "$r"
   name="b${b}_h${h}_s${s}_d${d}_c${causal}"
@@ -51,6 +66,7 @@ for r in $rows; do
     ncu --import "$nout/${who}_$name.ncu-rep" --page details > "$nout/${who}_${name}_details.txt" 2>&1
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc Active|No Eligible|Registers Per|Block Size|Grid Size" \
       "$nout/${who}_${name}_details.txt" | head -12 | sed "s/^/$who $name: /"
+    grep -E "pct_of_peak_sustained_active" "$nout/${who}_${name}_details.txt" | sed "s/^/$who $name: /"
   done
   [ -f "$nout/ours_$name.ncu-rep" ] &&
     ncu --import "$nout/ours_$name.ncu-rep" --page source --csv --print-source sass > "$nout/ours_${name}_source.csv" 2>&1
