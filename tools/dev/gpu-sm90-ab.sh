@@ -19,8 +19,8 @@
 # error row); every build then runs every variant (rows tagged sm90-<build>.<variant>-rK), and the tests and
 # sanitizers run on TEST_BUILD (default: the last build; "base": build/sm90). $OUT: summary.txt, build.log,
 # sass.txt, tests.log, sanitize.log, sweep.jsonl, sweep.json, sweep.txt, probe.txt, build-NAME.log;
-# with PACK=1 (the default: a device call brings back at most 8 files) all but summary.txt go
-# into $OUT/ab.tar.gz when the script exits.
+# with PACK=1 (the default: a device call brings back at most 8 files) what it wrote there, but
+# summary.txt, goes into $OUT/ab.tar.gz when the script exits (what $OUT held before is left alone).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -30,10 +30,20 @@ budget=${BUDGET_S:-540}
 t0=$SECONDS
 status=()
 stages="ab"
+# PACK: the entries this script created in $out (not summary.txt, and nothing that was there
+# before it ran) go into $out/ab.tar.gz and are then removed.
+preexisting=$(cd "$out" && ls -A)
 pack() {
   [ "${PACK:-1}" = 1 ] || return 0
-  tar -czf /tmp/sm90_ab.tar.gz -C "$out" --exclude=summary.txt . &&
-    find "$out" -mindepth 1 ! -name summary.txt -delete && mv /tmp/sm90_ab.tar.gz "$out/ab.tar.gz"
+  local entries=() e tmp
+  while IFS= read -r e; do
+    if [ -z "$e" ] || [ "$e" = summary.txt ] || [ "$e" = ab.tar.gz ]; then continue; fi
+    grep -qxF -- "$e" <<< "$preexisting" && continue
+    entries+=("$e")
+  done < <(cd "$out" && ls -A)
+  ((${#entries[@]})) || return 0
+  tmp=$(mktemp /tmp/sm90_ab.XXXXXX) || return 0
+  tar -czf "$tmp" -C "$out" -- "${entries[@]}" && mv "$tmp" "$out/ab.tar.gz" && (cd "$out" && rm -rf -- "${entries[@]}")
 }
 trap pack EXIT
 . "$root/tools/dev/lib.sh"  # has, note, run, device_tools
