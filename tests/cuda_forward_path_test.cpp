@@ -131,11 +131,6 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
     EXPECT_EQ(p.blocks.block_n, n) << d;
     EXPECT_EQ(p.blocks.threads, threads) << d;
     EXPECT_LE(cuda::sm90_forward_smem_bytes(cuda::sm90_forward_blocks(d), d), 232448) << d;  // sm90 opt-in limit
-    // The share of exponentials on the FMA pipe is a d = 64 build switch (0 by default), and
-    // the reason says when it is on.
-    EXPECT_EQ(p.sm90_exp2_poly_every, d == 64 ? FASTATTN_SM90_D64_EXP2_POLY : 0) << d;
-    EXPECT_EQ(cuda::describe_plan(p).find("exponentials on the FMA pipe") != std::string::npos,
-              p.sm90_exp2_poly_every > 0) << d;
   }
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));

@@ -70,7 +70,8 @@ struct SequenceMask {
   // classify() calls full for the queries [q0, q1) (none when lo >= hi; q0 < q1, block_n > 0).
   // classify's three conditions each bound n on one side, so the full tiles are one range: a
   // key loop then decides per tile with two integer compares instead of classify's 64-bit
-  // arithmetic (the sm90 forward, where that was ~40 instructions of every key tile).
+  // arithmetic (the sm90 forward, where that was ~40 instructions of every key tile). As
+  // classify, for positions and windows below 2^62 (the CUDA path clamps windows to 2^31).
   struct KeyTileRange {
     std::int64_t lo, hi;
   };

@@ -8,18 +8,22 @@
 // Blackwell: flash_attn/cute/utils.py, ex2_emulation; the split: Cody-Waite, then a minimax
 // polynomial).
 //
-// x = j + f with j = floor(x) and f in [0, 1): 2^x = 2^j * 2^f, 2^f from a polynomial with
-// p(0) = 1 exactly, 2^j built as a float from j's bits. On the device, floor comes from one
-// add rounded toward -inf of 1.5 * 2^23 (j then sits in the low mantissa bits of the sum, and
-// the sum minus 1.5 * 2^23 is j exactly): five FMA-pipe instructions and one integer one
-// besides the polynomial. Inputs are clamped to -127 first (max.NaN keeps NaN): j = -127 makes
+// x = j + f with j = floor(x) and f = x - j in [0, 1]: 2^x = 2^j * 2^f, 2^f from a polynomial
+// with p(0) = 1 exactly, 2^j built as a float from j's bits. (f is 1.0f, not just below, when
+// x lies within 2^-25 below an integer, e.g. a score a rounding step under its row max: the
+// result is then 2^(j+1) * p(1) / 2, inside the same error bound.) On the device, floor comes
+// from one add rounded toward -inf of 1.5 * 2^23 (j then sits in the low mantissa bits of the
+// sum, and the sum minus 1.5 * 2^23 is j exactly). In SASS: FMNMX.NAN (clamp) and LEA (2^j's
+// bits) on the ALU pipe; FADD.RM, two FADD, the polynomial's FFMAs (3 at degree 3, 4 at degree
+// 4) and one FMUL on the FMA pipe, against one MUFU.EX2.
+// Inputs are clamped to -127 first (max.NaN keeps NaN): j = -127 makes
 // 2^j's bits 0, so every x <= -127 (and -inf, the masked scores) gives +0 exactly, and results
 // below 2^-126 are flushed to 0, as exp2_ftz (fast_exp.cuh) flushes them. Meant for x <= 0
 // (scores minus their row max); valid up to x < 128.
 //
 // Relative error against 2^x (float32 Horner, checked on the CPU by
-// tests/cuda_exp2_poly_test.cpp): degree 3 8.6e-5, degree 4 3.0e-6 (bf16 P is rounded to
-// 2^-9 = 2.0e-3, f16 P to 2^-11 = 4.9e-4).
+// tests/cuda_exp2_poly_test.cpp): degree 3 8.6e-5, degree 4 3.0e-6 (rounding P to bf16, 8
+// significant bits, costs up to 2^-8 = 3.9e-3; to f16, 11 bits, 2^-11 = 4.9e-4).
 #pragma once
 
 #include <cmath>
@@ -84,7 +88,7 @@ FASTATTN_HD float exp2_poly(float x) {
   shifted = std::floor(x) + kRoundShift;
 #endif
   const float j = shifted - kRoundShift;  // floor(x), exact
-  const float f = x - j;                  // [0, 1), exact
+  const float f = x - j;                  // [0, 1] (see above)
   // Horner, fused multiply-adds on both sides (so host and device give the same bits); the
   // loop's 2 or 3 steps unroll (no pragma: the header is host code too).
   float p = exp2_poly_coefficient(kDegree, kDegree);

@@ -42,7 +42,7 @@ struct Sm90ForwardTraits {
   static constexpr bool kVarlenKernels = kSm90Varlen && !kUnmaskedCallsOnly && !kNarrowD64;
   static constexpr int kStages = kBlocks.stages;
   // The softmax's share of exponentials on the FMA pipe (plan.hpp: sm90_exp2_poly_every; 0:
-  // none) and its polynomial's degree: relative error 8.6e-5 at 3 under bf16's 2^-9 rounding
+  // none) and its polynomial's degree: relative error 8.6e-5 at 3 under bf16's 2^-8 rounding
   // of P, 3.0e-6 at 4 under f16's 2^-11 (cuda/common/exp2_poly.hpp).
   static constexpr int kExp2PolyEvery = sm90_exp2_poly_every(kHeadDim_);
   static constexpr int kExp2PolyDegree = std::is_same_v<Element_, __half> ? 4 : 3;
