@@ -55,10 +55,7 @@ class CudaSm90Backward : public GpuTest {
     GpuTest::SetUp();
     if (IsSkipped()) return;
     const BuildInfo info = build_info();
-    if (info.cuda_device_paths.empty() || info.cuda_device_paths.front().rfind("sm90", 0) != 0) {
-      GTEST_SKIP() << "the device's path is not sm90: "
-                   << (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
-    }
+    if (const std::string why = sm90_path_missing(info); !why.empty()) GTEST_SKIP() << why;
     for (int d : info.cuda_head_dims) {
       if (d == 64 || d == 128) dims_.push_back(d);
     }

@@ -38,10 +38,7 @@ class CudaSm90 : public GpuTest {
     GpuTest::SetUp();
     if (IsSkipped()) return;
     const BuildInfo info = build_info();
-    if (info.cuda_device_paths.empty() || info.cuda_device_paths.front().rfind("sm90", 0) != 0) {
-      GTEST_SKIP() << "the device's forward path is not sm90: "
-                   << (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
-    }
+    if (const std::string why = sm90_path_missing(info); !why.empty()) GTEST_SKIP() << why;
     for (int d : info.cuda_head_dims) {
       if (sm90_dim(d)) dims_.push_back(d);
     }

@@ -29,6 +29,15 @@ class GpuTest : public ::testing::Test {
   }
 };
 
+// Why a test of the sm90 (Hopper) kernels cannot run here: empty when device 0's path is sm90
+// (a build with 90 in FASTATTN_CUDA_ARCHS, a compute capability 9.0 GPU, FASTATTN_CUDA_PATH
+// unset or sm90).
+inline std::string sm90_path_missing(const BuildInfo& info) {
+  if (!info.cuda_device_paths.empty() && info.cuda_device_paths.front().rfind("sm90", 0) == 0) return {};
+  return "the device's path is not sm90: " +
+         (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
+}
+
 // Expects `fn` to throw fastattn::Error with `code` and a message containing `needle`.
 template <typename Fn>
 void expect_error(Fn&& fn, ErrorCode code, const std::string& needle) {
