@@ -7,6 +7,7 @@
 // addresses with these functions, so a wrong one fails here before it runs on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <limits>
@@ -258,34 +259,43 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * kv_heads * batch));
   }
   // Causal (right-bounded): low key blocks see the most queries, first, in both alignments and
-  // with seqlen_q != seqlen_k. Deterministic mode keeps key blocks ascending within a (batch,
-  // KV head) in every order it takes.
+  // with seqlen_q != seqlen_k. Deterministic mode: ascending key blocks across heads for every
+  // mask; with shortest first asked for (the last argument), right-bounded masks launch the
+  // last key blocks first.
   auto order = [](std::int64_t left, std::int64_t right, bool bottom_right, std::int64_t sq, std::int64_t sk,
-                  bool deterministic) {
-    return cuda::sm90_tile_order(cuda::Sm90MaskShape{left, right, bottom_right, sq, sk}, 128, deterministic);
+                  bool deterministic, bool shortest_first = false) {
+    return cuda::sm90_tile_order(cuda::Sm90MaskShape{left, right, bottom_right, sq, sk}, 128, deterministic,
+                                 shortest_first);
   };
   EXPECT_EQ(order(-1, 0, true, 4096, 4096, false), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(-1, 0, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, true, true), Sm90TileOrder::key_block_descending);
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, false, true), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(-1, 0, true, 8192, 1000, false), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(-1, 0, false, 1000, 8192, false), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(-1, -1, true, 4096, 4096, false), Sm90TileOrder::head_major);
   EXPECT_EQ(order(-1, 0, true, 100, 100, false), Sm90TileOrder::head_major);  // one key block
   EXPECT_EQ(order(100, -1, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
-  EXPECT_EQ(order(100, -1, true, 4096, 4096, true), Sm90TileOrder::head_major);
+  EXPECT_EQ(order(100, -1, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(100, -1, true, 4096, 4096, true, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, -1, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, true, 100, 100, true), Sm90TileOrder::head_major);  // one key block
   // Sliding window (causal with a left bound): the last key blocks lose their window's tail.
   EXPECT_EQ(order(1024, 0, true, 4096, 4096, false), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(100, 5, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(100, 5, true, 4096, 4096, true, true), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
-  EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::head_major);
+  EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
   // Windows near INT64_MAX (unbounded in effect) do not overflow.
   EXPECT_EQ(order(std::numeric_limits<std::int64_t>::max(), 0, true, 4096, 4096, false),
             Sm90TileOrder::key_block_ascending);
 }
 
 // The query-block range of a key block is exactly the blocks with a visible (query, key) pair,
-// the key blocks seeing a query block are the contiguous range starting at
-// sm90_first_key_block (deterministic mode's ranks), and a CTA's steps visit each (head, query
-// block) of its range once, query blocks descending.
+// the key blocks seeing a query block are the contiguous range [sm90_first_key_block,
+// sm90_last_key_block] (deterministic mode's ranks count from either end), and a CTA's steps
+// visit each (head, query block) of its range once, query blocks descending (ascending in the
+// shortest-first order).
 TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
   constexpr int kBM = 64, kBN = 128;
   std::mt19937 rng(7);
@@ -320,6 +330,7 @@ TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
       for (std::size_t rank = 0; rank < seers[m].size(); ++rank) {
         EXPECT_EQ(seers[m][rank], first + static_cast<int>(rank)) << "trial " << trial << " m " << m;
       }
+      EXPECT_EQ(cuda::sm90_last_key_block(mask, m, kBM, kBN, len_q), seers[m].back()) << "trial " << trial << " m " << m;
     }
     // The plan's rows per key block are the rows of the range above; the order it takes puts
     // the heavier end first, and for one-sided masks the work never rises along it.
@@ -337,15 +348,22 @@ TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
     }
     for (const bool deterministic : {false, true}) {
       const Sm90TileOrder o = cuda::sm90_tile_order(shape, kBN, deterministic);
+      if (deterministic) {  // ordered by the dQ adds, not by the work (cuda_sm90_backward_schedule_test)
+        EXPECT_EQ(o, n_blocks <= 1 ? Sm90TileOrder::head_major : Sm90TileOrder::key_block_ascending)
+            << "trial " << trial;
+        EXPECT_EQ(cuda::sm90_tile_order(shape, kBN, true, true),
+                  n_blocks <= 1          ? Sm90TileOrder::head_major
+                  : mask.right >= 0 ? Sm90TileOrder::key_block_descending
+                                    : Sm90TileOrder::key_block_ascending)
+            << "trial " << trial;
+        continue;
+      }
       const std::int64_t first = rows.front(), last = rows.back();
       if (o == Sm90TileOrder::key_block_ascending) {
         EXPECT_GT(first, last) << "trial " << trial;
       }
       if (o == Sm90TileOrder::key_block_descending) {
         EXPECT_GT(last, first) << "trial " << trial;
-      }
-      if (deterministic) {
-        EXPECT_NE(o, Sm90TileOrder::key_block_descending);
       }
       if (o != Sm90TileOrder::head_major && (mask.left < 0 || mask.right < 0)) {
         for (int n = 1; n < n_blocks; ++n) {
@@ -357,19 +375,26 @@ TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
     }
     // A CTA's steps (GQA group of 3): every (head, query block) of its range once.
     const int n = static_cast<int>(rng() % n_blocks);
-    const cuda::Sm90BackwardWork w = cuda::sm90_backward_work(
-        n, n_blocks, 1, 1, static_cast<int>(Sm90TileOrder::head_major), 3, len_q, len_k, mask.left, mask.right,
-        bottom_right, kBM, kBN);
-    EXPECT_EQ(w.n_block, n);
-    std::set<std::pair<int, int>> steps;
-    for (int i = 0; i < w.steps; ++i) {
-      steps.insert({w.head(i), w.m_block(i)});
-      if (i > 0 && w.head(i) == w.head(i - 1)) {
-        EXPECT_EQ(w.m_block(i), w.m_block(i - 1) - 1);
+    for (const bool shortest_first : {false, true}) {
+      const cuda::Sm90BackwardWork w = cuda::sm90_backward_work(
+          n, n_blocks, 1, 1, static_cast<int>(Sm90TileOrder::head_major), 3, len_q, len_k, mask.left, mask.right,
+          bottom_right, kBM, kBN, shortest_first);
+      EXPECT_EQ(w.n_block, n);
+      std::set<std::pair<int, int>> steps;
+      for (int i = 0; i < w.steps; ++i) {
+        steps.insert({w.head(i), w.m_block(i)});
+        if (i > 0 && w.head(i) == w.head(i - 1)) {
+          EXPECT_EQ(w.m_block(i), w.m_block(i - 1) + (shortest_first ? 1 : -1));
+        }
+        // The rank counts the key blocks that add to the query block before this one.
+        const std::vector<int>& by = seers[static_cast<std::size_t>(w.m_block(i))];
+        const int position = static_cast<int>(std::find(by.begin(), by.end(), n) - by.begin());
+        ASSERT_LT(position, static_cast<int>(by.size()));
+        EXPECT_EQ(w.dq_rank(w.m_block(i), kBM, kBN), shortest_first ? static_cast<int>(by.size()) - 1 - position : position);
       }
+      EXPECT_EQ(steps.size(), static_cast<std::size_t>(w.steps));
+      EXPECT_EQ(w.steps, 3 * (w.m_end - w.m_begin));
     }
-    EXPECT_EQ(steps.size(), static_cast<std::size_t>(w.steps));
-    EXPECT_EQ(w.steps, 3 * (w.m_end - w.m_begin));
   }
 }
 
@@ -452,8 +477,19 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_ORDER", std::nullopt);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::key_block_ascending));
+    {
+      const ScopedEnv spt("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("shortest_first"));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_tile_order,
+                static_cast<int>(Sm90TileOrder::key_block_descending));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+                static_cast<int>(Sm90TileOrder::key_block_ascending));
+    }
     const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::head_major));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::head_major));
     const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("random"));
     expect_error([&] { (void)cuda::plan_backward_sm90(128, 2, 16, causal, false); }, ErrorCode::invalid_argument,

@@ -13,6 +13,7 @@
 //     red.global.add.v4 into the same tile-ordered accumulator (atomic_tiles) and
 //     red.global.add.v2 into [tokens][heads][d] (atomic);
 //   * deterministic mode (every dQ reduction): right, and bitwise repeatable over 10 runs;
+//     each of its orders (FASTATTN_CUDA_SM90_BWD_ORDER: the default, head-major, shortest first);
 //   * paths those leave out (seqlen 4097, causal with seqlen_q and seqlen_k far apart, GQA
 //     16:1 and several KV heads, one-sided windows, soft-cap with causal/GQA), also
 //     deterministic; rows that see no key / keys no query sees give exactly zero gradients;
@@ -254,6 +255,26 @@ TEST_F(CudaSm90Backward, UncoveredPathsDeterministic) {
       expect_sm90_backward("b=2 sq=700 sk=300 h=4 hkv=2" + hd + " mask=window wl=50 align=bottom_right");
       expect_sm90_backward("b=1 sq=600 sk=900 h=2 hkv=2" + hd + " mask=window wr=30");
       expect_sm90_backward("b=1 sq=1000 sk=1000 h=2 hkv=2" + hd + " mask=window wl=300 wr=200");
+    }
+  }
+}
+
+// Every deterministic order (flash_bwd_sm90/tile_scheduler.hpp, FASTATTN_CUDA_SM90_BWD_ORDER):
+// ascending key blocks across heads (the default), head-major and shortest first (descending
+// key blocks, ranks from the last): right and bitwise repeatable where a query block is added
+// to by many key blocks (causal, bottom-right with seqlen_q != seqlen_k, a two-sided window;
+// GQA).
+TEST_F(CudaSm90Backward, DeterministicOrdersMatchFloat64AndRepeat) {
+  for (const char* order : {"longest_first", "head_major", "shortest_first"}) {
+    const ScopedEnv o("FASTATTN_CUDA_SM90_BWD_ORDER", std::string(order));
+    for (int d : dims_) {
+      const std::string hd = " d=" + std::to_string(d) + " dtype=bf16 det=1";
+      for (const std::string& text : {"b=2 sq=1000 sk=1000 h=4 hkv=2" + hd + " mask=causal",
+                                      "b=1 sq=700 sk=1500 h=2 hkv=1" + hd + " mask=causal align=bottom_right",
+                                      "b=1 sq=900 sk=900 h=2 hkv=2" + hd + " mask=window wl=200 wr=50"}) {
+        expect_sm90_backward(text);
+        expect_bitwise_repeatable(text, std::string(order) + ": ");
+      }
     }
   }
 }

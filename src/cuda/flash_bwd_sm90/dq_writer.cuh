@@ -15,11 +15,21 @@
 //           the add is one instruction, and its read of sdQ has a whole step to finish before
 //           the warpgroup stores the next tile there.
 //
-// Deterministic mode (tile_scheduler.hpp): the adds of a (batch, head, query block) go in
-// ascending key-block order. A semaphore per (batch, head, query block) counts finished adders;
-// key block n waits until it counts every adder of the key blocks before it (rank * adders per
-// CTA: the two MMA warpgroups), adds, then increments
-// it with a release. Each element gets its adds in one fixed order: bitwise repeatable.
+// Deterministic mode (tile_scheduler.hpp): the adds of a (batch, head, query block) go in one
+// fixed key-block order. A semaphore per (batch, head, query block) counts finished adders; a
+// key block waits until it counts every adder ranked before it (rank x adders per CTA: the two
+// MMA warpgroups), adds, then increments it with a release. Each element gets its adds in one
+// fixed order: bitwise repeatable.
+//
+// When the release goes (FASTATTN_SM90_BWD_LATE_RELEASE, a build knob for the A/B; default 1):
+//   0  in the step of the adds: a fence that waits until the adds are performed (a round trip
+//      to L2) and a warpgroup barrier, on every step's critical path. Measured 0.55-0.69x the
+//      non-deterministic backward on the H200 (thirteenth session), d = 64 the lowest, whose
+//      steps are the shortest.
+//   1  at the start of the next step's dQ output (and after the last step): the adds had the
+//      next step's GEMMs to complete, so the fence finds them done. The key block after this
+//      one in a query block's order sees them up to a step later: where it runs beside this one
+//      (the first CTAs of a head in ascending order), it runs up to a step further behind.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,21 +44,41 @@
 #include "cuda/sm90/bulk_reduce.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 
+#ifndef FASTATTN_SM90_BWD_LATE_RELEASE
+#define FASTATTN_SM90_BWD_LATE_RELEASE 1
+#endif
+
 namespace fastattn::cuda {
+
+constexpr bool kSm90DqLateRelease = FASTATTN_SM90_BWD_LATE_RELEASE != 0;
+
+// The semaphore of (batch, head, query block m).
+template <class T>
+__device__ __forceinline__ int* dq_semaphore(const BackwardParams& p, const Sm90BackwardWork& w, int head, int m) {
+  const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  return p.dq_semaphores + (static_cast<int64_t>(w.batch) * p.num_heads + head) * m_blocks + m;
+}
 
 // The semaphore of (batch, head, query block) and this CTA's turn on it.
 struct Sm90DqTurn {
   int* semaphore;
-  int rank;  // adders (of all lower key blocks) to wait for
+  int rank;  // adders (of the key blocks before this one) to wait for
 };
 template <class T>
 __device__ __forceinline__ Sm90DqTurn dq_turn(const BackwardParams& p, const Sm90BackwardWork& w, int head, int m,
                                              int adders_per_cta) {
-  const int m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   Sm90DqTurn turn;
-  turn.semaphore = p.dq_semaphores + (static_cast<int64_t>(w.batch) * p.num_heads + head) * m_blocks + m;
-  turn.rank = adders_per_cta * (w.n_block - sm90_first_key_block(w.mask, m, T::kBlockM, T::kBlockN));
+  turn.semaphore = dq_semaphore<T>(p, w, head, m);
+  turn.rank = adders_per_cta * w.dq_rank(m, T::kBlockM, T::kBlockN);
   return turn;
+}
+
+// Late release: the semaphore of warpgroup wg's adds not yet counted, written and read by its
+// thread 0 alone. In shared memory, not a register: kept across the step's GEMMs beside dK/dV,
+// a register pushed ptxas into spilling (bulk mode), and recomputing it costs divisions.
+__device__ __forceinline__ int*& pending_dq_semaphore(int wg) {
+  __shared__ int* pending[2];  // one per MMA warpgroup
+  return pending[wg];
 }
 
 __device__ __forceinline__ void wait_for_turn(const Sm90DqTurn& turn) {
@@ -74,19 +104,31 @@ __device__ __forceinline__ bool dq_slice_exists(int wg, int nt) {
   return !T::kPaddedColumns || T::kDqN * wg + 8 * nt < T::kHeadDim;
 }
 
-// Deterministic mode, around a warpgroup's adds (every thread of MMA warpgroup wg): thread 0
-// waits for the turn, the warpgroup meets, and after the adds meets again before thread 0 counts
-// them on the semaphore.
+// Deterministic mode, around a warpgroup's adds (every thread of MMA warpgroup wg): late
+// release first counts the previous step's adds (every thread's fence, the warpgroup meets,
+// thread 0 releases); then thread 0 waits for the turn and the warpgroup meets; after the adds,
+// without late release, the warpgroup fences, meets again and thread 0 counts them.
 template <class T>
 __device__ __forceinline__ Sm90DqTurn begin_ordered_adds(const BackwardParams& p, const Sm90BackwardWork& w,
                                                          const Sm90BwdStep& s, int wg, int t) {
+  if constexpr (kSm90DqLateRelease) {
+    if (s.index > 0) {
+      sm90::fence_acq_rel_gpu();
+      sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+      if (t == 0) sm90::add_release_gpu(pending_dq_semaphore(wg), 1);
+    }
+  }
   const Sm90DqTurn turn = dq_turn<T>(p, w, s.head, s.m_block, T::kMmaWarpgroups);
-  if (t == 0) wait_for_turn(turn);
+  if (t == 0) {
+    wait_for_turn(turn);
+    if constexpr (kSm90DqLateRelease) pending_dq_semaphore(wg) = turn.semaphore;
+  }
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
   sm90::fence_acq_rel_gpu();
   return turn;
 }
 __device__ __forceinline__ void end_ordered_adds(const Sm90DqTurn& turn, int wg, int t) {
+  if constexpr (kSm90DqLateRelease) return;
   sm90::fence_acq_rel_gpu();
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
   if (t == 0) sm90::add_release_gpu(turn.semaphore, 1);
@@ -147,7 +189,18 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
                                             int wg, int t) {
   // sdQ[wg]: (64, kDqN) fp32 in accumulator order, kDqTileBytes
   const uint32_t s_tile = s_dq + wg * T::kDqTileBytes;
-  if (t == 0) sm90::bulk_wait_group_read<0>();  // the previous step's add has read sdQ[wg]
+  if (t == 0) {
+    if constexpr (kDeterministic && kSm90DqLateRelease) {
+      if (s.index > 0) {  // the previous step's add is performed (so it has read sdQ[wg]); count it
+        sm90::bulk_wait_group<0>();
+        sm90::fence_proxy_async_global();
+        sm90::fence_acq_rel_gpu();
+        sm90::add_release_gpu(pending_dq_semaphore(wg), 1);
+      }
+    } else {
+      sm90::bulk_wait_group_read<0>();  // the previous step's add has read sdQ[wg]
+    }
+  }
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
 #pragma unroll
   for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: warpgroup 1's zero columns too
@@ -163,12 +216,13 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
   if constexpr (kDeterministic) {
     turn = dq_turn<T>(p, w, s.head, s.m_block, T::kMmaWarpgroups);
     wait_for_turn(turn);
+    if constexpr (kSm90DqLateRelease) pending_dq_semaphore(wg) = turn.semaphore;
     sm90::fence_acq_rel_gpu();
     sm90::fence_proxy_async_global();
   }
   sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, s.head, s.m_block, wg), s_tile, T::kDqTileBytes);
   sm90::bulk_commit_group();
-  if constexpr (kDeterministic) {
+  if constexpr (kDeterministic && !kSm90DqLateRelease) {
     sm90::bulk_wait_group<0>();  // the adds are performed, not only read from sdQ
     sm90::fence_proxy_async_global();
     sm90::fence_acq_rel_gpu();
@@ -176,9 +230,28 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
   }
 }
 
-// Bulk mode, after the last step: the copies are complete before the CTA's shared memory goes.
-__device__ __forceinline__ void finish_dq_bulk(int t) {
-  if (t == 0) sm90::bulk_wait_group<0>();
+// After the last step (every thread of MMA warpgroup wg): bulk mode's copies are complete
+// before the CTA's shared memory goes; deterministic mode with late release counts the last
+// step's adds.
+template <Sm90DqReduction kDq, bool kDeterministic>
+__device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
+  constexpr bool kRelease = kDeterministic && kSm90DqLateRelease;
+  if constexpr (kDq == Sm90DqReduction::bulk) {
+    if (t != 0) return;
+    sm90::bulk_wait_group<0>();
+    if constexpr (kRelease) {
+      if (steps > 0) {  // the last step's add is performed (waited for above)
+        sm90::fence_proxy_async_global();
+        sm90::fence_acq_rel_gpu();
+        sm90::add_release_gpu(pending_dq_semaphore(wg), 1);
+      }
+    }
+  } else if constexpr (kRelease) {
+    if (steps == 0) return;
+    sm90::fence_acq_rel_gpu();
+    sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+    if (t == 0) sm90::add_release_gpu(pending_dq_semaphore(wg), 1);
+  }
 }
 
 }  // namespace fastattn::cuda

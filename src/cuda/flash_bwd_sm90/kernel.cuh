@@ -41,7 +41,9 @@ namespace fastattn::cuda {
 //      scheduler and the step's GEMMs take ~2560 cycles: the issue slots are nearly full;
 //   1  computed once by thread 0 of each MMA warpgroup into shared memory and read from there
 //      at each use (ld.shared, reloaded after every barrier), so no register holds it across
-//      the loop (kept across the loop in registers, ptxas spilled at d = 128).
+//      the loop (kept across the loop in registers, ptxas spilled at d = 128). SASS: the
+//      atomic_tiles step loop 19% (d = 64) / 16% (d = 128) fewer instructions; with dK last
+//      since the guard around the step loop below.
 #ifndef FASTATTN_SM90_BWD_WORK_IN_SMEM
 #define FASTATTN_SM90_BWD_WORK_IN_SMEM 0
 #endif
@@ -52,6 +54,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                const __grid_constant__ CUtensorMap map_do) {
   static_assert(kDq != Sm90DqReduction::bulk || T::kBulkDqFits, "no shared memory for the bulk dQ tiles at this head dim");
+  // Deterministic kernels' static shared memory (dq_writer.cuh: pending_dq_semaphore) is padded
+  // to 1 KiB (the dynamic base is 1024-aligned), on top of the dynamic T::kSmemBytes.
+  static_assert(!kDeterministic || T::kSmemBytes + 1024 <= 227 * 1024, "deterministic: static + dynamic shared memory");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -65,6 +70,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // its sequence has no steps and writes nothing.
   auto work = [&p] {
     const int n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
+    const bool shortest_first = sm90_dq_shortest_first(kDeterministic, p.sm90_tile_order);
     unsigned tile = blockIdx.x;
     asm volatile("" : "+r"(tile));
     if constexpr (T::kVarlen) {
@@ -72,14 +78,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const int q_start = p.cu_seqlens_q[batch], k_start = p.cu_seqlens_k[batch];
       Sm90BackwardWork w = sm90_backward_work(
           tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size, p.cu_seqlens_q[batch + 1] - q_start,
-          p.cu_seqlens_k[batch + 1] - k_start, p.window_left, p.window_right, p.bottom_right, T::kBlockM, T::kBlockN);
+          p.cu_seqlens_k[batch + 1] - k_start, p.window_left, p.window_right, p.bottom_right, T::kBlockM, T::kBlockN,
+          shortest_first);
       w.q_start = q_start;
       w.k_start = k_start;
       return w;
     } else {
       return sm90_backward_work(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size,
                                 p.seqlen_q, p.seqlen_k, p.window_left, p.window_right, p.bottom_right, T::kBlockM,
-                                T::kBlockN);
+                                T::kBlockN, shortest_first);
     }
   };
 
@@ -130,46 +137,53 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         if constexpr (T::kVarlen) zero_key_rows_past_end<T>(smem, w.k0, w.len_k, 128 * wg + t);
       }
     }
-    for (int i = 0; i < steps; ++i) {
-      // The work again each step, before the GEMMs and again for the dQ output (a few dozen
-      // integer ops each): kept across the loop or the step, its dozen registers beside the 128
-      // of dK/dV pushed ptxas into spilling at d = 128.
-      Sm90BwdStep s;
-      int k0;
-      {
-        const Sm90BackwardWork& w = step_work();
-        s.index = i;
-        s.stage = i % T::kStages;
-        s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
-        s.ds_buffer = i & 1;
-        s.head = w.head(i);
-        s.m_block = w.m_block(i);
-        s.q0 = s.m_block * T::kBlockM;
-        if constexpr (T::kVarlen) {
-          s.len_q = w.len_q;
-          s.len_k = w.len_k;
+    // The steps and the last dK's wait under one guard: a CTA without steps then reaches no
+    // wgmma wait on its way to the epilogue, and the zeroed dK/dV it carries are defined outside
+    // any wgmma pipeline stage (with the work in shared memory and dK last, the wait after an
+    // unguarded loop made ptxas serialise every wgmma, C7515; guarding the wait alone made it
+    // inject one, C7517).
+    if (steps > 0) {
+      for (int i = 0; i < steps; ++i) {
+        // The work again each step, before the GEMMs and again for the dQ output (a few dozen
+        // integer ops each): kept across the loop or the step, its dozen registers beside the 128
+        // of dK/dV pushed ptxas into spilling at d = 128.
+        Sm90BwdStep s;
+        int k0;
+        {
+          const Sm90BackwardWork& w = step_work();
+          s.index = i;
+          s.stage = i % T::kStages;
+          s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
+          s.ds_buffer = i & 1;
+          s.head = w.head(i);
+          s.m_block = w.m_block(i);
+          s.q0 = s.m_block * T::kBlockM;
+          if constexpr (T::kVarlen) {
+            s.len_q = w.len_q;
+            s.len_k = w.len_k;
+          }
+          k0 = w.k0;
         }
-        k0 = w.k0;
+        // The shared-memory base and the thread index, opaque to the compiler once per step: the
+        // addresses and descriptors derived from them are recomputed (a few integer ops) instead
+        // of hoisted out of the loop, where ~30 of them were spilled (ptxas: 136 bytes).
+        Sm90BwdSmem<T> smem_step = smem;
+        int t_step = t;
+        asm volatile("" : "+r"(smem_step.base), "+r"(t_step));
+        float acc_dq[T::kDqN / 8][4];
+        mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
+        const Sm90BackwardWork& w = step_work();
+        if constexpr (kDq == Sm90DqReduction::bulk) {
+          add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
+        } else if constexpr (kDq == Sm90DqReduction::atomic_tiles) {
+          add_dq_atomic_tiles<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
+        } else {
+          add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
+        }
       }
-      // The shared-memory base and the thread index, opaque to the compiler once per step: the
-      // addresses and descriptors derived from them are recomputed (a few integer ops) instead
-      // of hoisted out of the loop, where ~30 of them were spilled (ptxas: 136 bytes).
-      Sm90BwdSmem<T> smem_step = smem;
-      int t_step = t;
-      asm volatile("" : "+r"(smem_step.base), "+r"(t_step));
-      float acc_dq[T::kDqN / 8][4];
-      mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
-      const Sm90BackwardWork& w = step_work();
-      if constexpr (kDq == Sm90DqReduction::bulk) {
-        add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
-      } else if constexpr (kDq == Sm90DqReduction::atomic_tiles) {
-        add_dq_atomic_tiles<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
-      } else {
-        add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
-      }
+      finish_steps<T>(st);
     }
-    finish_steps<T>(st);
-    if constexpr (kDq == Sm90DqReduction::bulk) finish_dq_bulk(t);
+    finish_dq<kDq, kDeterministic>(steps, wg, t);
     store_key_gradients<T>(st, p, step_work(), wg, t);
   }
 #endif

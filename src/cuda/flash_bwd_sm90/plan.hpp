@@ -179,9 +179,17 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
 // the end whose clamp cuts less goes first. Where the first and last key block weigh the same
 // (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
-// for its key blocks. Deterministic mode needs key blocks in ascending order within a (batch,
-// KV head) (its semaphores let a key block add its dQ only after the lower ones, kernel.cuh),
-// so it never takes the descending order.
+// for its key blocks.
+// Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
+// only for key blocks launched before it. Every mask launches ascending key blocks across all
+// (batch, KV head) pairs (longest first for a right bound, as above), so that the key blocks of
+// one head that run at once, each about a step behind the one before on their shared query
+// blocks, are a few (about the SMs / the heads) instead of all of them (head-major, the order
+// of calls without a mask before the fifteenth session: key block n of a head started about n
+// steps late). FASTATTN_CUDA_SM90_BWD_ORDER=shortest_first launches right-bounded deterministic
+// calls from the last key block instead (FlashAttention-3's order; no key block waits on its
+// shared query blocks, but the longest run last): an A/B, off by default, because the step
+// model (cuda_sm90_backward_schedule_test.cpp) finishes multi-head causal grids later that way.
 enum class Sm90TileOrder : int { head_major = 0, key_block_ascending = 1, key_block_descending = 2 };
 
 // Query rows that see a key of key block n (tile_scheduler.hpp's sm90_query_blocks in rows;
@@ -201,19 +209,30 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
   if (m.window_left >= 0 && m.window_left < q_end - k1 + offset) q_end = k1 - offset + m.window_left;
   return q_end > q_begin ? q_end - q_begin : 0;
 }
-// FASTATTN_CUDA_SM90_BWD_ORDER=head_major turns longest first off ((batch, KV head)-major for
-// every call: the A/B measurement of the order; safe in deterministic mode, key blocks stay
-// ascending within a head); longest_first or unset: the order below.
+// FASTATTN_CUDA_SM90_BWD_ORDER: longest_first or unset, the order below; head_major turns
+// longest first off ((batch, KV head)-major for every call: the A/B measurement of the order,
+// and in deterministic mode the order calls without a mask took before the fifteenth session);
+// shortest_first, the default order except right-bounded deterministic calls (above).
 constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
-inline bool sm90_longest_first() {
-  return !env_switch(EnvVar::cuda_sm90_bwd_order, "head_major", "longest_first", false);
+enum class Sm90OrderSwitch { longest_first, head_major, shortest_first };
+inline Sm90OrderSwitch sm90_order_switch() {
+  return env_choice<Sm90OrderSwitch>(EnvVar::cuda_sm90_bwd_order,
+                                     {{"longest_first", Sm90OrderSwitch::longest_first},
+                                      {"head_major", Sm90OrderSwitch::head_major},
+                                      {"shortest_first", Sm90OrderSwitch::shortest_first}},
+                                     Sm90OrderSwitch::longest_first);
 }
-constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic) {
+constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
+                                        bool shortest_first = false) {
   const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
   if (n_blocks <= 1) return Sm90TileOrder::head_major;
+  if (deterministic) {
+    return shortest_first && m.window_right >= 0 ? Sm90TileOrder::key_block_descending
+                                                 : Sm90TileOrder::key_block_ascending;
+  }
   const std::int64_t first = sm90_key_block_rows(m, 0, block_n), last = sm90_key_block_rows(m, n_blocks - 1, block_n);
   if (first > last) return Sm90TileOrder::key_block_ascending;
-  if (last > first && !deterministic) return Sm90TileOrder::key_block_descending;
+  if (last > first) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
 }
 
@@ -289,8 +308,11 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   if (dq == Sm90DqReduction::bulk && !sm90_backward_bulk_dq_fits(head_dim)) dq = Sm90DqReduction::atomic;
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
-  plan.sm90_tile_order = static_cast<int>(sm90_longest_first() ? sm90_tile_order(mask, b.block_n, deterministic)
-                                                                : Sm90TileOrder::head_major);
+  const Sm90OrderSwitch order = sm90_order_switch();
+  plan.sm90_tile_order = static_cast<int>(order == Sm90OrderSwitch::head_major
+                                              ? Sm90TileOrder::head_major
+                                              : sm90_tile_order(mask, b.block_n, deterministic,
+                                                                order == Sm90OrderSwitch::shortest_first));
   const bool varlen = total_q_tokens >= 0;
   const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
@@ -311,11 +333,14 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
 // The sm90 plan in words, for KernelChoice::reason.
 inline std::string describe_backward_sm90(const BackwardPlan& plan, bool deterministic,
                                           bool switch_by_env = sm90_backward_switch().by_env) {
-  const char* order = plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_ascending)
-                          ? "longest first (low key blocks first)"
-                      : plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_descending)
-                          ? "longest first (high key blocks first)"
-                          : "(batch, KV head)-major";
+  const bool ascending = plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_ascending);
+  const bool descending = plan.sm90_tile_order == static_cast<int>(Sm90TileOrder::key_block_descending);
+  const char* order = deterministic && descending ? "shortest first (high key blocks first; each query block's dQ "
+                                                    "adds from its last key block down)"
+                      : deterministic && ascending ? "low key blocks first across heads"
+                      : ascending                  ? "longest first (low key blocks first)"
+                      : descending                 ? "longest first (high key blocks first)"
+                                                   : "(batch, KV head)-major";
   const std::string chosen = switch_by_env ? std::string("chosen by ") + kSm90BwdEnv + "=1"
                              : kSm90BackwardDefault == Sm90BackwardDefault::sm90
                                  ? std::string("the default on sm90 devices; ") + kSm90BwdEnv + "=0 runs the sm80 one"
@@ -332,7 +357,7 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          (plan.sm90_warpgroup_split == 1 && sm90_dq_bulk_forced()
               ? " (bulk asked for: no shared memory for the bulk reduce-add's tile)"
               : "") +
-         (deterministic ? " in key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
+         (deterministic ? " in a fixed key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
          order;
 }
 

@@ -86,9 +86,10 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     tma_load_rows<T>(smem.v(), T::kPanelBytesKV, map_v, smem.kv_full(), k_row, w.kv_head, tma_batch);
   }
   constexpr float kLog2e = 1.4426950408889634f;
-  // Step i is (head, m): heads ascending, query blocks descending (tile_scheduler.hpp), kept as
-  // running counters (no divisions, few registers: this warp has 24).
-  int head = w.kv_head * w.group_size, m = w.m_end - 1;
+  // Step i is (head, m): heads ascending, query blocks descending (ascending in deterministic
+  // mode's shortest-first order; tile_scheduler.hpp: Sm90BackwardWork::m_block), kept as running
+  // counters (no divisions, few registers: this warp has 24).
+  int head = w.kv_head * w.group_size, m = w.shortest_first ? w.m_begin : w.m_end - 1;
   for (int i = 0; i < w.steps; ++i) {
     const int stage = i % T::kStages, use = i / T::kStages;
     const int q0 = m * T::kBlockM;
@@ -125,7 +126,12 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     } else {
       sm90::mbarrier_arrive(smem.q_full(stage));
     }
-    if (--m < w.m_begin) {
+    if (w.shortest_first) {
+      if (++m == w.m_end) {
+        m = w.m_begin;
+        ++head;
+      }
+    } else if (--m < w.m_begin) {
       m = w.m_end - 1;
       ++head;
     }

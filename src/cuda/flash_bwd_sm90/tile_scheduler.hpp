@@ -7,19 +7,29 @@
 // hardware in launch order, which deterministic mode relies on (below).
 //
 // A CTA walks, for each query head of its KV head (GQA: dK and dV summed over them), the query
-// blocks that see its keys from the last to the first: step i is head kv_head * group +
-// i / blocks, query block m_end - 1 - i % blocks. Descending, so that in deterministic mode
-// every CTA of a causal (batch, KV head) starts on the one query block they all share and a
-// key block waits about one step per lower key block instead of one per query block between
-// its diagonal and theirs.
+// blocks that see its keys: step i is head kv_head * group + i / blocks, and query block
+// m_end - 1 - i % blocks (descending), or m_begin + i % blocks (ascending) in deterministic
+// mode's shortest-first order below.
 //
-// Deterministic mode: the dQ adds of a (batch, head, query block) happen in ascending key-block
-// order. Key blocks n that see query block m form the range [first_key_block(m), ...) (the
-// query-block range below is exact, so the two views of "block pair (m, n) has a visible
-// element" agree); key block n's adds to m are number n - first_key_block(m) in that order, and
-// it waits until the block's semaphore counts that many earlier key blocks (times the adds per
-// CTA). Waits are only on lower key blocks, launched earlier (Sm90TileOrder keeps key blocks
-// ascending in deterministic mode), so no CTA waits on one that cannot be resident.
+// Deterministic mode: the dQ adds of a (batch, head, query block) happen in one fixed key-block
+// order, and a CTA waits only for key blocks launched before it (so no CTA waits on one that
+// cannot be resident; relies on in-order CTA dispatch, as FlashAttention-3's deterministic mode
+// does). The key blocks n that see query block m are the contiguous range [first_key_block(m),
+// last_key_block(m)] (the query-block range below is exact, so the two views of "block pair
+// (m, n) has a visible element" agree). A semaphore per (batch, head, query block) counts the
+// adders that finished; a CTA waits until it counts every adder ranked before it (rank x adders
+// per CTA). Two orders, chosen by the tile order (sm90_dq_shortest_first):
+//   ascending key blocks (Sm90TileOrder::key_block_ascending, the default, or head_major): rank
+//     n - first_key_block(m); query blocks walked descending, every CTA of a (batch, KV head)
+//     in the same order, so key block n runs about one step behind key block n - 1 where they
+//     run at the same time (descending, so that every CTA of a causal (batch, KV head) starts
+//     on the one query block they all share).
+//   shortest first (Sm90TileOrder::key_block_descending, right-bounded masks, opt-in through
+//     FASTATTN_CUDA_SM90_BWD_ORDER=shortest_first; FlashAttention-3's "SPT" deterministic
+//     order): rank last_key_block(m) - n; key blocks launched from the last (the shortest, for
+//     a right bound) and query blocks walked ascending from the diagonal. Key block n + 1
+//     reached query block m about block_n / block_m steps before key block n does, so no key
+//     block waits on its shared query blocks; but the longest key blocks run last.
 #pragma once
 
 #include <cstdint>
@@ -76,9 +86,23 @@ FASTATTN_HD QueryBlockRange sm90_query_blocks(const SequenceMask& mask, int k0, 
   return r;
 }
 
-// The lowest key block that sees query block m (deterministic mode's rank origin).
+// The lowest key block that sees query block m (the ascending ranks' origin).
 FASTATTN_HD int sm90_first_key_block(const SequenceMask& mask, int m, int block_m, int block_n) {
   return static_cast<int>(mask.key_begin(static_cast<std::int64_t>(m) * block_m) / block_n);
+}
+// The highest key block that sees query block m (the shortest-first ranks' origin): the last key
+// its last row inside the sequence sees (a right bound's key_end rises with the row; without
+// one it is the last key). Meaningful for query blocks some key block sees.
+FASTATTN_HD int sm90_last_key_block(const SequenceMask& mask, int m, int block_m, int block_n, int len_q) {
+  const std::int64_t q1 = static_cast<std::int64_t>(m + 1) * block_m < len_q ? static_cast<std::int64_t>(m + 1) * block_m
+                                                                             : static_cast<std::int64_t>(len_q);
+  return static_cast<int>((mask.key_end(q1) - 1) / block_n);
+}
+
+// Deterministic mode's order (above): shortest first where the tile order launches the last key
+// blocks first. Non-deterministic kernels pass false and walk descending whatever the order.
+FASTATTN_HD bool sm90_dq_shortest_first(bool deterministic, int order) {
+  return deterministic && order == static_cast<int>(Sm90TileOrder::key_block_descending);
 }
 
 // One CTA's work (both roles derive the same).
@@ -90,16 +114,24 @@ struct Sm90BackwardWork {
   int steps;           // (m_end - m_begin) * group_size; 0: dK = dV = 0, nothing loaded
   int len_q, len_k;
   int q_start, k_start;  // varlen: the sequence's first token (cu_seqlens); padded: 0, unused
+  bool shortest_first;   // deterministic mode's shortest-first order: query blocks ascending
   SequenceMask mask;
 
   FASTATTN_HD int head(int step) const { return kv_head * group_size + step / (m_end - m_begin); }
-  FASTATTN_HD int m_block(int step) const { return m_end - 1 - step % (m_end - m_begin); }
+  FASTATTN_HD int m_block(int step) const {
+    return shortest_first ? m_begin + step % (m_end - m_begin) : m_end - 1 - step % (m_end - m_begin);
+  }
+  // Deterministic mode: how many key blocks add to query block m before this one.
+  FASTATTN_HD int dq_rank(int m, int block_m, int block_n) const {
+    return shortest_first ? sm90_last_key_block(mask, m, block_m, block_n, len_q) - n_block
+                          : n_block - sm90_first_key_block(mask, m, block_m, block_n);
+  }
 };
 
 FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
                                                 int group_size, int len_q, int len_k, std::int64_t window_left,
                                                 std::int64_t window_right, bool bottom_right, int block_m,
-                                                int block_n) {
+                                                int block_n, bool shortest_first) {
   const Sm90BackwardTile tile = sm90_backward_tile(t, n_blocks, kv_heads, batch, order);
   Sm90BackwardWork w;
   w.n_block = tile.n_block;
@@ -111,6 +143,7 @@ FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, in
   w.len_k = len_k;
   w.q_start = 0;
   w.k_start = 0;
+  w.shortest_first = shortest_first;
   w.mask.left = window_left;
   w.mask.right = window_right;
   w.mask.offset = bottom_right ? static_cast<std::int64_t>(len_k) - len_q : 0;
