@@ -35,7 +35,11 @@
 #             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
 #             in bench.jsonl
 #   det       deterministic backward (sm90): dq/dk/dv bitwise equal over 10 runs, its speed
-#             against the default backward (det.jsonl)
+#             against the default backward (det.jsonl); then (DET_AB=1, the default) the same
+#             with FASTATTN_CUDA_SM90_BWD_ORDER=head_major (det-headmajor.jsonl) and
+#             =shortest_first (det-shortestfirst.jsonl), and with each variant build
+#             (det-NAME.jsonl, e.g. "early:-DFASTATTN_SM90_BWD_LATE_RELEASE=0");
+#             sm90_bwd_summary.py prints their A/B
 #   mem       b1 h16 d128 causal backward at seqlen 32k/64k/128k: tensors + scratch bytes per
 #             token (mem.jsonl); after bench/det/mem, tools/dev/sm90_bwd_summary.py judges the
 #             bars (geomeans and minimums vs cuDNN) into sm90_bwd_summary.json
@@ -186,6 +190,19 @@ if has bench; then
 fi
 if has det; then
   run det_sm90 40 bash -c "'$bench' determinism --runs 10 $timing > '$out/det.jsonl' 2>> '$out/bench.err'"
+  # The deterministic orders' A/B (tile_scheduler.hpp): head-major (the order of calls without
+  # a mask before the fifteenth session) and shortest first (DET_AB=0 skips them and the variant
+  # builds' runs).
+  if [ "${DET_AB:-1}" = 1 ]; then
+    for order in head_major shortest_first; do
+      run "det_$order" 40 bash -c "FASTATTN_CUDA_SM90_BWD_ORDER=$order '$bench' determinism --runs 10 $timing \
+          > '$out/det-${order//_/}.jsonl' 2>> '$out/bench.err'"
+    done
+    for vb in $variant_builds; do
+      run "det_${vb%%:*}" 40 bash -c "'${vb#*:}/bench/cuda/fastattn_cuda_bench' determinism --runs 10 $timing \
+          > '$out/det-${vb%%:*}.jsonl' 2>> '$out/bench.err'"
+    done
+  fi
 fi
 # The variant builds' A/B after the deterministic run: what a short budget cuts first.
 if has bench; then

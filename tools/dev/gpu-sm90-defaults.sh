@@ -5,11 +5,12 @@
 #   1. the d = 256 forward, the overlap loop against the plain one (FASTATTN_CUDA_SM90_OVERLAP=1 / 0),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
 #   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
-#      (gpu-sm90-bwd.sh stage newdims) and the forward's d = 256 overlap, odd-shape and
-#      wide-tile tests, each under its own timeout;
+#      (gpu-sm90-bwd.sh stage newdims), its deterministic tests (CudaSm90Backward.*Determin*,
+#      DET_TESTS=0 skips them) and the forward's d = 256 overlap, odd-shape and wide-tile tests,
+#      each under its own timeout;
 #   3. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
-#      mode as sm90-default, the forced modes, the deterministic run), judged by
-#      sm90_bwd_summary.py.
+#      mode as sm90-default, the forced modes, the deterministic run and its head-major A/B),
+#      judged by sm90_bwd_summary.py.
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/gpu-sm90-defaults.sh
 # BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share (0: no tests);
 # DIMS (default "64;96;128;256"): the build's head dims; NEWDIMS=0 skips the d = 96 / 256 backward
@@ -72,6 +73,14 @@ if [ "${TEST_S:-150}" != 0 ]; then
   if [ "${NEWDIMS:-1}" = 1 ]; then
     OUT=$work/newdims STAGES=newdims HEAD_DIMS="$dims" BUDGET_S="$(until_tests_end)" \
       bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1 &
+  fi
+  # The deterministic backward's tests (its orders and release point changed in the fifteenth
+  # session, not yet run on a GPU): beside the others, DET_TESTS=0 skips them.
+  if [ "${DET_TESTS:-1}" = 1 ]; then
+    (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter='CudaSm90Backward.*Determin*' \
+       > "$work/bwd_det_tests.log" 2>&1
+     echo "CudaSm90Backward.*Determin* rc=$? $(grep -cE 'Failure' "$work/bwd_det_tests.log") failures"
+     grep -E "OK \]|FAILED \]" "$work/bwd_det_tests.log") &
   fi
   # The wide-tile test alone takes ~100 s (its float64 references): beside the others.
   t=WideKeyTileMatchesFloat64

@@ -139,6 +139,19 @@ def main():
         print(f"determinism: {'PASS' if summary['determinism']['pass'] else 'FAIL'} (worst speed ratio {1 / worst:.3f})")
     else:
         print("determinism: not measured", *[r.get("error", "") for r in det][:2])
+    # The deterministic A/B runs (gpu-sm90-bwd.sh stage det): this build's order against
+    # head-major (ascending ranks), and this build against each variant build, same shapes.
+    det_ms = {shape_key(r): r["deterministic_ms"] for r in det_ok if "deterministic_ms" in r}
+    for other in sorted(out.glob("det-*.jsonl")):
+        name = other.stem[len("det-"):]
+        rs = [r["deterministic_ms"] / det_ms[shape_key(r)]
+              for r in rows(other) if r.get("mode") == "determinism" and "deterministic_ms" in r
+              and shape_key(r) in det_ms]
+        if rs:
+            summary["ab"][f"deterministic: default vs {name}"] = {"rows": len(rs), "geomean": geomean(rs),
+                                                                 "min": min(rs), "max": max(rs)}
+            print(f"A/B deterministic, this build's default vs {name}: speed ratio geomean {geomean(rs):.3f} "
+                  f"(min {min(rs):.3f}, max {max(rs):.3f}, {len(rs)} rows)")
 
     mem = sorted((r for r in rows(out / "mem.jsonl") if "tensor_bytes" in r and not r.get("kind")),
                  key=lambda r: r["sq"])
