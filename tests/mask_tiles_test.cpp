@@ -1,6 +1,7 @@
 // mask_tiles_test.cpp — SequenceMask's tile classification (src/common/mask.hpp), on the CPU
-// (label `cpu`): full_key_tiles, the range a key loop tests instead of calling classify per
-// tile, is exactly the tiles classify calls full, and classify agrees with visible() pair by pair.
+// (label `cpu`): full_key_tiles and full_query_tiles, the ranges a key loop (forward) or a query
+// loop (backward) tests instead of calling classify per tile, are exactly the tiles classify
+// calls full, and classify agrees with visible() pair by pair.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,6 +42,28 @@ TEST(MaskTiles, FullKeyTilesAreTheTilesClassifyCallsFull) {
               << " len " << len_q << "x" << len_k << " left " << mask.left << " right " << mask.right
               << " offset " << mask.offset;
         }
+      }
+    }
+  }
+}
+
+// full_query_tiles, the backward's range over the query tiles of one key tile, is exactly the
+// tiles classify calls full (query tile ends padded, as the sm90 backward passes them; key
+// tiles past seqlen_k included, which are never full).
+TEST(MaskTiles, FullQueryTilesAreTheTilesClassifyCallsFull) {
+  std::mt19937 rng(20261206);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::int64_t len_q = 1 + rng() % 900, len_k = 1 + rng() % 900;
+    const SequenceMask mask = random_mask(rng, len_q, len_k);
+    const std::int64_t block_m = (rng() % 2 == 0) ? 64 : 48 + 16 * static_cast<std::int64_t>(rng() % 6);
+    const std::int64_t block_n = std::int64_t{64} << (rng() % 2);  // 64, 128
+    for (std::int64_t k0 = 0; k0 < len_k + block_n; k0 += block_n) {
+      const SequenceMask::QueryTileRange full = mask.full_query_tiles(k0, k0 + block_n, block_m);
+      for (std::int64_t m = 0; m * block_m < len_q; ++m) {
+        const bool is_full = mask.classify(m * block_m, (m + 1) * block_m, k0, k0 + block_n) == TileClass::full;
+        ASSERT_EQ(m >= full.lo && m < full.hi, is_full)
+            << "trial " << trial << " keys " << k0 << " tile " << m << " block_m " << block_m << " len " << len_q
+            << "x" << len_k << " left " << mask.left << " right " << mask.right << " offset " << mask.offset;
       }
     }
   }

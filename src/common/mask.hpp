@@ -94,6 +94,35 @@ struct SequenceMask {
     }
     return {lo, hi};
   }
+
+  // The query tiles [lo, hi) of `block_m` queries (tile m: queries [m block_m, (m + 1) block_m),
+  // the last one's end padded as the backward passes it) that classify() calls full for the
+  // keys [k0, k1) (the nominal end; none when lo >= hi): full_key_tiles' transpose, for a
+  // K/V-stationary backward that walks query tiles. hi is capped at 2^31 (no bound).
+  struct QueryTileRange {
+    std::int64_t lo, hi;
+  };
+  FASTATTN_HD QueryTileRange full_query_tiles(std::int64_t k0, std::int64_t k1, std::int64_t block_m) const {
+    if (k1 > seqlen_k) return {0, 0};
+    // floor(a / b) for b > 0: one select and one truncating division (a shift for a constant
+    // power of two; the sm90 backward computes this on every step unless its work is in shared
+    // memory)
+    auto floor_div = [](std::int64_t a, std::int64_t b) { return (a >= 0 ? a : a - b + 1) / b; };
+    // right: k1 - 1 <= q0 + offset + right, i.e. m >= ceil((k1 - 1 - offset - right) / block_m)
+    std::int64_t lo = 0;
+    if (right >= 0) {
+      const std::int64_t l = -floor_div(-(k1 - 1 - offset - right), block_m);
+      lo = l > lo ? l : lo;
+    }
+    // left: k0 >= (q1 - 1) + offset - left with q1 = (m + 1) block_m, i.e.
+    // m + 1 <= floor((k0 - offset + left + 1) / block_m)
+    std::int64_t hi = std::int64_t{1} << 31;
+    if (left >= 0) {
+      const std::int64_t h = floor_div(k0 - offset + left + 1, block_m);
+      hi = h < hi ? h : hi;
+    }
+    return {lo, hi};
+  }
 };
 
 }  // namespace fastattn

@@ -34,6 +34,7 @@
 #include "cuda/flash_bwd_sm90/layout.hpp"
 #include "cuda/flash_bwd_sm90/producer.cuh"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
+#include "cuda/flash_bwd_sm90/work_slot.cuh"
 #include "cuda/sm80/mma.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/warpgroup.cuh"
@@ -89,6 +90,8 @@ struct Sm90BwdStep {
   uint32_t parity;
   int ds_buffer;
   int head, m_block, q0;
+  bool full_tile;    // no element of the tile is masked (Sm90BackwardWork::full_tile; unset
+                     // with the work in shared memory, where it is read at its use)
   int len_q, len_k;  // varlen kernels only (T::kVarlen): the sequence's lengths, for the mask
 };
 
@@ -185,7 +188,7 @@ __device__ __forceinline__ SequenceMask step_mask(const BackwardParams& p, const
   return mask;
 }
 
-// -inf at the masked elements of a partial tile (SequenceMask::classify; full tiles skip it):
+// -inf at the masked elements of a partial tile (full tiles skip it: Sm90BwdStep::full_tile):
 // element (nt, e) is key k0 + kWgKeyRows wg + acc_row(t, e), query q0 + 2 (t % 4) + 8 nt + e % 2. Per
 // key row h the visible queries, shifted by the thread's column, bound the immediate
 // 8 nt + e % 2 (4 registers, recomputed per step and live only in this loop: kept across the
@@ -193,8 +196,10 @@ __device__ __forceinline__ SequenceMask step_mask(const BackwardParams& p, const
 template <class T>
 __device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4], const BackwardParams& p,
                                                        const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
+  // Read where it is used: a flag kept from the step's start to here cost ptxas 12-24 bytes of
+  // spills at d = 128 with the work in shared memory.
+  if (kSm90BwdWorkInSmem ? work_slot(wg).full_tile(s.m_block) : s.full_tile) return;
   const SequenceMask mask = step_mask<T>(p, s);
-  if (mask.classify(q0, q0 + T::kBlockM, k0, k0 + T::kBlockN) == TileClass::full) return;
   int lo[2], hi[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

@@ -28,25 +28,10 @@
 #include "cuda/flash_bwd_sm90/producer.cuh"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 #include "cuda/flash_bwd_sm90/traits.cuh"
+#include "cuda/flash_bwd_sm90/work_slot.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 
 namespace fastattn::cuda {
-
-// Where the MMA warpgroups keep the CTA's work (Sm90BackwardWork: tile, query-block range,
-// lengths, mask) across the steps (FASTATTN_SM90_BWD_WORK_IN_SMEM, a build knob for the A/B;
-// default 0):
-//   0  recomputed from blockIdx twice a step (before the GEMMs and for the dQ output): ~235 of
-//      the ~1140 SASS instructions a warp issues per full step at d = 128 (64-bit divisions
-//      of the tile decomposition and the query-block range), where two MMA warps share a
-//      scheduler and the step's GEMMs take ~2560 cycles: the issue slots are nearly full;
-//   1  computed once by thread 0 of each MMA warpgroup into shared memory and read from there
-//      at each use (ld.shared, reloaded after every barrier), so no register holds it across
-//      the loop (kept across the loop in registers, ptxas spilled at d = 128). SASS: the
-//      atomic_tiles step loop 19% (d = 64) / 16% (d = 128) fewer instructions; with dK last
-//      since the guard around the step loop below.
-#ifndef FASTATTN_SM90_BWD_WORK_IN_SMEM
-#define FASTATTN_SM90_BWD_WORK_IN_SMEM 0
-#endif
 
 template <class T, bool kSoftcap, Sm90DqReduction kDq, bool kDeterministic>
 __global__ void __launch_bounds__(T::kThreads, 1)
@@ -111,17 +96,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) st.a_ds[kp][r] = 0u;  // dk_last order only (defined before step 0's fences)
 #if FASTATTN_SM90_BWD_WORK_IN_SMEM
-    // work_smem[wg]: the warpgroup's copy of the CTA's work, written once by its thread 0.
-    // The static array pads the kernel's static shared memory to 1 KiB (the dynamic base is
-    // 1024-aligned), on top of the dynamic T::kSmemBytes.
+    // The warpgroup's copy of the CTA's work (work_slot.cuh), written once by its thread 0.
     static_assert(T::kSmemBytes + 1024 <= 227 * 1024, "work in shared memory: static + dynamic shared memory");
-    __shared__ alignas(16) unsigned char work_bytes[T::kMmaWarpgroups * sizeof(Sm90BackwardWork)];
-    void* const work_slot = work_bytes + wg * sizeof(Sm90BackwardWork);
-    if (t == 0) new (work_slot) Sm90BackwardWork(work());
+    if (t == 0) new (work_slot_bytes(wg)) Sm90BackwardWork(work());
     sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-    // The object thread 0 created (every thread forms the same pointer; the storage is bytes).
-    const Sm90BackwardWork* const work_smem = std::launder(static_cast<const Sm90BackwardWork*>(work_slot));
-    auto step_work = [work_smem]() -> const Sm90BackwardWork& { return *work_smem; };
+    auto step_work = [wg]() -> const Sm90BackwardWork& { return work_slot(wg); };
 #else
     auto step_work = work;
 #endif
@@ -158,6 +137,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           s.head = w.head(i);
           s.m_block = w.m_block(i);
           s.q0 = s.m_block * T::kBlockM;
+          if constexpr (!kSm90BwdWorkInSmem) s.full_tile = w.full_tile(s.m_block);
           if constexpr (T::kVarlen) {
             s.len_q = w.len_q;
             s.len_k = w.len_k;
