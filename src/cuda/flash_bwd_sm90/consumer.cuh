@@ -198,7 +198,11 @@ __device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4
                                                        const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
   // Read where it is used: a flag kept from the step's start to here cost ptxas 12-24 bytes of
   // spills at d = 128 with the work in shared memory.
-  if (kSm90BwdWorkInSmem ? work_slot(wg).full_tile(s.m_block) : s.full_tile) return;
+  if constexpr (kSm90BwdWorkInSmem) {
+    if (work_slot(wg).full_tile(s.m_block)) return;
+  } else {
+    if (s.full_tile) return;
+  }
   const SequenceMask mask = step_mask<T>(p, s);
   int lo[2], hi[2];
 #pragma unroll

@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Deterministic kernels' static shared memory (dq_writer.cuh: pending_dq_semaphore) is padded
   // to 1 KiB (the dynamic base is 1024-aligned), on top of the dynamic T::kSmemBytes.
   static_assert(!kDeterministic || T::kSmemBytes + 1024 <= 227 * 1024, "deterministic: static + dynamic shared memory");
+  static_assert(T::kMmaWarpgroups == 2, "one shared-memory slot per MMA warpgroup: work_slot.cuh, dq_writer.cuh");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));

@@ -154,8 +154,9 @@ FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, in
   const QueryBlockRange r = sm90_query_blocks(w.mask, w.k0, block_n, block_m, len_q, len_k);
   w.m_begin = r.m_begin;
   w.m_end = r.m_end;
-  // Once per CTA instead of classify's 64-bit arithmetic on every step (~45 SASS instructions a
-  // step on the unmasked path at d = 64).
+  // With the work (once per CTA with the work in shared memory, per step otherwise) instead of
+  // classify's 64-bit arithmetic on every step (~45 SASS instructions a step on the unmasked
+  // path at d = 64).
   const SequenceMask::QueryTileRange full = w.mask.full_query_tiles(w.k0, w.k0 + block_n, block_m);
   w.full_m_begin = static_cast<int>(full.lo < r.m_end ? full.lo : r.m_end);
   w.full_m_end = static_cast<int>(full.hi < r.m_end ? full.hi : r.m_end);
