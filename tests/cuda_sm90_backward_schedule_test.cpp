@@ -195,6 +195,12 @@ TEST(CudaSm90BackwardScheduler, QueryBlockRangesAndRanksMatchBruteForce) {
       }
       EXPECT_EQ(steps.size(), static_cast<std::size_t>(w.steps));
       EXPECT_EQ(w.steps, 3 * (w.m_end - w.m_begin));
+      // The running counters the producer (and the work-in-shared-memory build) walk instead.
+      cuda::Sm90StepCursor cursor = cuda::Sm90StepCursor::first(w);
+      for (int i = 0; i < w.steps; ++i, cursor.advance(w)) {
+        EXPECT_EQ(cursor.head, w.head(i)) << "trial " << trial << " step " << i;
+        EXPECT_EQ(cursor.m_block, w.m_block(i)) << "trial " << trial << " step " << i;
+      }
     }
   }
 }

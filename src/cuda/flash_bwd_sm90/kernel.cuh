@@ -123,6 +123,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // unguarded loop made ptxas serialise every wgmma, C7515; guarding the wait alone made it
     // inject one, C7517).
     if (steps > 0) {
+      // Work in shared memory: the step's (head, query block) as running counters, as the
+      // producer keeps them (a division on every step otherwise; at d = 128 ptxas spilled
+      // around it in 8 kernels, in 2 without it).
+      Sm90StepCursor cursor{};
+      if constexpr (kSm90BwdWorkInSmem) cursor = Sm90StepCursor::first(step_work());
       for (int i = 0; i < steps; ++i) {
         // The work again each step, before the GEMMs and again for the dQ output (a few dozen
         // integer ops each): kept across the loop or the step, its dozen registers beside the 128
@@ -135,8 +140,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           s.stage = i % T::kStages;
           s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
           s.ds_buffer = i & 1;
-          s.head = w.head(i);
-          s.m_block = w.m_block(i);
+          s.head = kSm90BwdWorkInSmem ? cursor.head : w.head(i);
+          s.m_block = kSm90BwdWorkInSmem ? cursor.m_block : w.m_block(i);
           s.q0 = s.m_block * T::kBlockM;
           if constexpr (!kSm90BwdWorkInSmem) s.full_tile = w.full_tile(s.m_block);
           if constexpr (T::kVarlen) {
@@ -161,6 +166,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
         }
+        if constexpr (kSm90BwdWorkInSmem) cursor.advance(w);
       }
       finish_steps<T>(st);
     }

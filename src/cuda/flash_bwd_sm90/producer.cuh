@@ -88,9 +88,10 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
   constexpr float kLog2e = 1.4426950408889634f;
   // Step i is (head, m): heads ascending, query blocks descending (ascending in deterministic
   // mode's shortest-first order; tile_scheduler.hpp: Sm90BackwardWork::m_block), kept as running
-  // counters (no divisions, few registers: this warp has 24).
-  int head = w.kv_head * w.group_size, m = w.shortest_first ? w.m_begin : w.m_end - 1;
+  // counters (Sm90StepCursor: no divisions, few registers: this warp has 24).
+  Sm90StepCursor cursor = Sm90StepCursor::first(w);
   for (int i = 0; i < w.steps; ++i) {
+    const int head = cursor.head, m = cursor.m_block;
     const int stage = i % T::kStages, use = i / T::kStages;
     const int q0 = m * T::kBlockM;
     if (use > 0) sm90::mbarrier_wait(smem.q_empty(stage), (use - 1) & 1);
@@ -126,15 +127,7 @@ __device__ __forceinline__ void produce_backward(const Sm90BwdSmem<T>& smem, con
     } else {
       sm90::mbarrier_arrive(smem.q_full(stage));
     }
-    if (w.shortest_first) {
-      if (++m == w.m_end) {
-        m = w.m_begin;
-        ++head;
-      }
-    } else if (--m < w.m_begin) {
-      m = w.m_end - 1;
-      ++head;
-    }
+    cursor.advance(w);
   }
 }
 

@@ -131,6 +131,27 @@ struct Sm90BackwardWork {
   }
 };
 
+// A CTA's steps as running counters: (head(i), m_block(i)) without the division by the query
+// blocks per head. The producer walks them this way; with the work in shared memory the MMA
+// warpgroups do too (a division on every step, and ptxas spilled around it at d = 128).
+struct Sm90StepCursor {
+  int head, m_block;
+  FASTATTN_HD static Sm90StepCursor first(const Sm90BackwardWork& w) {
+    return {w.kv_head * w.group_size, w.shortest_first ? w.m_begin : w.m_end - 1};
+  }
+  FASTATTN_HD void advance(const Sm90BackwardWork& w) {
+    if (w.shortest_first) {
+      if (++m_block == w.m_end) {
+        m_block = w.m_begin;
+        ++head;
+      }
+    } else if (--m_block < w.m_begin) {
+      m_block = w.m_end - 1;
+      ++head;
+    }
+  }
+};
+
 FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
                                                 int group_size, int len_q, int len_k, std::int64_t window_left,
                                                 std::int64_t window_right, bool bottom_right, int block_m,
