@@ -57,9 +57,7 @@ class CudaSm90Backward : public GpuTest {
     if (IsSkipped()) return;
     const BuildInfo info = build_info();
     if (const std::string why = sm90_path_missing(info); !why.empty()) GTEST_SKIP() << why;
-    for (int d : info.cuda_head_dims) {
-      if (d == 64 || d == 128) dims_.push_back(d);
-    }
+    dims_ = built_head_dims(info, {64, 128});
     if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 128) in this build";
     opt_in_.emplace("FASTATTN_CUDA_BWD_SM90", std::string("1"));
   }

@@ -39,9 +39,7 @@ class CudaSm90 : public GpuTest {
     if (IsSkipped()) return;
     const BuildInfo info = build_info();
     if (const std::string why = sm90_path_missing(info); !why.empty()) GTEST_SKIP() << why;
-    for (int d : info.cuda_head_dims) {
-      if (sm90_dim(d)) dims_.push_back(d);
-    }
+    dims_ = built_head_dims(info, {64, 96, 128, 256});
     if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim (64, 96, 128, 256) in this build";
   }
   std::vector<int> dims_;

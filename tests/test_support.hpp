@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fastattn/fastattn.hpp"
 #include "harness/harness.hpp"
@@ -36,6 +38,18 @@ inline std::string sm90_path_missing(const BuildInfo& info) {
   if (!info.cuda_device_paths.empty() && info.cuda_device_paths.front().rfind("sm90", 0) == 0) return {};
   return "the device's path is not sm90: " +
          (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
+}
+
+// The built CUDA head dims (in the build's order) that are among `wanted`: a GPU fixture's
+// dims to test, empty when the build has none of them.
+inline std::vector<int> built_head_dims(const BuildInfo& info, std::initializer_list<int> wanted) {
+  std::vector<int> dims;
+  for (int d : info.cuda_head_dims) {
+    for (int w : wanted) {
+      if (d == w) dims.push_back(d);
+    }
+  }
+  return dims;
 }
 
 // Expects `fn` to throw fastattn::Error with `code` and a message containing `needle`.

@@ -47,6 +47,11 @@ struct SequenceMask {
     return e < 0 ? 0 : (e > seqlen_k ? seqlen_k : e);
   }
 
+  // floor(a / b) for b > 0 (full_key_tiles, full_query_tiles): one select and one truncating
+  // division, a shift for a constant power of two (the sm90 backward computes full_query_tiles
+  // on every step unless its work is in shared memory).
+  FASTATTN_HD static std::int64_t floor_div(std::int64_t a, std::int64_t b) { return (a >= 0 ? a : a - b + 1) / b; }
+
   // Classify the tile of queries [q0, q1) x keys [k0, k1); requires q0 < q1, k0 < k1.
   // Pass the tile's nominal end k1 even when it reaches past seqlen_k: such a tile is partial,
   // so kernels that compute a whole padded tile mask the keys past the end (visible() checks
@@ -77,8 +82,6 @@ struct SequenceMask {
   };
   FASTATTN_HD KeyTileRange full_key_tiles(std::int64_t q0, std::int64_t q1, std::int64_t block_n) const {
     const std::int64_t d_first = q0 + offset, d_last = (q1 - 1) + offset;
-    // floor(a / b) for b > 0
-    auto floor_div = [](std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
     // k1 <= seqlen_k: (n + 1) block_n <= seqlen_k
     std::int64_t hi = seqlen_k / block_n;
     // right: k1 - 1 <= d_first + right, i.e. (n + 1) block_n <= d_first + right + 1
@@ -104,10 +107,6 @@ struct SequenceMask {
   };
   FASTATTN_HD QueryTileRange full_query_tiles(std::int64_t k0, std::int64_t k1, std::int64_t block_m) const {
     if (k1 > seqlen_k) return {0, 0};
-    // floor(a / b) for b > 0: one select and one truncating division (a shift for a constant
-    // power of two; the sm90 backward computes this on every step unless its work is in shared
-    // memory)
-    auto floor_div = [](std::int64_t a, std::int64_t b) { return (a >= 0 ? a : a - b + 1) / b; };
     // right: k1 - 1 <= q0 + offset + right, i.e. m >= ceil((k1 - 1 - offset - right) / block_m)
     std::int64_t lo = 0;
     if (right >= 0) {
