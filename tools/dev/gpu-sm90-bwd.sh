@@ -48,7 +48,12 @@
 #   sanitize  compute-sanitizer memcheck and racecheck of CudaSm90Backward.SmallShapesMatchFloat64
 # TARGETS (stage build; default fastattn_gpu_tests fastattn_tests fastattn_cuda_bench fastattn_cli;
 #   the CPU plan tests of stage tests run only when fastattn_tests is built). VARIANT_HEAD_DIMS
-#   (default HEAD_DIMS): the variant builds' head dims. VARIANT_TESTS=0: stage tests skips them.
+#   (default HEAD_DIMS): the variant builds' head dims. VARIANT_TESTS=0: stage tests skips them;
+#   VARIANT_TEST_FILTER (default CudaSm90Backward.*): their gtest filter; BASE_TESTS=0: stage tests
+#   runs only theirs (the default build's tested by an earlier call). DET_ORDERS (default
+#   "head_major shortest_first"): the orders stage det times beside the default; BENCH_ANCHORS=0:
+#   stage bench times no SDPA anchor. VARIANT_DQ (default
+#   "atomic atomic-tiles bulk"): the dQ modes stage bench times for them.
 # BUILD_VARIANTS (built by stage build, else used as an earlier call left them; default none): more builds, "name:flag,flag ..." each (e.g.
 #   "oldorder:-DFASTATTN_SM90_BWD_DK_LAST=0"), the same configuration plus CMAKE_CUDA_FLAGS, into
 #   build/sm90-NAME; stage tests runs their CudaSm90Backward.* too (tests-NAME.log), stage bench
@@ -132,12 +137,14 @@ fi
 [ -x "$cli" ] && "$cli" info --no-peaks 2>&1 | grep -iE "path|device|arch" | head -8
 export FASTATTN_CUDA_BWD_SM90=1
 if has tests; then
-  run tests 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
-  grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/tests.log" | head -20
-  grep -B2 -A12 "Failure" "$out/tests.log" | head -80
+  if [ "${BASE_TESTS:-1}" = 1 ]; then
+    run tests 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
+    grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/tests.log" | head -20
+    grep -B2 -A12 "Failure" "$out/tests.log" | head -80
+  fi
   for vb in $variant_builds; do
     [ "${VARIANT_TESTS:-1}" = 1 ] || break
-    run "tests_${vb%%:*}" 200 bash -c "'${vb#*:}/tests/fastattn_gpu_tests' --gtest_filter='CudaSm90Backward.*' \
+    run "tests_${vb%%:*}" 200 bash -c "'${vb#*:}/tests/fastattn_gpu_tests' --gtest_filter='${VARIANT_TEST_FILTER:-CudaSm90Backward.*}' \
         > '$out/tests-${vb%%:*}.log' 2>&1"
     grep -E "^\[  (PASSED|FAILED) |FAILED \]" "$out/tests-${vb%%:*}.log" | head -10
   done
@@ -184,8 +191,8 @@ if has bench; then
   # one after the other on them (cuda_bench --variants); then the anchors.
   run bench_fastattn 135 bash -c "for m in gqa paper; do '$bench' \$m --passes bwd,fwdbwd $timing --variants '$variants'; done \
       >> '$out/bench.jsonl' 2>> '$out/bench.err'"
-  # The anchors next: the bars need them.
-  run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
+  # The anchors next: the bars need them (BENCH_ANCHORS=0 skips them: a build A/B alone).
+  [ "${BENCH_ANCHORS:-1}" = 1 ] && run bench_sdpa 90 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py paper gqa --passes bwd,fwdbwd \
       --backends cudnn,flash --no-gemm --repeats 20 --max-seconds 1 >> '$out/bench.jsonl' 2>> '$out/bench.err'"
 fi
 if has det; then
@@ -194,7 +201,7 @@ if has det; then
   # a mask before the fifteenth session) and shortest first (DET_AB=0 skips them and the variant
   # builds' runs).
   if [ "${DET_AB:-1}" = 1 ]; then
-    for order in head_major shortest_first; do
+    for order in ${DET_ORDERS-head_major shortest_first}; do
       run "det_$order" 40 bash -c "FASTATTN_CUDA_SM90_BWD_ORDER=$order '$bench' determinism --runs 10 $timing \
           > '$out/det-${order//_/}.jsonl' 2>> '$out/bench.err'"
     done
@@ -208,9 +215,10 @@ fi
 if has bench; then
   for vb in $variant_builds; do
     vname=${vb%%:*} vbench=${vb#*:}/bench/cuda/fastattn_cuda_bench
-    vvariants="$vname-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
-    vvariants+=",$vname-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
-    vvariants+=",$vname-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+    vvariants=""
+    for mode in ${VARIANT_DQ:-atomic atomic-tiles bulk}; do
+      vvariants+="${vvariants:+,}$vname-$mode:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=${mode//-/_}+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+    done
     run "bench_$vname" 100 bash -c "for m in gqa paper; do '$vbench' \$m --passes bwd,fwdbwd $timing --variants '$vvariants'; done \
         >> '$out/bench.jsonl' 2>> '$out/bench.err'"
   done

@@ -5,7 +5,7 @@
 #   1. the d = 256 forward, the overlap loop against the plain one (FASTATTN_CUDA_SM90_OVERLAP=1 / 0),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
 #   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
-#      (gpu-sm90-bwd.sh stage newdims), its deterministic tests (CudaSm90Backward.*Determin*,
+#      (gpu-sm90-bwd.sh stage newdims), its other tests (BWD_TESTS, default CudaSm90Backward.*;
 #      DET_TESTS=0 skips them) and the forward's d = 256 overlap, odd-shape and wide-tile tests,
 #      each under its own timeout;
 #   3. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
@@ -14,7 +14,8 @@
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/gpu-sm90-defaults.sh
 # BUDGET_S (default 400): the call's seconds; TEST_S (default 150): the tests' share (0: no tests);
 # DIMS (default "64;96;128;256"): the build's head dims; NEWDIMS=0 skips the d = 96 / 256 backward
-# tests; ONLY_VARIANTS: gpu-sm90-bwd.sh's (e.g. "sm90-default": the other dQ modes not timed); everything lands in $OUT/defaults.tar.gz (one file:
+# tests; BWD_STAGES (default "bench det"): gpu-sm90-bwd.sh's stages in step 3 ("det": the
+# deterministic run alone); ONLY_VARIANTS: gpu-sm90-bwd.sh's (e.g. "sm90-default": the other dQ modes not timed); everything lands in $OUT/defaults.tar.gz (one file:
 # the device call brings back few) plus summary.txt.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -74,13 +75,15 @@ if [ "${TEST_S:-150}" != 0 ]; then
     OUT=$work/newdims STAGES=newdims HEAD_DIMS="$dims" BUDGET_S="$(until_tests_end)" \
       bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1 &
   fi
-  # The deterministic backward's tests (its orders and release point changed in the fifteenth
-  # session, not yet run on a GPU): beside the others, DET_TESTS=0 skips them.
+  # The backward's tests (BWD_TESTS, default every CudaSm90Backward.* test: the fifteenth
+  # session changed its deterministic orders and release point and its full-tile ranges, none of
+  # it run on a GPU yet; DET_TESTS=0 skips them) beside the others.
   if [ "${DET_TESTS:-1}" = 1 ]; then
-    (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter='CudaSm90Backward.*Determin*' \
-       > "$work/bwd_det_tests.log" 2>&1
-     echo "CudaSm90Backward.*Determin* rc=$? $(grep -cE 'Failure' "$work/bwd_det_tests.log") failures"
-     grep -E "OK \]|FAILED \]" "$work/bwd_det_tests.log") &
+    bwd_filter=${BWD_TESTS:-'CudaSm90Backward.*'}
+    (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="$bwd_filter" \
+       > "$work/bwd_tests.log" 2>&1
+     echo "$bwd_filter rc=$? $(grep -cE 'Failure' "$work/bwd_tests.log") failures"
+     grep -E "OK \]|FAILED \]" "$work/bwd_tests.log") &
   fi
   # The wide-tile test alone takes ~100 s (its float64 references): beside the others.
   t=WideKeyTileMatchesFloat64
@@ -94,7 +97,7 @@ if [ "${TEST_S:-150}" != 0 ]; then
   [ -f "$work/newdims/newdims.log" ] && grep -E "OK \]|FAILED \]|SKIPPED \]" "$work/newdims/newdims.log"
   grep -h -B2 -A10 "Failure" "$work"/*.log "$work"/newdims/*.log 2>/dev/null | head -40
 fi
-OUT=$work/bwd STAGES="bench det" HEAD_DIMS="$dims" BUDGET_S=$(left) ONLY_VARIANTS=${ONLY_VARIANTS:-} \
+OUT=$work/bwd STAGES="${BWD_STAGES:-bench det}" HEAD_DIMS="$dims" BUDGET_S=$(left) ONLY_VARIANTS=${ONLY_VARIANTS:-} \
   bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
 grep -E "vs cuDNN|A/B|determinism" "$work/bwd/bars.txt"
 echo "[$((SECONDS - t0))s] backward timed"
