@@ -5,7 +5,7 @@
 #   1. the d = 256 forward, the overlap loop against the plain one (FASTATTN_CUDA_SM90_OVERLAP=1 / 0),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
 #   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
-#      (gpu-sm90-bwd.sh stage newdims), its other tests (BWD_TESTS, default CudaSm90Backward.*;
+#      (gpu-sm90-bwd.sh stage newdims), its other tests (BWD_TESTS, default CudaSm90Backward.* less newdims' Varlen* and UnservedCalls*;
 #      DET_TESTS=0 skips them) and the forward's d = 256 overlap, odd-shape and wide-tile tests,
 #      each under its own timeout;
 #   3. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
@@ -79,7 +79,8 @@ if [ "${TEST_S:-150}" != 0 ]; then
   # session changed its deterministic orders and release point and its full-tile ranges, none of
   # it run on a GPU yet; DET_TESTS=0 skips them) beside the others.
   if [ "${DET_TESTS:-1}" = 1 ]; then
-    bwd_filter=${BWD_TESTS:-'CudaSm90Backward.*'}
+    # Less the Varlen* and UnservedCalls* tests the newdims stage already runs.
+    bwd_filter=${BWD_TESTS:-'CudaSm90Backward.*-CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*'}
     (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="$bwd_filter" \
        > "$work/bwd_tests.log" 2>&1
      echo "$bwd_filter rc=$? $(grep -cE 'Failure' "$work/bwd_tests.log") failures"
