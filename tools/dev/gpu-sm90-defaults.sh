@@ -5,7 +5,8 @@
 #   1. the d = 256 forward, the overlap loop against the plain one (FASTATTN_CUDA_SM90_OVERLAP=1 / 0),
 #      beside SDPA's cuDNN and flash (cuda_bench / sdpa_anchor.py mode d256);
 #   2. correctness, in parallel (not timed): the backward's d = 96 / 256 and varlen tests
-#      (gpu-sm90-bwd.sh stage newdims), its other tests (BWD_TESTS, default CudaSm90Backward.* less newdims' Varlen* and UnservedCalls*;
+#      (gpu-sm90-bwd.sh stage newdims), its other tests (BWD_TESTS: gtest filters, one process each; default the
+#      Deterministic* tests and the other CudaSm90Backward.* tests less newdims' Varlen* and UnservedCalls*;
 #      DET_TESTS=0 skips them) and the forward's d = 256 overlap, odd-shape and wide-tile tests,
 #      each under its own timeout;
 #   3. the backward beside cuDNN and flash (gpu-sm90-bwd.sh stages bench det: the default dQ
@@ -75,16 +76,23 @@ if [ "${TEST_S:-150}" != 0 ]; then
     OUT=$work/newdims STAGES=newdims HEAD_DIMS="$dims" BUDGET_S="$(until_tests_end)" \
       bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1 &
   fi
-  # The backward's tests (BWD_TESTS, default every CudaSm90Backward.* test: the fifteenth
-  # session changed its deterministic orders and release point and its full-tile ranges, none of
-  # it run on a GPU yet; DET_TESTS=0 skips them) beside the others.
+  # The backward's tests (BWD_TESTS: space-separated gtest filters, each its own process, so a
+  # hang in one — the deterministic adds spin on a semaphore without a limit — loses only its
+  # own results; default the Deterministic* tests, and every other CudaSm90Backward.* test less
+  # the Varlen* and UnservedCalls* tests the newdims stage runs. The fifteenth session changed
+  # the deterministic orders and release point and the full-tile ranges, none of it run on a
+  # GPU yet; DET_TESTS=0 skips them) beside the others.
   if [ "${DET_TESTS:-1}" = 1 ]; then
-    # Less the Varlen* and UnservedCalls* tests the newdims stage already runs.
-    bwd_filter=${BWD_TESTS:-'CudaSm90Backward.*-CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*'}
-    (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="$bwd_filter" \
-       > "$work/bwd_tests.log" 2>&1
-     echo "$bwd_filter rc=$? $(grep -cE 'Failure' "$work/bwd_tests.log") failures"
-     grep -E "OK \]|FAILED \]" "$work/bwd_tests.log") &
+    bwd_filters=${BWD_TESTS:-'CudaSm90Backward.Deterministic* CudaSm90Backward.*-CudaSm90Backward.Deterministic*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*'}
+    read -ra bwd_filter_list <<< "$bwd_filters"  # split on spaces, no pathname expansion of the '*'
+    i=0
+    for f in "${bwd_filter_list[@]}"; do
+      i=$((i + 1))
+      (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="$f" \
+         > "$work/bwd_tests_$i.log" 2>&1
+       echo "$f rc=$? $(grep -cE 'Failure' "$work/bwd_tests_$i.log") failures"
+       grep -E "OK \]|FAILED \]" "$work/bwd_tests_$i.log") &
+    done
   fi
   # The wide-tile test alone takes ~100 s (its float64 references): beside the others.
   t=WideKeyTileMatchesFloat64
