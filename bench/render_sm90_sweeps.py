@@ -68,6 +68,8 @@ def render_cuda_sm90_backward(result):
     ratio_rows = []
     for v, by in result.get("ratios", {}).items():
         for what, x in by.items():
+            if x is None:  # a variant or pass this job did not time
+                continue
             ratio_rows.append([v, what, x.get("rows"), f"{fmt(x.get('geomean'), 3)}x", f"{fmt(x.get('min'), 3)}x", x.get("min_shape", "")])
     lines.append(table(["variant", "rows", "n", "geomean vs cuDNN", "min", "min at"], ratio_rows, right=(2, 3, 4)))
     lines.append("")

@@ -198,7 +198,7 @@ __device__ __forceinline__ void mask_transposed_scores(float (&x)[T::kNTilesS][4
                                                        const Sm90BwdStep& s, int k0, int q0, int wg, int t) {
   // Read where it is used: a flag kept from the step's start to here cost ptxas 12-24 bytes of
   // spills at d = 128 with the work in shared memory.
-  if constexpr (kSm90BwdWorkInSmem) {
+  if constexpr (sm90_bwd_work_in_smem<T>()) {
     if (work_slot(wg).full_tile(s.m_block)) return;
   } else {
     if (s.full_tile) return;

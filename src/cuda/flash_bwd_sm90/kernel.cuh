@@ -1,8 +1,8 @@
 // kernel.cuh — the sm90 (Hopper) backward kernel: K/V-stationary CTAs, TMA loads on an mbarrier
 // ring, wgmma with transposed score GEMMs so P^T and dS^T feed register-operand GEMMs, warp
 // specialisation with register reallocation (FlashAttention-3's backward structure, Shah et al.
-// 2024; our code). GPU tests pass on the H200, speed not measured yet, opt-in
-// (flash_bwd_sm90/plan.hpp).
+// 2024; our code). The default backward on sm90 (flash_bwd_sm90/plan.hpp: kSm90BackwardDefault;
+// measured in docs/cuda.md "Hopper backward").
 //
 // Roles (kThreads = 384):
 //   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warps 1-3
@@ -96,15 +96,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int kp = 0; kp < T::kKStepsS; ++kp)
 #pragma unroll
       for (int r = 0; r < 4; ++r) st.a_ds[kp][r] = 0u;  // dk_last order only (defined before step 0's fences)
-#if FASTATTN_SM90_BWD_WORK_IN_SMEM
-    // The warpgroup's copy of the CTA's work (work_slot.cuh), written once by its thread 0.
-    static_assert(T::kSmemBytes + 1024 <= 227 * 1024, "work in shared memory: static + dynamic shared memory");
-    if (t == 0) new (work_slot_bytes(wg)) Sm90BackwardWork(work());
-    sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-    auto step_work = [wg]() -> const Sm90BackwardWork& { return work_slot(wg); };
-#else
-    auto step_work = work;
-#endif
+    // The CTA's work: with the work in shared memory (work_slot.cuh) the warpgroup's copy,
+    // written once by its thread 0; otherwise recomputed at each use.
+    constexpr bool kWorkInSmem = sm90_bwd_work_in_smem<T>();
+    if constexpr (kWorkInSmem) {
+      static_assert(T::kSmemBytes + 1024 <= 227 * 1024, "work in shared memory: static + dynamic shared memory");
+      if (t == 0) new (work_slot_bytes(wg)) Sm90BackwardWork(work());
+      sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+    }
+    auto step_work = [&work, wg]() -> decltype(auto) {
+      if constexpr (kWorkInSmem) {
+        return work_slot(wg);  // const Sm90BackwardWork&
+      } else {
+        return work();  // Sm90BackwardWork, by value
+      }
+    };
     int steps;
     {
       const Sm90BackwardWork& w = step_work();
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // producer keeps them (a division on every step otherwise; at d = 128 ptxas spilled
       // around it in 8 kernels, in 2 without it).
       Sm90StepCursor cursor{};
-      if constexpr (kSm90BwdWorkInSmem) cursor = Sm90StepCursor::first(step_work());
+      if constexpr (kWorkInSmem) cursor = Sm90StepCursor::first(step_work());
       for (int i = 0; i < steps; ++i) {
         // The work again each step, before the GEMMs and again for the dQ output (a few dozen
         // integer ops each): kept across the loop or the step, its dozen registers beside the 128
@@ -140,10 +146,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           s.stage = i % T::kStages;
           s.parity = static_cast<uint32_t>((i / T::kStages) & 1);
           s.ds_buffer = i & 1;
-          s.head = kSm90BwdWorkInSmem ? cursor.head : w.head(i);
-          s.m_block = kSm90BwdWorkInSmem ? cursor.m_block : w.m_block(i);
+          s.head = kWorkInSmem ? cursor.head : w.head(i);
+          s.m_block = kWorkInSmem ? cursor.m_block : w.m_block(i);
           s.q0 = s.m_block * T::kBlockM;
-          if constexpr (!kSm90BwdWorkInSmem) s.full_tile = w.full_tile(s.m_block);
+          if constexpr (!kWorkInSmem) s.full_tile = w.full_tile(s.m_block);
           if constexpr (T::kVarlen) {
             s.len_q = w.len_q;
             s.len_k = w.len_k;
@@ -166,7 +172,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
         }
-        if constexpr (kSm90BwdWorkInSmem) cursor.advance(w);
+        if constexpr (kWorkInSmem) cursor.advance(w);
       }
       finish_steps<T>(st);
     }

@@ -1,16 +1,20 @@
 // work_slot.cuh — where the sm90 backward's MMA warpgroups keep the CTA's work
 // (Sm90BackwardWork: tile, query-block range, full-tile range, lengths, mask) across the steps
-// (FASTATTN_SM90_BWD_WORK_IN_SMEM, a build knob for the A/B; default 0):
-//   0  recomputed from blockIdx twice a step (before the GEMMs and for the dQ output): ~235 of
+// (FASTATTN_SM90_BWD_WORK_IN_SMEM, a build knob; sm90_bwd_work_in_smem<T>() below):
+//   recomputed from blockIdx twice a step (before the GEMMs and for the dQ output): ~235 of
 //      the ~1140 SASS instructions a warp issues per full step at d = 128 (64-bit divisions
 //      of the tile decomposition and the query-block range), where two MMA warps share a
 //      scheduler and the step's GEMMs take ~2560 cycles: the issue slots are nearly full;
-//   1  computed once by thread 0 of each MMA warpgroup into shared memory (work_slot) and read
-//      from there at each use (ld.shared, reloaded after every barrier), so no register holds
-//      it across the loop (kept across the loop in registers, ptxas spilled at d = 128), and
-//      the steps' (head, query block) come from running counters (Sm90StepCursor). SASS: the
-//      atomic_tiles step loop 27% (d = 64) / 24% (d = 128) fewer static instructions; with dK
-//      last since the guard around the step loop (kernel.cuh).
+//   in shared memory: computed once by thread 0 of each MMA warpgroup into shared memory
+//      (work_slot) and read from there at each use (ld.shared, reloaded after every barrier),
+//      so no register holds it across the loop (kept across the loop in registers, ptxas
+//      spilled at d = 128), and the steps' (head, query block) come from running counters
+//      (Sm90StepCursor). SASS: the atomic_tiles step loop 27% (d = 64) / 24% (d = 128) fewer
+//      static instructions; with dK last since the guard around the step loop (kernel.cuh).
+// Measured on the H200 (2026-12-05, seventeenth session, the two builds of d = 64 and 128 in
+// one job, issue 16's 27 rows, bench/results/nvidia-h200-session17-2026-12-05): in shared
+// memory the backward alone is faster by a geomean of 8.1% (atomic_tiles dQ) and 10.7% (bulk),
+// the deterministic kernels' time 0.89x; every CudaSm90Backward.* test of those dims passed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,13 +23,20 @@
 
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 
+// 1 (default): in shared memory at d = 64 and 128, the dims built that way on the GPU machine;
+// d = 96 and 256 recompute it until their tests have run with it (2: every head dim, for that
+// run; 0: none, the old build for an A/B).
 #ifndef FASTATTN_SM90_BWD_WORK_IN_SMEM
-#define FASTATTN_SM90_BWD_WORK_IN_SMEM 0
+#define FASTATTN_SM90_BWD_WORK_IN_SMEM 1
 #endif
 
 namespace fastattn::cuda {
 
-constexpr bool kSm90BwdWorkInSmem = FASTATTN_SM90_BWD_WORK_IN_SMEM != 0;
+template <class T>
+constexpr bool sm90_bwd_work_in_smem() {
+  return FASTATTN_SM90_BWD_WORK_IN_SMEM >= 2 ||
+         (FASTATTN_SM90_BWD_WORK_IN_SMEM == 1 && (T::kHeadDim == 64 || T::kHeadDim == 128));
+}
 
 // Work in shared memory: MMA warpgroup wg's slot (bytes: the struct has default member
 // initialisers, which a __shared__ variable cannot run). Its static shared memory, with the
