@@ -135,11 +135,15 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_EQ(cuda::sm90_tile_head_dim(96), 128);
   EXPECT_TRUE(cuda::sm90_overlap_fits(96));
   // d = 256: the overlap kernels (0 spills since the twelfth session) are the default for
-  // masked calls since the thirteenth session's measurement of causal rows; calls without a
-  // mask keep the plain loop (plan.hpp: sm90_d256_overlap_by_default);
+  // masked calls since the thirteenth session's measurement of causal rows, and for calls
+  // without a mask since the seventeenth's (plan.hpp: sm90_overlap);
   // FASTATTN_CUDA_SM90_OVERLAP=0 / 1 selects the plain loop / the overlap.
   EXPECT_TRUE(cuda::sm90_overlap_fits(256));
-  EXPECT_FALSE(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap);
+  EXPECT_TRUE(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap);
+  {
+    ScopedEnv off(cuda::kSm90OverlapEnv, "0");
+    EXPECT_FALSE(cuda::plan_forward(hopper(2, 16, 4096, 4096, 256)).sm90_overlap);
+  }
   {
     cuda::ForwardShape causal256 = hopper(2, 16, 4096, 4096, 256), window256 = causal256;
     causal256.window_right = 0;
@@ -169,11 +173,11 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
   EXPECT_NE(cuda::describe_plan(plan).find("persistent CTAs"), std::string::npos) << cuda::describe_plan(plan);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 32768, 32768, 128)).sm90_scheduler, cuda::Sm90Scheduler::persistent);
   EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
-            cuda::Sm90Scheduler::grid);  // no mask: the plain loop, 205 key tiles of 80
+            cuda::Sm90Scheduler::persistent);  // the overlap loop without a mask
   {
-    ScopedEnv overlap(cuda::kSm90OverlapEnv, "1");
+    ScopedEnv plain(cuda::kSm90OverlapEnv, "0");
     EXPECT_EQ(cuda::plan_forward(hopper(1, 16, 16384, 16384, 256)).sm90_scheduler,
-              cuda::Sm90Scheduler::persistent);  // the overlap loop without a mask
+              cuda::Sm90Scheduler::grid);  // no mask: the plain loop, 205 key tiles of 80
   }
   EXPECT_NE(cuda::describe_plan(plan).find("128x176 tiles"), std::string::npos) << cuda::describe_plan(plan);
   cuda::ForwardShape causal2k = hopper(8, 16, 2048, 2048, 128), plain2k = causal2k;

@@ -259,8 +259,8 @@ TEST_F(CudaSm90, SchedulersGiveTheSameBits) {
 
 // The ordered GEMM issue of the two consumer warpgroups (plan.hpp: sm90_wg_order) changes when a
 // warpgroup issues, not what it computes: the same bits with and without it, under both
-// schedulers, padded and varlen, causal and not (the overlap kernels: d 96 and 128, d 256's,
-// which FASTATTN_CUDA_SM90_OVERLAP=1 selects, and d 64's narrow tile, padded causal).
+// schedulers, padded and varlen, causal and not (the overlap kernels: d 96, 128 and 256, and
+// d 64's narrow tile, padded causal).
 TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   // The call without and with the ordered issue, under `scheduler`, with var=value besides.

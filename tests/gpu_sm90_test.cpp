@@ -87,8 +87,8 @@ TEST_F(CudaSm90, PlainLoopMatchesFloat64) {
   }
 }
 
-// d = 256's overlap loop (the default for masked calls since the thirteenth session's
-// measurement, plan.hpp sm90_d256_overlap_by_default; forced here, for every call): against float64 on the
+// d = 256's overlap loop (its default for every call since the seventeenth session's
+// measurement, plan.hpp sm90_overlap; forced here, whatever the default): against float64 on the
 // plain loop's shapes, varlen, every scheduler, with and without the ordered issue; the plan
 // must say it overlaps.
 TEST_F(CudaSm90, OverlapLoopAtHeadDim256MatchesFloat64) {
@@ -297,8 +297,8 @@ struct DeviceBuffers {
 // there (its P is 0 on those keys, and 0 x inf would be NaN). First sequences of 100 keys (one
 // key tile of 128 at d 64 / 96 / 128, two of 80 at d 256) and of 200 (two tiles of 128: the
 // overlapped loop zeroes the tail of tile 0 while tile 1's S runs), each followed by a shorter
-// one; both consumer loops (the overlap at d 96 / 128 by default, at d 256 for causal calls
-// by default and for all with FASTATTN_CUDA_SM90_OVERLAP=1), causal and not.
+// one; both consumer loops (the overlap, the default at d 96 / 128 / 256, and the plain loop,
+// FASTATTN_CUDA_SM90_OVERLAP=0), causal and not.
 TEST_F(CudaSm90, VarlenNonFiniteNextSequenceDoesNotReachThisOne) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   const std::int64_t h = 2;

@@ -77,13 +77,14 @@ if [ "${TEST_S:-150}" != 0 ]; then
       bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1 &
   fi
   # The backward's tests (BWD_TESTS: space-separated gtest filters, each its own process, so a
-  # hang in one — the deterministic adds spin on a semaphore without a limit — loses only its
-  # own results; default the Deterministic* tests, and every other CudaSm90Backward.* test less
-  # the Varlen* and UnservedCalls* tests the newdims stage runs. The fifteenth session changed
-  # the deterministic orders and release point and the full-tile ranges, none of it run on a
-  # GPU yet; DET_TESTS=0 skips them) beside the others.
+  # hang in one loses only its own results; default the Deterministic* tests, whose semaphore
+  # waits have no limit, and the other CudaSm90Backward.* tests — less the Varlen* and
+  # UnservedCalls* tests when the newdims stage runs them. Some of the others run deterministic
+  # cases too (SmallShapes*, UncoveredPathsDeterministic). DET_TESTS=0 skips them) beside the others.
   if [ "${DET_TESTS:-1}" = 1 ]; then
-    bwd_filters=${BWD_TESTS:-'CudaSm90Backward.Deterministic* CudaSm90Backward.*-CudaSm90Backward.Deterministic*:CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*'}
+    others='CudaSm90Backward.*-CudaSm90Backward.Deterministic*'
+    [ "${NEWDIMS:-1}" = 1 ] && others+=':CudaSm90Backward.Varlen*:CudaSm90Backward.UnservedCalls*'
+    bwd_filters=${BWD_TESTS:-"CudaSm90Backward.Deterministic* $others"}
     read -ra bwd_filter_list <<< "$bwd_filters"  # split on spaces, no pathname expansion of the '*'
     i=0
     for f in "${bwd_filter_list[@]}"; do
@@ -91,7 +92,7 @@ if [ "${TEST_S:-150}" != 0 ]; then
       (timeout "$(until_tests_end)" "$build/tests/fastattn_gpu_tests" --gtest_filter="$f" \
          > "$work/bwd_tests_$i.log" 2>&1
        echo "$f rc=$? $(grep -cE 'Failure' "$work/bwd_tests_$i.log") failures"
-       grep -E "OK \]|FAILED \]" "$work/bwd_tests_$i.log") &
+       grep -E "OK \]|FAILED \]" "$work/bwd_tests_$i.log" | sed "s/^/[$i] /") &
     done
   fi
   # The wide-tile test alone takes ~100 s (its float64 references): beside the others.

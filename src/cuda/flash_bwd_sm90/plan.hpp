@@ -47,9 +47,10 @@ struct Sm90BackwardBlocks {
   Sm90BwdWarpgroupSplit split = Sm90BwdWarpgroupSplit::keys;
 };
 // The head dims the sm90 backward serves: the one list that routes a head dim to it (a call of
-// another head dim runs the sm80 backward, and the reason says so). 96 and 256 are not verified
-// on a GPU yet: dropping one from this list sends it back to the sm80 backward (its units stay
-// built).
+// another head dim runs the sm80 backward, and the reason says so). 96 and 256 passed their
+// float64 and bitwise tests on the H200 (CudaSm90BackwardHeadDim96/256, seventeenth session)
+// but have not been timed: dropping one from this list sends it back to
+// the sm80 backward (its units stay built).
 //
 // d = 96 runs d = 128's tile on columns padded to 128 in shared memory: the second 64-column
 // TMA box of each row reads columns 64..95 and fills 96..127 with zeros (the tensor map's
@@ -123,9 +124,10 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // a mask (s512-s16k, 0.834-0.915x against 0.793-0.868x) and atomic_tiles won or tied the
 // others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 and 256 were neither timed nor
 // tested on the GPU in the tile modes, so they keep atomic until they are. Deterministic calls
-// follow the same rule; their tile-mode kernels passed the bitwise tests but were not timed
-// (the deterministic run of that job had atomic as the default; d = 128's bulk + deterministic
-// kernels spill 4-12 bytes).
+// follow the same rule; their tile-mode kernels passed the bitwise tests, and were timed in the
+// seventeenth session (0.558-0.645x the default's speed; docs/cuda.md "Deterministic"). The rule
+// was derived on the build that recomputes the CTA's work each step; with the work in shared
+// memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda.md "Hopper backward").
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked) {
   if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
@@ -146,8 +148,8 @@ inline bool sm90_dq_bulk_forced() { return sm90_dq_reduction(Sm90DqReduction::at
 constexpr bool sm90_dq_in_tiles(Sm90DqReduction r) { return r != Sm90DqReduction::atomic; }
 
 // Varlen batches (cu_seqlens): the sm90 backward serves them (Sm90VarlenTraits kernels, one per
-// padded kernel; not verified on a GPU yet), or `sm80` sends them back to the sm80 backward
-// with a reason: the one value to change if the device tests fail.
+// padded kernel; CudaSm90Backward.Varlen* pass on the H200), or `sm80` sends them back to the
+// sm80 backward with a reason: the one value to change if the device tests fail.
 enum class Sm90BackwardVarlen { sm80, sm90 };
 constexpr Sm90BackwardVarlen kSm90BackwardVarlen = Sm90BackwardVarlen::sm90;
 
@@ -267,7 +269,7 @@ inline Sm90BackwardChoice choose_sm90_backward(const Sm90BackwardShape& s) {
                 sm90_backward_head_dims_text() + ")");
   }
   if (s.varlen && kSm90BackwardVarlen == Sm90BackwardVarlen::sm80) {
-    return sm80("varlen batches run the sm80 backward (kSm90BackwardVarlen: not verified on a GPU yet)");
+    return sm80("varlen batches run the sm80 backward (kSm90BackwardVarlen)");
   }
   if (!s.tma_describes) {
     return sm80("a q/k/v/dout layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)");

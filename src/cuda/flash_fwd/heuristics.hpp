@@ -199,8 +199,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_block_m = block_m;
   plan.sm90_stages = b.stages;
   // The narrow d = 64 tile has overlap kernels only (launch.cuh); the variable is still checked.
+  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m) || block_m == kSm90D64NarrowBlockM;
   const bool masked = s.window_left >= 0 || s.window_right >= 0;
-  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m, masked) || block_m == kSm90D64NarrowBlockM;
   plan.sm90_exp2_poly_every = sm90_exp2_poly_every(s.head_dim);  // a build switch (plan.hpp)
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);

@@ -146,8 +146,7 @@ inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1
 // Overlap keeps S, P and O live at once: it fits the 240 registers of a 2-consumer-warpgroup
 // tile (d = 128), not the 160 of a 3-warpgroup one (d = 64: ptxas spilled 68-160 bytes), so it
 // is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
-// loop there too, for A/B measurements (and =1 the overlap for d = 256 calls without a mask,
-// below).
+// loop there too, for A/B measurements.
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // d = 256 (O alone is 128 registers a thread): the overlap loop spilled 68-104 bytes until Q's
 // 16 descriptors were kept from being hoisted out of the key loop (consumer.cuh issue_qk's
@@ -155,25 +154,26 @@ constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // with 0 bytes of spills (nvcc 13.0, all 12 of the unit; FA3 runs d = 256 on 128 x 80 with the
 // overlap too). Measured on the H200 (2026-12-05, thirteenth session, two rounds beside cuDNN
 // in one job, bench/results/nvidia-h200-session13-2026-12-05): causal b4 h8 s4k 0.867x -> 0.912x
-// cuDNN, s8k 0.938x -> 1.067x, s16k 1.063x -> 1.195x, so it is the default for masked calls
-// (sm90_d256_overlap_by_default). The sweep has no d = 256 row without a mask, so those calls
-// keep the plain loop until mode d256 of cuda_bench has timed them (tools/dev/
-// gpu-sm90-defaults.sh). FASTATTN_CUDA_SM90_OVERLAP=0 / 1 selects the plain loop / the overlap.
+// cuDNN, s8k 0.938x -> 1.067x, s16k 1.063x -> 1.195x, so it became the default for masked
+// calls. Without a mask (2026-12-05, seventeenth session, cuda_bench mode d256, one job,
+// bench/results/nvidia-h200-session17-2026-12-05 call 1): b8 h8 s2k 0.897x -> 0.975x cuDNN, s4k
+// 0.915x -> 1.007x, s8k 0.857x -> 1.041x, s16k 0.823x -> 1.057x (causal s2k 0.829x -> 0.908x),
+// and its float64 tests passed, so it is d = 256's loop for every call.
+// FASTATTN_CUDA_SM90_OVERLAP=0 / 1 selects the plain loop / the overlap.
 // A/B builds may set FASTATTN_SM90_D64_OVERLAP=1 to compile the overlap loop for d = 64's
 // 192-row tile too (three consumer warpgroups at 160 registers; FA3's d = 64 shape and loop).
 #ifndef FASTATTN_SM90_D64_OVERLAP
 #define FASTATTN_SM90_D64_OVERLAP 0
 #endif
-constexpr bool sm90_d256_overlap_by_default(bool masked) { return masked; }
 constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
   const int m = sm90_forward_blocks(head_dim, 0, block_m).block_m;
   return (head_dim <= 128 && (m == 128 || (FASTATTN_SM90_D64_OVERLAP && head_dim <= 64 && m == 192))) ||
          head_dim == 256;
 }
-// masked: the call has a causal mask or a window (either side).
-inline bool sm90_overlap(std::int64_t head_dim, int block_m, bool masked) {
-  const bool by_default = head_dim != 256 || sm90_d256_overlap_by_default(masked);
-  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", by_default) && sm90_overlap_fits(head_dim, block_m);
+// The overlap loop wherever it is compiled (sm90_overlap_fits), unless
+// FASTATTN_CUDA_SM90_OVERLAP=0.
+inline bool sm90_overlap(std::int64_t head_dim, int block_m) {
+  return env_switch(EnvVar::cuda_sm90_overlap, "1", "0", true) && sm90_overlap_fits(head_dim, block_m);
 }
 
 // The d = 64 narrow tile for causal calls (kSm90D64NarrowBlockM), compiled beside the 192-row
