@@ -29,10 +29,6 @@ inline harness::CheckOptions forward_only() {
   return o;
 }
 
-// The sm90 kernel's head dims, from the plan itself (flash_fwd_sm90/plan.hpp) so the tests'
-// list cannot drift from it.
-inline bool sm90_dim(int d) { return cuda::sm90_has_head_dim(d); }
-
 class CudaSm90 : public GpuTest {
  protected:
   void SetUp() override {
@@ -40,9 +36,9 @@ class CudaSm90 : public GpuTest {
     if (IsSkipped()) return;
     const BuildInfo info = build_info();
     if (const std::string why = sm90_path_missing(info); !why.empty()) GTEST_SKIP() << why;
-    for (int d : info.cuda_head_dims) {
-      if (sm90_dim(d)) dims_.push_back(d);
-    }
+    // The sm90 kernel's head dims from the plan itself (flash_fwd_sm90/plan.hpp), so the tests'
+    // list cannot drift from it.
+    dims_ = built_head_dims(info, [](int d) { return cuda::sm90_has_head_dim(d); });
     if (dims_.empty()) GTEST_SKIP() << "no sm90 head dim in this build";
   }
   std::vector<int> dims_;

@@ -150,7 +150,7 @@ TEST_F(CudaSm90, UnservedCallsRunSm80WithAReason) {
     EXPECT_NE(r.forward_choice.reason.find(c.why), std::string::npos) << r.forward_choice.describe();
   }
   for (int d : build_info().cuda_head_dims) {
-    if (sm90_dim(d)) continue;
+    if (cuda::sm90_has_head_dim(d)) continue;
     const std::string text = "b=1 sq=100 sk=100 h=2 hkv=2 d=" + std::to_string(d) + " dtype=bf16 mask=causal";
     const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
     EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -40,16 +41,19 @@ inline std::string sm90_path_missing(const BuildInfo& info) {
          (info.cuda_device_paths.empty() ? std::string("no device") : info.cuda_device_paths.front());
 }
 
-// The built CUDA head dims (in the build's order) that are among `wanted`: a GPU fixture's
-// dims to test, empty when the build has none of them.
-inline std::vector<int> built_head_dims(const BuildInfo& info, std::initializer_list<int> wanted) {
+// The built CUDA head dims (in the build's order) that `wanted` accepts: a GPU fixture's dims
+// to test, empty when the build has none of them.
+template <class Wanted>
+std::vector<int> built_head_dims(const BuildInfo& info, Wanted&& wanted) {
   std::vector<int> dims;
   for (int d : info.cuda_head_dims) {
-    for (int w : wanted) {
-      if (d == w) dims.push_back(d);
-    }
+    if (wanted(d)) dims.push_back(d);
   }
   return dims;
+}
+// The same for a list of head dims.
+inline std::vector<int> built_head_dims(const BuildInfo& info, std::initializer_list<int> wanted) {
+  return built_head_dims(info, [wanted](int d) { return std::find(wanted.begin(), wanted.end(), d) != wanted.end(); });
 }
 
 // Expects `fn` to throw fastattn::Error with `code` and a message containing `needle`.
