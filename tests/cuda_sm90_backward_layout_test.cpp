@@ -345,9 +345,16 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
               tiles);
     EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, none, false).sm90_dq, tiles);
     EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, causal, false).sm90_dq, tiles);
+    // Deterministic calls at d = 64 / 128: bulk, whose writer warp waits for the turns (built
+    // with FASTATTN_SM90_BWD_DQ_WRITER, the default).
+    const int deterministic = cuda::kSm90BwdDqWriter ? bulk : tiles;
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_dq, deterministic);
+    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, none, true).sm90_dq, deterministic);
+    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, causal, true).sm90_dq, deterministic);
     for (int d : {96, 256}) {
       EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, none, false).sm90_dq, 0) << d;
       EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, causal, false).sm90_dq, 0) << d;
+      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, causal, true).sm90_dq, 0) << d;
     }
   }
   {

@@ -8,15 +8,17 @@
 //           tile-ordered accumulator below (a warp's adds of one n8 slice: 512 contiguous
 //           bytes).
 //   bulk    each MMA warpgroup stores its 64 x kDqN tile in its sdQ in accumulator order
-//           (layout.hpp: dq_tile_index; float4 stores, no bank conflict), and its thread 0 adds
-//           the whole tile with one cp.reduce.async.bulk to the tile's own contiguous block of
+//           (layout.hpp: dq_tile_index; float4 stores, no bank conflict), and the whole tile is
+//           added with one cp.reduce.async.bulk to the tile's own contiguous block of
 //           dq_accum[tile row][heads][warpgroup][128 x kDqN / 2] (layout.hpp: dq_first_tile_row;
-//           dq_convert.cuh converts it). FlashAttention-3's dQ path, without its writer warp:
-//           the add is one instruction, and its read of sdQ has a whole step to finish before
-//           the warpgroup stores the next tile there.
+//           dq_convert.cuh converts it). FlashAttention-3's dQ path. The add is issued by the
+//           dQ writer warp (run_dq_writer below; plan.hpp: kSm90BwdDqWriter, the default), or
+//           in builds without it by the warpgroup's thread 0, whose read of sdQ then has a
+//           whole step to finish before the warpgroup stores the next tile there.
 //
 // Deterministic mode (tile_scheduler.hpp): the adds of a (batch, head, query block) go in one
-// fixed key-block order. A semaphore per (batch, head, query block) counts finished adders; a
+// fixed key-block order (in bulk mode with the writer warp, the writer keeps the order below
+// and the MMA warpgroups never wait for a turn). A semaphore per (batch, head, query block) counts finished adders; a
 // key block waits until it counts every adder ranked before it (rank x adders per CTA: the two
 // MMA warpgroups), adds, then increments it with a release. Each element gets its adds in one
 // fixed order: bitwise repeatable.
@@ -42,8 +44,10 @@
 #include "cuda/flash_bwd/tile_ops.cuh"
 #include "cuda/flash_bwd_sm90/consumer.cuh"
 #include "cuda/flash_bwd_sm90/layout.hpp"
+#include "cuda/flash_bwd_sm90/producer.cuh"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 #include "cuda/sm90/bulk_reduce.cuh"
+#include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 
 #ifndef FASTATTN_SM90_BWD_LATE_RELEASE
@@ -185,12 +189,30 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
 
 // Bulk mode, run by every thread of MMA warpgroup wg. Rows past the sequence go too: the tile
 // is this query block's alone, and the convert kernel reads only rows inside the sequence.
+// With the dQ writer warp (kSm90BwdDqWriter) the warpgroup only stores its tile in sdQ[wg] and
+// hands it over (dq_full[wg]); the writer adds it, and in deterministic mode waits for the turn
+// and counts the adds (run_dq_writer below).
 template <class T, bool kDeterministic>
-__device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4], uint32_t s_dq,
+__device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4], const Sm90BwdSmem<T>& smem,
                                             const BackwardParams& p, const Sm90BackwardWork& w, const Sm90BwdStep& s,
                                             int wg, int t) {
   // sdQ[wg]: (64, kDqN) fp32 in accumulator order, kDqTileBytes
-  const uint32_t s_tile = s_dq + wg * T::kDqTileBytes;
+  const uint32_t s_tile = smem.dq() + wg * T::kDqTileBytes;
+  if constexpr (kSm90BwdDqWriter) {
+    // The writer's add of the previous step has read sdQ[wg] (phase s.index - 1 of dq_empty).
+    if (s.index > 0) sm90::mbarrier_wait(smem.dq_empty(wg), static_cast<uint32_t>((s.index - 1) & 1));
+#pragma unroll
+    for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: warpgroup 1's zero columns too
+      const uint32_t addr = s_tile + sm90_layout::dq_tile_index(t, nt, 0) * 4;
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc_dq[nt][0]), "f"(acc_dq[nt][1]),
+                   "f"(acc_dq[nt][2]), "f"(acc_dq[nt][3])
+                   : "memory");
+    }
+    sm90::fence_proxy_async_shared();  // the bulk copy reads sdQ in the async proxy
+    sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
+    if (t == 0) sm90::mbarrier_arrive(smem.dq_full(wg));
+    return;
+  }
   if (t == 0) {
     if constexpr (kDeterministic && kSm90DqLateRelease) {
       if (s.index > 0) {  // the previous step's add is performed (so it has read sdQ[wg]); count it
@@ -234,12 +256,12 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
 
 // After the last step (every thread of MMA warpgroup wg): bulk mode's copies are complete
 // before the CTA's shared memory goes; deterministic mode with late release counts the last
-// step's adds.
+// step's adds. With the dQ writer warp, the writer does both.
 template <Sm90DqReduction kDq, bool kDeterministic>
 __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
   constexpr bool kRelease = kDeterministic && kSm90DqLateRelease;
   if constexpr (kDq == Sm90DqReduction::bulk) {
-    if (t != 0) return;
+    if (kSm90BwdDqWriter || t != 0) return;
     sm90::bulk_wait_group<0>();
     if constexpr (kRelease) {
       if (steps > 0) {  // the last step's add is performed (waited for above)
@@ -253,6 +275,55 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
     sm90::fence_acq_rel_gpu();
     sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
     if (t == 0) sm90::add_release_gpu(pending_dq_semaphore(wg), 1);
+  }
+}
+
+// The dQ writer warp (bulk mode with kSm90BwdDqWriter; lane 0 of producer warp 1): per step,
+// both MMA warpgroups' tiles with one bulk reduce-add each, then sdQ back to them once the adds
+// have read it. Deterministic mode: before the adds it waits for the turn, after them it counts
+// them on the semaphore once they are performed (at the top of the next step or after the
+// last), so the MMA warpgroups never wait on a semaphore: their step continues as soon as their
+// tile is in sdQ, and they wait only if the writer still reads it a step later.
+// FlashAttention-3's backward has the same writer (hopper/epilogue_bwd.hpp and its dQ writer
+// warp); our semaphore protocol is the MMA warpgroups' one above, moved here.
+template <class T, bool kDeterministic>
+__device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const BackwardParams& p,
+                                              const Sm90BackwardWork& w) {
+  if (w.steps == 0) return;
+  int* pending = nullptr;  // deterministic: the semaphore whose adds are issued, not yet counted
+  auto count_pending = [&pending] {
+    sm90::bulk_wait_group<0>();  // the adds are performed, not only read from sdQ
+    sm90::fence_proxy_async_global();
+    sm90::fence_acq_rel_gpu();
+    sm90::add_release_gpu(pending, T::kMmaWarpgroups);  // one adder per MMA warpgroup's tile
+  };
+  Sm90StepCursor cursor = Sm90StepCursor::first(w);
+  for (int i = 0; i < w.steps; ++i) {
+    if constexpr (kDeterministic) {
+      if (i > 0) count_pending();
+      const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
+      wait_for_turn(turn);
+      pending = turn.semaphore;
+      sm90::fence_acq_rel_gpu();
+      sm90::fence_proxy_async_global();
+    }
+    const uint32_t parity = static_cast<uint32_t>(i & 1);
+#pragma unroll
+    for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
+      sm90::mbarrier_wait(smem.dq_full(wg), parity);
+      sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, cursor.head, cursor.m_block, wg), smem.dq() + wg * T::kDqTileBytes,
+                                T::kDqTileBytes);
+    }
+    sm90::bulk_commit_group();
+    sm90::bulk_wait_group_read<0>();
+#pragma unroll
+    for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) sm90::mbarrier_arrive(smem.dq_empty(wg));
+    cursor.advance(w);
+  }
+  if constexpr (kDeterministic) {
+    count_pending();
+  } else {
+    sm90::bulk_wait_group<0>();  // complete before the CTA exits
   }
 }
 

@@ -5,8 +5,9 @@
 // measured in docs/cuda.md "Hopper backward").
 //
 // Roles (kThreads = 384):
-//   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); warps 1-3
-//                    retire.
+//   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); in bulk dQ
+//                    mode with the dQ writer built (plan.hpp: kSm90BwdDqWriter), lane 0 of
+//                    warp 1 adds the dQ tiles (dq_writer.cuh: run_dq_writer); the rest retire.
 //   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each (d = 256: the same 64 keys, half
 //                    of dK/dV's columns each, traits.cuh); per step the GEMMs and gradients
 //                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
@@ -83,7 +84,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int t = static_cast<int>(threadIdx.x) % 128;
   if (warpgroup == 0) {
     sm90::warpgroup_release_registers<T::kProducerRegisters>();
-    if (t < 32) produce_backward<T>(smem, p, work(), &map_q, &map_k, &map_v, &map_do, t);
+    if (t < 32) {
+      produce_backward<T>(smem, p, work(), &map_q, &map_k, &map_v, &map_do, t);
+    } else if constexpr (kDq == Sm90DqReduction::bulk && kSm90BwdDqWriter) {
+      if (t == 32) {  // the work in its own shared-memory slot: 24 registers cannot hold it
+        new (work_slot_bytes(kDqWriterWorkSlot)) Sm90BackwardWork(work());
+        run_dq_writer<T, kDeterministic>(smem, p, work_slot(kDqWriterWorkSlot));
+      }
+    }
   } else {
     sm90::warpgroup_claim_registers<T::kMmaRegisters>();
     const int wg = warpgroup - 1;
@@ -166,7 +174,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
         const Sm90BackwardWork& w = step_work();
         if constexpr (kDq == Sm90DqReduction::bulk) {
-          add_dq_bulk<T, kDeterministic>(acc_dq, smem_step.dq(), p, w, s, wg, t_step);
+          add_dq_bulk<T, kDeterministic>(acc_dq, smem_step, p, w, s, wg, t_step);
         } else if constexpr (kDq == Sm90DqReduction::atomic_tiles) {
           add_dq_atomic_tiles<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
         } else {

@@ -129,8 +129,23 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // was derived on the build that recomputes the CTA's work each step; with the work in shared
 // memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda.md "Hopper backward").
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
-constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked) {
+// The dQ writer warp (FASTATTN_SM90_BWD_DQ_WRITER, default 1; 0 builds the old path for an
+// A/B): in bulk mode lane 0 of the producer warpgroup's warp 1 issues the bulk reduce-adds, so
+// the MMA warpgroups only store their tile in shared memory and go on; in deterministic mode
+// the writer also waits for the turn and counts the adds, which takes the semaphore's round
+// trips off the MMA warpgroups' steps (FlashAttention-3's dQ writer; dq_writer.cuh). With the
+// writer built, deterministic calls at d = 64 / 128 default to bulk. Measured on an H100 (2026-12-05,
+// eighteenth session, the two builds in one job, cuda_bench determinism's 4 shapes): the
+// deterministic backward's time 0.79-0.84x the old build's (0.449-0.631x -> 0.573-0.763x the
+// speed of the non-deterministic default); bulk dQ outside deterministic mode unchanged (issue
+// 16's 27 rows, geomean 0.994x).
+#ifndef FASTATTN_SM90_BWD_DQ_WRITER
+#define FASTATTN_SM90_BWD_DQ_WRITER 1
+#endif
+constexpr bool kSm90BwdDqWriter = FASTATTN_SM90_BWD_DQ_WRITER != 0;
+constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked, bool deterministic = false) {
   if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
+  if (deterministic && kSm90BwdDqWriter) return Sm90DqReduction::bulk;
   return head_dim == 128 && !masked ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
 }
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
@@ -306,7 +321,7 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
   const bool masked = mask.window_left >= 0 || mask.window_right >= 0;
-  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, masked));
+  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, masked, deterministic));
   if (dq == Sm90DqReduction::bulk && !sm90_backward_bulk_dq_fits(head_dim)) dq = Sm90DqReduction::atomic;
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
@@ -353,7 +368,9 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          " (wgmma: S^T and dP^T SS, P^T dO and dS^T Q RS), " +
          std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
          std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
-         (plan.sm90_dq == static_cast<int>(Sm90DqReduction::bulk)           ? "one TMA bulk reduce-add per warpgroup tile"
+         (plan.sm90_dq == static_cast<int>(Sm90DqReduction::bulk)
+              ? (kSm90BwdDqWriter ? "one TMA bulk reduce-add per warpgroup tile, issued by a dQ writer warp"
+                                  : "one TMA bulk reduce-add per warpgroup tile")
           : plan.sm90_dq == static_cast<int>(Sm90DqReduction::atomic_tiles) ? "red.global.add.v4 into accumulator-ordered tiles"
                                                                             : "red.global.add.v2 from registers") +
          (plan.sm90_warpgroup_split == 1 && sm90_dq_bulk_forced()

@@ -9,6 +9,8 @@
 //                 stores, which the arrival releases to the waiters' acquire)
 //   q_empty[s]    every MMA thread is done with stage s (kMmaThreads arrivals, after the dV/dK
 //                 GEMMs that read Q and dO, before the dQ output)
+//   dq_full[wg], dq_empty[wg]   the dQ writer warp's hand-offs with MMA warpgroup wg
+//                 (dq_writer.cuh; one arrival each; used only by kernels with the writer)
 // Use u = i / kStages of stage s = i % kStages is phase u of its barriers: the MMA threads wait
 // on q_full with parity u & 1; the producer, before refilling for use u >= 1, waits for
 // q_empty's phase u - 1.
@@ -20,6 +22,7 @@
 #include <cstdint>
 
 #include "cuda/flash_bwd/params.hpp"
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/tma.cuh"
@@ -41,6 +44,11 @@ struct Sm90BwdSmem {
   __device__ __forceinline__ uint32_t kv_full() const { return base + T::kOffsetBarriers; }
   __device__ __forceinline__ uint32_t q_full(int stage) const { return kv_full() + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t q_empty(int stage) const { return kv_full() + 8 * (1 + T::kStages + stage); }
+  // The dQ writer warp's hand-offs (dq_writer.cuh), one pair per MMA warpgroup.
+  __device__ __forceinline__ uint32_t dq_full(int wg) const { return kv_full() + 8 * (1 + 2 * T::kStages + wg); }
+  __device__ __forceinline__ uint32_t dq_empty(int wg) const {
+    return kv_full() + 8 * (1 + 2 * T::kStages + T::kMmaWarpgroups + wg);
+  }
 
   __device__ __forceinline__ void init_barriers() const {
     sm90::mbarrier_init(kv_full(), 1);
@@ -48,6 +56,13 @@ struct Sm90BwdSmem {
     for (int s = 0; s < T::kStages; ++s) {
       sm90::mbarrier_init(q_full(s), 32);
       sm90::mbarrier_init(q_empty(s), T::kMmaThreads);
+    }
+    if constexpr (kSm90BwdDqWriter) {
+#pragma unroll
+      for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
+        sm90::mbarrier_init(dq_full(wg), 1);
+        sm90::mbarrier_init(dq_empty(wg), 1);
+      }
     }
     sm90::fence_barrier_init();
   }

@@ -14,7 +14,7 @@
 //        d = 256, which adds dQ atomically)
 //   sLse[kStages], sD[kStages]: kBlockM floats each (lse * log2 e with -inf -> +inf, and D =
 //           rowsum(dO * O); rows past the sequence +inf and 0, so they give P = 0, dS = 0)
-//   barriers: kv_full, q_full[kStages], q_empty[kStages] (8 bytes each)
+//   barriers: kv_full, q_full[kStages], q_empty[kStages], dq_full[2], dq_empty[2] (8 bytes each)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -98,7 +98,8 @@ struct Sm90BackwardTraits {
   static_assert(kOffsetDS % 1024 == 0 && kOffsetQ % 1024 == 0 && kOffsetDO % 1024 == 0, "swizzle atoms");
   static_assert(kOffsetDQ % 128 == 0 && kDqTileBytes % 128 == 0, "bulk copies: 16-byte aligned tiles");
   static_assert(kOffsetBarriers % 8 == 0, "mbarrier alignment");
-  static_assert(kOffsetBarriers + 8 * (1 + 2 * kStages) + 1024 <= static_cast<uint32_t>(kSmemBytes), "smem map");
+  static_assert(kOffsetBarriers + 8 * (1 + 2 * kStages + 2 * kMmaWarpgroups) + 1024 <= static_cast<uint32_t>(kSmemBytes),
+                "smem map");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 opt-in shared memory per block");
 
   // Padded batches; Sm90VarlenTraits below marks the varlen kernels (their code is under

@@ -21,6 +21,7 @@
 
 #include <new>
 
+#include "cuda/flash_bwd_sm90/plan.hpp"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 
 // 1 (default): in shared memory at d = 64 and 128, the dims built that way on the GPU machine;
@@ -38,17 +39,20 @@ constexpr bool sm90_bwd_work_in_smem() {
          (FASTATTN_SM90_BWD_WORK_IN_SMEM == 1 && (T::kHeadDim == 64 || T::kHeadDim == 128));
 }
 
-// Work in shared memory: MMA warpgroup wg's slot (bytes: the struct has default member
-// initialisers, which a __shared__ variable cannot run). Its static shared memory, with the
-// deterministic kernels' semaphore slot (dq_writer.cuh), is padded to 1 KiB by the 1024-aligned
-// dynamic base.
-__device__ __forceinline__ void* work_slot_bytes(int wg) {
-  __shared__ alignas(16) unsigned char bytes[2 * sizeof(Sm90BackwardWork)];  // one per MMA warpgroup
-  return bytes + wg * sizeof(Sm90BackwardWork);
+// Work in shared memory: MMA warpgroup wg's slot, and slot kDqWriterWorkSlot for the dQ writer
+// warp (dq_writer.cuh: run_dq_writer, whose 24 registers cannot hold the work either; bytes: the
+// struct has default member initialisers, which a __shared__ variable cannot run). Its static
+// shared memory, with the deterministic kernels' semaphore slot (dq_writer.cuh), is padded to
+// 1 KiB by the 1024-aligned dynamic base.
+constexpr int kDqWriterWorkSlot = 2;
+__device__ __forceinline__ void* work_slot_bytes(int slot) {
+  // 2 MMA warpgroups, and the dQ writer where it is built
+  __shared__ alignas(16) unsigned char bytes[(kSm90BwdDqWriter ? 3 : 2) * sizeof(Sm90BackwardWork)];
+  return bytes + slot * sizeof(Sm90BackwardWork);
 }
-// The object thread 0 of the warpgroup created there (kernel.cuh).
-__device__ __forceinline__ const Sm90BackwardWork& work_slot(int wg) {
-  return *std::launder(static_cast<const Sm90BackwardWork*>(work_slot_bytes(wg)));
+// The object thread 0 of the warpgroup (or the writer) created there (kernel.cuh).
+__device__ __forceinline__ const Sm90BackwardWork& work_slot(int slot) {
+  return *std::launder(static_cast<const Sm90BackwardWork*>(work_slot_bytes(slot)));
 }
 
 }  // namespace fastattn::cuda

@@ -57,13 +57,16 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 // A/B builds may set FASTATTN_SM90_D64_EXP2_POLY=N (N > 0): the d = 64 kernels then compute the
 // exponentials of one n8 fragment of S in N (N = 8: 1/8 of them) on the FMA pipe
 // (cuda/common/exp2_poly.hpp), since at d = 64 the softmax's MUFU cycles equal the GEMMs'
-// tensor-core cycles. 0 (the default, until an A/B has timed it): MUFU for all of them.
+// tensor-core cycles. 0 (the default): MUFU for all of them. N = 8, timed on an H100
+// (2026-12-05, docs/cuda.md "The key loop's per-tile work"), gained nothing, its degree-3
+// polynomial moved the lse past the float64 tests' bound, and ncu put the MUFU at 31-41% of
+// its peak in the d = 64 kernel: not the limit.
 #ifndef FASTATTN_SM90_D64_EXP2_POLY
 #define FASTATTN_SM90_D64_EXP2_POLY 0
 #endif
 // The softmax's row max as a tree (flash_fwd/softmax.cuh: thread_row_max; the same values as
 // the chain, a shorter path to the exponentials). A/B builds may set FASTATTN_SM90_ROW_MAX_CHAIN=1
-// for the chain.
+// for the chain (timed on an H100, 2026-12-05: within the rounds' spread of the tree).
 #ifndef FASTATTN_SM90_ROW_MAX_CHAIN
 #define FASTATTN_SM90_ROW_MAX_CHAIN 0
 #endif
