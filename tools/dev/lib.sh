@@ -10,7 +10,8 @@
 #                        build/debs, load_deps_env, then the GPU's name, driver and clocks
 #   build_variant NAME FLAGS DIMS
 #                        one more sm90 build (gpu-sm90.sh's configuration, head dims DIMS) with
-#                        CMAKE_CUDA_FLAGS FLAGS (comma-separated) in build/sm90-NAME, targets
+#                        CMAKE_CUDA_FLAGS FLAGS (comma-separated; its -D flags also in
+#                        CMAKE_CXX_FLAGS) in build/sm90-NAME, targets
 #                        fastattn_gpu_tests and fastattn_cuda_bench, log $out/build-NAME.log;
 #                        prints ptxas warnings, C75xx lines and non-zero spills (BUILD_VARIANTS of
 #                        gpu-sm90-ab.sh and gpu-sm90-bwd.sh)
@@ -40,9 +41,13 @@ load_deps_env() {
 build_variant() {
   local bname=$1 bflags bdir=$root/build/sm90-$1
   bflags=$(tr ',' ' ' <<< "$2")
+  # The -D flags go to the C++ units too: some knobs are read by host code (the plan headers),
+  # and a C++ unit that saw the default would plan for kernels the build does not have.
+  local bdefs
+  bdefs=$(tr ' ' '\n' <<< "$bflags" | grep -E '^-D' | tr '\n' ' ')
   run "build_$bname" 240 bash -c "cmake -S . -B '$bdir' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTATTN_WERROR=ON \
       -DFASTATTN_CUDA=ON -DFASTATTN_CUDA_ARCHS=90 '-DFASTATTN_CUDA_HEAD_DIMS=$3' \
-      '-DCMAKE_CUDA_FLAGS=$bflags' > '$out/build-$bname.log' 2>&1 && \
+      '-DCMAKE_CUDA_FLAGS=$bflags' '-DCMAKE_CXX_FLAGS=$bdefs' > '$out/build-$bname.log' 2>&1 && \
       cmake --build '$bdir' -j 16 --target fastattn_gpu_tests fastattn_cuda_bench >> '$out/build-$bname.log' 2>&1"
   tail -1 "$out/build-$bname.log"
   grep -E "ptxas (warning|error)|C75(08|10|12|17|19)|spill" "$out/build-$bname.log" | grep -v " 0 bytes spill" | head -5

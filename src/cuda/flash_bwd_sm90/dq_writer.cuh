@@ -17,10 +17,11 @@
 //           whole step to finish before the warpgroup stores the next tile there.
 //
 // Deterministic mode (tile_scheduler.hpp): the adds of a (batch, head, query block) go in one
-// fixed key-block order (in bulk mode with the writer warp, the writer keeps the order below
-// and the MMA warpgroups never wait for a turn). A semaphore per (batch, head, query block) counts finished adders; a
+// fixed key-block order. A semaphore per (batch, head, query block) counts finished adders; a
 // key block waits until it counts every adder ranked before it (rank x adders per CTA: the two
-// MMA warpgroups), adds, then increments it with a release. Each element gets its adds in one
+// MMA warpgroups' tiles), adds, then counts its own with a release: each MMA warpgroup adds 1,
+// or, in bulk mode with the writer warp, the writer adds 2 for both tiles, and the MMA
+// warpgroups never wait for a turn (run_dq_writer below). Each element gets its adds in one
 // fixed order: bitwise repeatable.
 //
 // When the release goes (FASTATTN_SM90_BWD_LATE_RELEASE, a build knob for the A/B; default 1):
@@ -34,6 +35,8 @@
 //      (the first CTAs of a head in ascending order), it runs up to a step further behind.
 //   Measured on the H200 (2026-12-05, seventeenth session, the two builds in one job, the 4
 //   shapes of cuda_bench determinism): 0 took 1.071x the time of 1 (1.035-1.138x).
+//   The writer warp does not use the knob: it counts a step's adds as soon as they are
+//   performed, which is off the MMA warpgroups' path (run_dq_writer).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -40,9 +40,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                const __grid_constant__ CUtensorMap map_do) {
   static_assert(kDq != Sm90DqReduction::bulk || T::kBulkDqFits, "no shared memory for the bulk dQ tiles at this head dim");
-  // Deterministic kernels' static shared memory (dq_writer.cuh: pending_dq_semaphore) is padded
-  // to 1 KiB (the dynamic base is 1024-aligned), on top of the dynamic T::kSmemBytes.
-  static_assert(!kDeterministic || T::kSmemBytes + 1024 <= 227 * 1024, "deterministic: static + dynamic shared memory");
+  // The static shared memory of deterministic kernels (dq_writer.cuh: pending_dq_semaphore) and
+  // of kernels with the dQ writer (work_slot.cuh: its slot) is padded to 1 KiB (the dynamic
+  // base is 1024-aligned), on top of the dynamic T::kSmemBytes.
+  static_assert(!(kDeterministic || (kDq == Sm90DqReduction::bulk && kSm90BwdDqWriter)) ||
+                    T::kSmemBytes + 1024 <= 227 * 1024,
+                "static + dynamic shared memory");
   static_assert(T::kMmaWarpgroups == 2, "one shared-memory slot per MMA warpgroup: work_slot.cuh, dq_writer.cuh");
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];

@@ -109,9 +109,10 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 //                 (layout.hpp: dq_tile_index, dq_first_tile_row): a warp's adds of one n8
 //                 slice are 512 contiguous bytes, half the instructions of `atomic`.
 //   bulk          each MMA warpgroup stores its tile in shared memory in accumulator order and
-//                 one of its threads adds the whole tile to the same tile-ordered accumulator
-//                 with one cp.reduce.async.bulk (the TMA unit's reduce-add; FlashAttention-3's
-//                 dQ path). The first version added row by row into the [total_q][heads]
+//                 the whole tile is added to the same tile-ordered accumulator with one
+//                 cp.reduce.async.bulk (the TMA unit's reduce-add; FlashAttention-3's dQ path),
+//                 issued by the dQ writer warp (kSm90BwdDqWriter below, the default) or, in
+//                 builds without it, by one thread of the warpgroup. The first version added row by row into the [total_q][heads]
 //                 [head_dim] accumulator, 128 bulk copies of 128-256 bytes a step, and measured
 //                 0.70x the atomic dQ (docs/cuda.md).
 // The two tile-ordered modes have their own convert kernel (dq_convert.cuh). bulk needs shared
@@ -124,8 +125,9 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // a mask (s512-s16k, 0.834-0.915x against 0.793-0.868x) and atomic_tiles won or tied the
 // others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 and 256 were neither timed nor
 // tested on the GPU in the tile modes, so they keep atomic until they are. Deterministic calls
-// follow the same rule; their tile-mode kernels passed the bitwise tests, and were timed in the
-// seventeenth session (0.558-0.645x the default's speed; docs/cuda.md "Deterministic"). The rule
+// followed the same rule until the eighteenth session (timed in the seventeenth: 0.558-0.645x
+// the default's speed; docs/cuda.md "Deterministic"); with the dQ writer warp they take bulk at
+// d = 64 / 128 (below). The rule
 // was derived on the build that recomputes the CTA's work each step; with the work in shared
 // memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda.md "Hopper backward").
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
@@ -135,10 +137,14 @@ enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  //
 // the writer also waits for the turn and counts the adds, which takes the semaphore's round
 // trips off the MMA warpgroups' steps (FlashAttention-3's dQ writer; dq_writer.cuh). With the
 // writer built, deterministic calls at d = 64 / 128 default to bulk. Measured on an H100 (2026-12-05,
-// eighteenth session, the two builds in one job, cuda_bench determinism's 4 shapes): the
-// deterministic backward's time 0.79-0.84x the old build's (0.449-0.631x -> 0.573-0.763x the
-// speed of the non-deterministic default); bulk dQ outside deterministic mode unchanged (issue
-// 16's 27 rows, geomean 0.994x).
+// eighteenth session, the two builds in one job, twice, cuda_bench determinism's 4 shapes): the
+// deterministic backward's time 0.79-0.84x the old build's (0.449-0.631x -> 0.575-0.763x the
+// speed of the non-deterministic default in the first job; the old build ran 3 of the 4 shapes
+// in atomic_tiles mode, so that mixes the mode with the writer; at d = 128 without a mask, bulk
+// in both, 0.575x -> 0.687x); bulk dQ outside deterministic mode unchanged (issue 16's 27 rows,
+// geomean 0.994x).
+// The knob is read by host code too (plan_backward_sm90, describe_backward_sm90): an A/B build
+// sets it for the C++ and the CUDA units alike (tools/dev/lib.sh build_variant does).
 #ifndef FASTATTN_SM90_BWD_DQ_WRITER
 #define FASTATTN_SM90_BWD_DQ_WRITER 1
 #endif

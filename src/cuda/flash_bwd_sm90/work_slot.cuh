@@ -15,6 +15,8 @@
 // one job, issue 16's 27 rows, bench/results/nvidia-h200-session17-2026-12-05): in shared
 // memory the backward alone is faster by a geomean of 8.1% (atomic_tiles dQ) and 10.7% (bulk),
 // the deterministic kernels' time 0.89x; every CudaSm90Backward.* test of those dims passed.
+// The dQ writer warp (dq_writer.cuh: run_dq_writer) keeps its copy of the work in a slot of its
+// own here whatever this knob says: its 24 registers cannot hold it.
 #pragma once
 
 #include <cuda_runtime.h>
