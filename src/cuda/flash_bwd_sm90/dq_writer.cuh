@@ -314,8 +314,8 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
 #pragma unroll
     for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
       sm90::mbarrier_wait(smem.dq_full(wg), parity);
-      sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, cursor.head, cursor.m_block, wg), smem.dq() + wg * T::kDqTileBytes,
-                                T::kDqTileBytes);
+      sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, cursor.head, cursor.m_block, wg),
+                                smem.dq() + wg * T::kDqTileBytes, T::kDqTileBytes);
     }
     sm90::bulk_commit_group();
     sm90::bulk_wait_group_read<0>();

@@ -112,9 +112,9 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 //                 the whole tile is added to the same tile-ordered accumulator with one
 //                 cp.reduce.async.bulk (the TMA unit's reduce-add; FlashAttention-3's dQ path),
 //                 issued by the dQ writer warp (kSm90BwdDqWriter below, the default) or, in
-//                 builds without it, by one thread of the warpgroup. The first version added row by row into the [total_q][heads]
-//                 [head_dim] accumulator, 128 bulk copies of 128-256 bytes a step, and measured
-//                 0.70x the atomic dQ (docs/cuda.md).
+//                 builds without it, by one thread of the warpgroup. The first version added
+//                 row by row into the [total_q][heads][head_dim] accumulator, 128 bulk copies
+//                 of 128-256 bytes a step, and measured 0.70x the atomic dQ (docs/cuda.md).
 // The two tile-ordered modes have their own convert kernel (dq_convert.cuh). bulk needs shared
 // memory for the tiles (not at d = 256, which then adds with `atomic`).
 // FASTATTN_CUDA_SM90_BWD_DQ=atomic|atomic_tiles|bulk forces one; unset, sm90_dq_default below
