@@ -42,6 +42,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd/tile_ops.cuh"
@@ -289,24 +290,47 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // tile is in sdQ, and they wait only if the writer still reads it a step later.
 // FlashAttention-3's backward has the same writer (hopper/epilogue_bwd.hpp and its dQ writer
 // warp); our semaphore protocol is the MMA warpgroups' one above, moved here.
+//
+// When the writer counts step i's adds (FASTATTN_SM90_BWD_WRITER_LATE_COUNT, a build knob for
+// the A/B, default 0):
+//   0  at the top of step i + 1, before its turn: the writer waits until step i's adds are
+//      performed, then for the next turn, in sequence.
+//   1  after step i + 1's adds are issued (bulk_wait_group<1>: all but the newest group
+//      complete): the wait for step i's adds overlaps the wait for step i + 1's turn, and the
+//      next key block in step i's query-block order sees them that much later. No cycle: a
+//      CTA that holds step i's count waits only for key blocks ranked before it, which rank
+//      before it on every query block (ranks order key blocks the same way on each), so none
+//      of them waits for this count.
+//   Not yet run on a GPU.
+#ifndef FASTATTN_SM90_BWD_WRITER_LATE_COUNT
+#define FASTATTN_SM90_BWD_WRITER_LATE_COUNT 0
+#endif
+constexpr bool kSm90DqWriterLateCount = FASTATTN_SM90_BWD_WRITER_LATE_COUNT != 0;
+
 template <class T, bool kDeterministic>
 __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const BackwardParams& p,
                                               const Sm90BackwardWork& w) {
   if (w.steps == 0) return;
-  int* pending = nullptr;  // deterministic: the semaphore whose adds are issued, not yet counted
-  auto count_pending = [&pending] {
-    sm90::bulk_wait_group<0>();  // the adds are performed, not only read from sdQ
+  // Deterministic: the semaphore whose adds are issued and not yet counted (with the late count,
+  // of the previous step while the current one's are issued).
+  int* pending = nullptr;
+  // Counts a semaphore's adds once all but `still_pending` of the bulk groups are complete.
+  auto count = [](int* semaphore, auto still_pending) {
+    sm90::bulk_wait_group<decltype(still_pending)::value>();  // performed, not only read from sdQ
     sm90::fence_proxy_async_global();
     sm90::fence_acq_rel_gpu();
-    sm90::add_release_gpu(pending, T::kMmaWarpgroups);  // one adder per MMA warpgroup's tile
+    sm90::add_release_gpu(semaphore, T::kMmaWarpgroups);  // one adder per MMA warpgroup's tile
   };
+  using AllComplete = std::integral_constant<int, 0>;
+  using AllButNewest = std::integral_constant<int, 1>;
   Sm90StepCursor cursor = Sm90StepCursor::first(w);
   for (int i = 0; i < w.steps; ++i) {
+    int* current = nullptr;
     if constexpr (kDeterministic) {
-      if (i > 0) count_pending();
+      if (!kSm90DqWriterLateCount && i > 0) count(pending, AllComplete{});
       const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
       wait_for_turn(turn);
-      pending = turn.semaphore;
+      current = turn.semaphore;
       sm90::fence_acq_rel_gpu();
       sm90::fence_proxy_async_global();
     }
@@ -318,13 +342,17 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
                                 smem.dq() + wg * T::kDqTileBytes, T::kDqTileBytes);
     }
     sm90::bulk_commit_group();
+    if constexpr (kDeterministic && kSm90DqWriterLateCount) {
+      if (i > 0) count(pending, AllButNewest{});
+    }
+    pending = current;
     sm90::bulk_wait_group_read<0>();
 #pragma unroll
     for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) sm90::mbarrier_arrive(smem.dq_empty(wg));
     cursor.advance(w);
   }
   if constexpr (kDeterministic) {
-    count_pending();
+    count(pending, AllComplete{});
   } else {
     sm90::bulk_wait_group<0>();  // complete before the CTA exits
   }
