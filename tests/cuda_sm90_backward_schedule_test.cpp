@@ -2,8 +2,8 @@
 // tile_scheduler.hpp's tile orders, query-block ranges, full-tile ranges and deterministic ranks
 // against brute force over random masks, plan.hpp's orders; then a step-level model of the grid
 // (the kernel's tiles, walks and ranks, dq_writer.cuh's semaphore protocol with and without
-// late release) run with few and many resident CTAs, dispatched in launch order as the
-// hardware does.
+// late release, and the dQ writer warp's, counting at once and late) run with few and many
+// resident CTAs, dispatched in launch order as the hardware does.
 //   - No schedule deadlocks: whatever fits on the device, some resident CTA can always move.
 //   - Every (batch, head, query block) receives its dQ adds in one order: ranks 0, 1, 2, ...
 //     (the semaphore's count is exactly the rank when a CTA adds).
@@ -312,6 +312,102 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
   return out;
 }
 
+// The same grid with the dQ writer warp (dq_writer.cuh: run_dq_writer, bulk mode): a CTA's MMA
+// warpgroups and its writer move apart. Each round the MMA side runs the GEMMs of its next step;
+// it stores that step's dQ tile once the writer has issued the previous step's adds (sdQ is
+// free: dq_empty), and only then goes on to the next step's GEMMs. The writer issues stored
+// steps in order, each when its turn has come; it counts a step's adds at once (the default:
+// they are performed before its next turn, latency taken as 0) or, with the late count
+// (FASTATTN_SM90_BWD_WRITER_LATE_COUNT), after the next step's adds are issued (and the last
+// step's when the CTA ends). Within a round the stores and the issues are swept until none
+// moves.
+Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool late_count,
+                        std::optional<bool> shortest_first_ranks = std::nullopt) {
+  int max_len_k = 0;
+  for (int b = 0; b < s.batch; ++b) max_len_k = std::max(max_len_k, s.len_k[static_cast<std::size_t>(b)]);
+  const int n_blocks = (max_len_k + s.block_n - 1) / s.block_n;
+  const std::int64_t tiles = static_cast<std::int64_t>(n_blocks) * s.kv_heads * s.batch;
+  const bool shortest_first =
+      shortest_first_ranks.value_or(cuda::sm90_dq_shortest_first(true, static_cast<int>(order)));
+  struct Cta {
+    cuda::Sm90BackwardWork w;
+    int gemm_step = 0;       // the MMA side's next step
+    bool gemms_done = false;  // its GEMMs ran, its tile waits for sdQ
+    int issued = 0;          // the writer's steps issued
+    std::tuple<int, int, int> pending{-1, -1, -1};  // late count: issued, not yet counted
+  };
+  std::map<std::tuple<int, int, int>, int> count, adders;
+  auto key = [](const cuda::Sm90BackwardWork& w, int step) {
+    return std::make_tuple(w.batch, w.head(step), w.m_block(step));
+  };
+  Outcome out;
+  std::vector<Cta> running;
+  std::int64_t next = 0;
+  while (next < tiles || !running.empty()) {
+    while (static_cast<int>(running.size()) < resident && next < tiles) {
+      const int b = cuda::sm90_backward_tile(next, n_blocks, s.kv_heads, s.batch, static_cast<int>(order)).batch;
+      Cta c;
+      c.w = cuda::sm90_backward_work(next, n_blocks, s.kv_heads, s.batch, static_cast<int>(order), s.group,
+                                     s.len_q[static_cast<std::size_t>(b)], s.len_k[static_cast<std::size_t>(b)],
+                                     s.left, s.right, s.bottom_right, s.block_m, s.block_n, shortest_first);
+      out.steps += c.w.steps;
+      for (int i = 0; i < c.w.steps; ++i) ++adders[key(c.w, i)];
+      ++next;
+      if (c.w.steps > 0) running.push_back(c);
+    }
+    if (running.empty()) continue;
+    ++out.rounds;
+    bool moved = false;
+    for (Cta& c : running) {
+      if (c.gemms_done || c.gemm_step == c.w.steps) continue;
+      c.gemms_done = true;
+      moved = true;
+    }
+    for (bool swept = true; swept;) {
+      swept = false;
+      for (Cta& c : running) {
+        // The MMA side stores its tile once the writer has issued every earlier step.
+        if (c.gemms_done && c.issued >= c.gemm_step) {
+          c.gemms_done = false;
+          ++c.gemm_step;
+          swept = moved = true;
+        }
+        // The writer issues the next stored step when its turn has come.
+        if (c.issued < c.gemm_step) {
+          const auto k = key(c.w, c.issued);
+          const int rank = c.w.dq_rank(c.w.m_block(c.issued), s.block_m, s.block_n);
+          if (count[k] >= rank) {
+            if (count[k] != rank) out.out_of_order = true;
+            if (late_count) {
+              if (std::get<0>(c.pending) >= 0) ++count[c.pending];
+              c.pending = k;
+            } else {
+              ++count[k];
+            }
+            ++c.issued;
+            swept = moved = true;
+          }
+        }
+      }
+    }
+    for (const Cta& c : running) out.idle += c.gemms_done || c.issued < c.gemm_step ? 1 : 0;
+    for (auto it = running.begin(); it != running.end();) {
+      if (it->issued == it->w.steps) {
+        if (late_count) ++count[it->pending];
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!moved) {
+      out.deadlock = true;
+      return out;
+    }
+  }
+  for (const auto& [k, n] : adders) out.counts_wrong = out.counts_wrong || count[k] != n;
+  return out;
+}
+
 Shape square(int seqlen, int heads, std::int64_t right, int block_n = 128) {
   Shape s;
   s.batch = 1;
@@ -360,6 +456,12 @@ TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder
                                    << resident << " late " << late;
           EXPECT_FALSE(o.out_of_order) << "trial " << trial << " order " << static_cast<int>(order);
           EXPECT_FALSE(o.counts_wrong) << "trial " << trial << " order " << static_cast<int>(order);
+          // The dQ writer warp's protocol, counting at once and late.
+          const Outcome wr = simulate_writer(s, order, resident, late);
+          ASSERT_FALSE(wr.deadlock) << "writer: trial " << trial << " order " << static_cast<int>(order)
+                                    << " resident " << resident << " late count " << late;
+          EXPECT_FALSE(wr.out_of_order) << "writer: trial " << trial << " order " << static_cast<int>(order);
+          EXPECT_FALSE(wr.counts_wrong) << "writer: trial " << trial << " order " << static_cast<int>(order);
         }
       }
     }
@@ -375,6 +477,12 @@ TEST(CudaSm90BackwardSchedule, RanksAgainstTheLaunchOrderDeadlock) {
   EXPECT_TRUE(simulate(s, Sm90TileOrder::key_block_descending, 2, true, false).deadlock);
   EXPECT_FALSE(simulate(s, Sm90TileOrder::key_block_ascending, 2, true).deadlock);
   EXPECT_FALSE(simulate(s, Sm90TileOrder::key_block_descending, 2, true).deadlock);
+  for (const bool late : {false, true}) {
+    EXPECT_TRUE(simulate_writer(s, Sm90TileOrder::key_block_ascending, 2, late, true).deadlock) << late;
+    EXPECT_TRUE(simulate_writer(s, Sm90TileOrder::key_block_descending, 2, late, false).deadlock) << late;
+    EXPECT_FALSE(simulate_writer(s, Sm90TileOrder::key_block_ascending, 2, late).deadlock) << late;
+    EXPECT_FALSE(simulate_writer(s, Sm90TileOrder::key_block_descending, 2, late).deadlock) << late;
+  }
 }
 
 // One causal head with every CTA resident, late release: shortest first never waits (key block
