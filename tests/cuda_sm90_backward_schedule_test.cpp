@@ -222,6 +222,61 @@ struct Outcome {
   std::int64_t steps = 0;     // all CTAs' steps (the work)
 };
 
+// (batch, head, query block): a semaphore's key.
+using SemaphoreKey = std::tuple<int, int, int>;
+SemaphoreKey semaphore_key(const cuda::Sm90BackwardWork& w, int step) {
+  return std::make_tuple(w.batch, w.head(step), w.m_block(step));
+}
+
+// A call's grid in launch order, as the hardware dispatches it: the kernel's tiles and work
+// for the shape and order, `shortest_first_ranks` (the negative control) overriding the order's
+// own ranks. Both models below take their CTAs from it.
+class Grid {
+ public:
+  Grid(const Shape& s, Sm90TileOrder order, std::optional<bool> shortest_first_ranks)
+      : s_(s), order_(static_cast<int>(order)) {
+    int max_len_k = 0;
+    for (int b = 0; b < s.batch; ++b) max_len_k = std::max(max_len_k, s.len_k[static_cast<std::size_t>(b)]);
+    n_blocks_ = (max_len_k + s.block_n - 1) / s.block_n;
+    tiles_ = static_cast<std::int64_t>(n_blocks_) * s.kv_heads * s.batch;
+    shortest_first_ = shortest_first_ranks.value_or(cuda::sm90_dq_shortest_first(true, order_));
+  }
+  bool launched_all() const { return next_ >= tiles_; }
+  // Launches CTAs in order until `resident` run (those without steps end at once), adding
+  // their steps to out.steps and to `adders` (the CTAs with a step on each semaphore).
+  template <class Cta>
+  void fill(std::vector<Cta>& running, int resident, Outcome& out, std::map<SemaphoreKey, int>& adders) {
+    while (static_cast<int>(running.size()) < resident && next_ < tiles_) {
+      const int b = cuda::sm90_backward_tile(next_, n_blocks_, s_.kv_heads, s_.batch, order_).batch;
+      Cta c;
+      c.w = cuda::sm90_backward_work(next_, n_blocks_, s_.kv_heads, s_.batch, order_, s_.group,
+                                     s_.len_q[static_cast<std::size_t>(b)], s_.len_k[static_cast<std::size_t>(b)],
+                                     s_.left, s_.right, s_.bottom_right, s_.block_m, s_.block_n, shortest_first_);
+      out.steps += c.w.steps;
+      for (int i = 0; i < c.w.steps; ++i) ++adders[semaphore_key(c.w, i)];
+      ++next_;
+      if (c.w.steps > 0) running.push_back(c);
+    }
+  }
+
+ private:
+  const Shape& s_;
+  int order_;
+  int n_blocks_ = 0;
+  std::int64_t tiles_ = 0;
+  bool shortest_first_ = false;
+  std::int64_t next_ = 0;
+};
+
+// Whether every semaphore ended at its query block's adders.
+bool counts_wrong(const std::map<SemaphoreKey, int>& count, const std::map<SemaphoreKey, int>& adders) {
+  for (const auto& [k, n] : adders) {
+    const auto it = count.find(k);
+    if ((it == count.end() ? 0 : it->second) != n) return true;
+  }
+  return false;
+}
+
 // One round is one step's GEMMs. Every resident CTA that is not waiting runs the GEMMs of its
 // next step and (late release) counts the previous step's adds; then the CTAs at a dQ output add
 // where their turn has come (count == rank), or wait. Without late release an add is counted at
@@ -231,39 +286,19 @@ struct Outcome {
 // `ranks` other than the order's own are the negative control: they must deadlock.
 Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_release,
                  std::optional<bool> shortest_first_ranks = std::nullopt) {
-  int max_len_k = 0;
-  for (int b = 0; b < s.batch; ++b) max_len_k = std::max(max_len_k, s.len_k[static_cast<std::size_t>(b)]);
-  const int n_blocks = (max_len_k + s.block_n - 1) / s.block_n;
-  const std::int64_t tiles = static_cast<std::int64_t>(n_blocks) * s.kv_heads * s.batch;
-  const bool shortest_first =
-      shortest_first_ranks.value_or(cuda::sm90_dq_shortest_first(true, static_cast<int>(order)));
-
   struct Cta {
     cuda::Sm90BackwardWork w;
     int step = 0;                // next step whose GEMMs run
     bool at_output = false;      // its GEMMs ran; the dQ output waits for the turn
-    std::tuple<int, int, int> pending{-1, -1, -1};  // late release: the adds not yet counted
+    SemaphoreKey pending{-1, -1, -1};  // late release: the adds not yet counted
   };
-  std::map<std::tuple<int, int, int>, int> count;  // (batch, head, query block) -> adders counted
-  std::map<std::tuple<int, int, int>, int> adders;  // -> the CTAs with a step on it
-  auto key = [](const cuda::Sm90BackwardWork& w, int step) {
-    return std::make_tuple(w.batch, w.head(step), w.m_block(step));
-  };
+  std::map<SemaphoreKey, int> count;   // adders counted
+  std::map<SemaphoreKey, int> adders;  // the CTAs with a step on it
+  Grid grid(s, order, shortest_first_ranks);
   Outcome out;
   std::vector<Cta> running;
-  std::int64_t next = 0;
-  while (next < tiles || !running.empty()) {
-    while (static_cast<int>(running.size()) < resident && next < tiles) {
-      const int b = cuda::sm90_backward_tile(next, n_blocks, s.kv_heads, s.batch, static_cast<int>(order)).batch;
-      Cta c;
-      c.w = cuda::sm90_backward_work(next, n_blocks, s.kv_heads, s.batch, static_cast<int>(order), s.group,
-                                     s.len_q[static_cast<std::size_t>(b)], s.len_k[static_cast<std::size_t>(b)],
-                                     s.left, s.right, s.bottom_right, s.block_m, s.block_n, shortest_first);
-      out.steps += c.w.steps;
-      for (int i = 0; i < c.w.steps; ++i) ++adders[std::make_tuple(c.w.batch, c.w.head(i), c.w.m_block(i))];
-      ++next;
-      if (c.w.steps > 0) running.push_back(c);
-    }
+  while (!grid.launched_all() || !running.empty()) {
+    grid.fill(running, resident, out, adders);
     if (running.empty()) continue;
     ++out.rounds;
     bool moved = false;
@@ -279,7 +314,7 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
       for (std::size_t r = 0; r < running.size(); ++r) {
         Cta& c = running[r];
         if (!c.at_output || added[r]) continue;
-        const auto k = key(c.w, c.step);
+        const SemaphoreKey k = semaphore_key(c.w, c.step);
         const int rank = c.w.dq_rank(c.w.m_block(c.step), s.block_m, s.block_n);
         if (count[k] < rank) continue;
         if (count[k] != rank) out.out_of_order = true;
@@ -308,7 +343,7 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
       return out;
     }
   }
-  for (const auto& [k, n] : adders) out.counts_wrong = out.counts_wrong || count[k] != n;
+  out.counts_wrong = counts_wrong(count, adders);
   return out;
 }
 
@@ -323,38 +358,19 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
 // moves.
 Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool late_count,
                         std::optional<bool> shortest_first_ranks = std::nullopt) {
-  int max_len_k = 0;
-  for (int b = 0; b < s.batch; ++b) max_len_k = std::max(max_len_k, s.len_k[static_cast<std::size_t>(b)]);
-  const int n_blocks = (max_len_k + s.block_n - 1) / s.block_n;
-  const std::int64_t tiles = static_cast<std::int64_t>(n_blocks) * s.kv_heads * s.batch;
-  const bool shortest_first =
-      shortest_first_ranks.value_or(cuda::sm90_dq_shortest_first(true, static_cast<int>(order)));
   struct Cta {
     cuda::Sm90BackwardWork w;
     int gemm_step = 0;       // the MMA side's next step
     bool gemms_done = false;  // its GEMMs ran, its tile waits for sdQ
     int issued = 0;          // the writer's steps issued
-    std::tuple<int, int, int> pending{-1, -1, -1};  // late count: issued, not yet counted
+    SemaphoreKey pending{-1, -1, -1};  // late count: issued, not yet counted
   };
-  std::map<std::tuple<int, int, int>, int> count, adders;
-  auto key = [](const cuda::Sm90BackwardWork& w, int step) {
-    return std::make_tuple(w.batch, w.head(step), w.m_block(step));
-  };
+  std::map<SemaphoreKey, int> count, adders;
+  Grid grid(s, order, shortest_first_ranks);
   Outcome out;
   std::vector<Cta> running;
-  std::int64_t next = 0;
-  while (next < tiles || !running.empty()) {
-    while (static_cast<int>(running.size()) < resident && next < tiles) {
-      const int b = cuda::sm90_backward_tile(next, n_blocks, s.kv_heads, s.batch, static_cast<int>(order)).batch;
-      Cta c;
-      c.w = cuda::sm90_backward_work(next, n_blocks, s.kv_heads, s.batch, static_cast<int>(order), s.group,
-                                     s.len_q[static_cast<std::size_t>(b)], s.len_k[static_cast<std::size_t>(b)],
-                                     s.left, s.right, s.bottom_right, s.block_m, s.block_n, shortest_first);
-      out.steps += c.w.steps;
-      for (int i = 0; i < c.w.steps; ++i) ++adders[key(c.w, i)];
-      ++next;
-      if (c.w.steps > 0) running.push_back(c);
-    }
+  while (!grid.launched_all() || !running.empty()) {
+    grid.fill(running, resident, out, adders);
     if (running.empty()) continue;
     ++out.rounds;
     bool moved = false;
@@ -374,7 +390,7 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
         }
         // The writer issues the next stored step when its turn has come.
         if (c.issued < c.gemm_step) {
-          const auto k = key(c.w, c.issued);
+          const SemaphoreKey k = semaphore_key(c.w, c.issued);
           const int rank = c.w.dq_rank(c.w.m_block(c.issued), s.block_m, s.block_n);
           if (count[k] >= rank) {
             if (count[k] != rank) out.out_of_order = true;
@@ -404,7 +420,7 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
       return out;
     }
   }
-  for (const auto& [k, n] : adders) out.counts_wrong = out.counts_wrong || count[k] != n;
+  out.counts_wrong = counts_wrong(count, adders);
   return out;
 }
 

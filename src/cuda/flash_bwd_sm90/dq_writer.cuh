@@ -42,7 +42,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/flash_bwd/params.hpp"
 #include "cuda/flash_bwd/tile_ops.cuh"
@@ -191,6 +190,34 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
   if constexpr (kDeterministic) end_ordered_adds(turn, wg, t);
 }
 
+// The dQ writer warp, deterministic: counts `adders` on the semaphore once all but kStillPending
+// of this thread's bulk groups are performed (not only read from sdQ), then releases them to the
+// next key block's acquire (generic and async proxies both ordered before the release). The
+// MMA warpgroups' bulk path (builds without the writer) keeps its own copy of these four lines,
+// so that build's SASS stays the one measured (moved into this function, ptxas reorders the
+// load of pending_dq_semaphore).
+template <int kStillPending>
+__device__ __forceinline__ void count_bulk_adds(int* semaphore, int adders) {
+  sm90::bulk_wait_group<kStillPending>();
+  sm90::fence_proxy_async_global();
+  sm90::fence_acq_rel_gpu();
+  sm90::add_release_gpu(semaphore, adders);
+}
+
+// Bulk mode: a thread's part of its warpgroup's dQ tile into sdQ[wg] (s_tile) in accumulator
+// order (float4 stores, no bank conflict), fenced for the bulk copy that reads it.
+template <class T>
+__device__ __forceinline__ void store_dq_tile(const float (&acc_dq)[T::kDqN / 8][4], uint32_t s_tile, int t) {
+#pragma unroll
+  for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: warpgroup 1's zero columns too
+    const uint32_t addr = s_tile + sm90_layout::dq_tile_index(t, nt, 0) * 4;
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc_dq[nt][0]), "f"(acc_dq[nt][1]),
+                 "f"(acc_dq[nt][2]), "f"(acc_dq[nt][3])
+                 : "memory");
+  }
+  sm90::fence_proxy_async_shared();  // the bulk copy reads sdQ in the async proxy
+}
+
 // Bulk mode, run by every thread of MMA warpgroup wg. Rows past the sequence go too: the tile
 // is this query block's alone, and the convert kernel reads only rows inside the sequence.
 // With the dQ writer warp (kSm90BwdDqWriter) the warpgroup only stores its tile in sdQ[wg] and
@@ -205,14 +232,7 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
   if constexpr (kSm90BwdDqWriter) {
     // The writer's add of the previous step has read sdQ[wg] (phase s.index - 1 of dq_empty).
     if (s.index > 0) sm90::mbarrier_wait(smem.dq_empty(wg), static_cast<uint32_t>((s.index - 1) & 1));
-#pragma unroll
-    for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: warpgroup 1's zero columns too
-      const uint32_t addr = s_tile + sm90_layout::dq_tile_index(t, nt, 0) * 4;
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc_dq[nt][0]), "f"(acc_dq[nt][1]),
-                   "f"(acc_dq[nt][2]), "f"(acc_dq[nt][3])
-                   : "memory");
-    }
-    sm90::fence_proxy_async_shared();  // the bulk copy reads sdQ in the async proxy
+    store_dq_tile<T>(acc_dq, s_tile, t);
     sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
     if (t == 0) sm90::mbarrier_arrive(smem.dq_full(wg));
     return;
@@ -230,14 +250,7 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
     }
   }
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-#pragma unroll
-  for (int nt = 0; nt < T::kDqN / 8; ++nt) {  // d = 96: warpgroup 1's zero columns too
-    const uint32_t addr = s_tile + sm90_layout::dq_tile_index(t, nt, 0) * 4;
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(acc_dq[nt][0]), "f"(acc_dq[nt][1]),
-                 "f"(acc_dq[nt][2]), "f"(acc_dq[nt][3])
-                 : "memory");
-  }
-  sm90::fence_proxy_async_shared();  // the bulk copy reads sdQ in the async proxy
+  store_dq_tile<T>(acc_dq, s_tile, t);
   sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
   if (t != 0) return;
   Sm90DqTurn turn{};
@@ -314,20 +327,12 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
   // Deterministic: the semaphore whose adds are issued and not yet counted (with the late count,
   // of the previous step while the current one's are issued).
   int* pending = nullptr;
-  // Counts a semaphore's adds once all but `still_pending` of the bulk groups are complete.
-  auto count = [](int* semaphore, auto still_pending) {
-    sm90::bulk_wait_group<decltype(still_pending)::value>();  // performed, not only read from sdQ
-    sm90::fence_proxy_async_global();
-    sm90::fence_acq_rel_gpu();
-    sm90::add_release_gpu(semaphore, T::kMmaWarpgroups);  // one adder per MMA warpgroup's tile
-  };
-  using AllComplete = std::integral_constant<int, 0>;
-  using AllButNewest = std::integral_constant<int, 1>;
+  constexpr int kAdders = T::kMmaWarpgroups;  // one adder per MMA warpgroup's tile
   Sm90StepCursor cursor = Sm90StepCursor::first(w);
   for (int i = 0; i < w.steps; ++i) {
     int* current = nullptr;
     if constexpr (kDeterministic) {
-      if (!kSm90DqWriterLateCount && i > 0) count(pending, AllComplete{});
+      if (!kSm90DqWriterLateCount && i > 0) count_bulk_adds<0>(pending, kAdders);
       const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
       wait_for_turn(turn);
       current = turn.semaphore;
@@ -343,7 +348,7 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
     }
     sm90::bulk_commit_group();
     if constexpr (kDeterministic && kSm90DqWriterLateCount) {
-      if (i > 0) count(pending, AllButNewest{});
+      if (i > 0) count_bulk_adds<1>(pending, kAdders);  // all but step i's group
     }
     pending = current;
     sm90::bulk_wait_group_read<0>();
@@ -352,7 +357,7 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
     cursor.advance(w);
   }
   if constexpr (kDeterministic) {
-    count(pending, AllComplete{});
+    count_bulk_adds<0>(pending, kAdders);
   } else {
     sm90::bulk_wait_group<0>();  // complete before the CTA exits
   }
