@@ -42,21 +42,23 @@ struct OnlineSoftmax {
   // exponential of the tile waits for it (in the sm90 d = 64 kernel's SASS the chain was 17
   // FMNMX deep before the first MUFU). max is exact, so both give the same value; the other
   // kernels keep the chain (the tree moved ptxas's spills of the sm80 KV-cache kernels).
-  template <bool kTree, int kMTiles>
-  __device__ __forceinline__ static float thread_row_max(const float (&s)[kMTiles][kNTiles][4], int mt, int half) {
+  // kN: the fragments of this tile (kNTiles, or fewer where a tile's right part is known to be
+  // masked for every row: update() below).
+  template <bool kTree, int kMTiles, int kN>
+  __device__ __forceinline__ static float thread_row_max(const float (&s)[kMTiles][kN][4], int mt, int half) {
     if constexpr (!kTree) {
       float m = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      for (int nt = 0; nt < kN; ++nt) m = fmaxf(m, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       return m;
     } else {
-      float v[kNTiles];
+      float v[kN];
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) v[nt] = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
+      for (int nt = 0; nt < kN; ++nt) v[nt] = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
 #pragma unroll
-      for (int stride = 1; stride < kNTiles; stride *= 2) {
+      for (int stride = 1; stride < kN; stride *= 2) {
 #pragma unroll
-        for (int nt = 0; nt + stride < kNTiles; nt += 2 * stride) v[nt] = fmaxf(v[nt], v[nt + stride]);
+        for (int nt = 0; nt + stride < kN; nt += 2 * stride) v[nt] = fmaxf(v[nt], v[nt + stride]);
       }
       return v[0];
     }
@@ -77,10 +79,13 @@ struct OnlineSoftmax {
   // domain score is s * exp_scale (exp_scale > 0). Turns s into P = exp2(s * exp_scale - max)
   // in place, one FFMA and one MUFU per score (kPolyEvery: exp2_of_fragment), and returns per
   // row the factor the O accumulator must be rescaled by (exp2(old_max - new_max)). row_max is
-  // kept in the log2 domain. kTreeMax: thread_row_max.
-  template <int kMTiles, bool kTreeMax = false, int kPolyEvery = 0, int kPolyDegree = 3>
-  __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&rescale)[kRows],
-                                         float exp_scale) {
+  // kept in the log2 domain. kTreeMax: thread_row_max. kN (deduced from s): the tile's first kN
+  // fragments, where the others are masked for every row and so would add exp2(-inf) = 0 to the
+  // sums and nothing to the max (the sm90 forward's left half of a diagonal tile): the same
+  // row_max and row_sum as a call on the whole tile.
+  template <int kMTiles, bool kTreeMax = false, int kPolyEvery = 0, int kPolyDegree = 3, int kN = kNTiles>
+  __device__ __forceinline__ void update(float (&s)[kMTiles][kN][4], float (&rescale)[kRows], float exp_scale) {
+    static_assert(kN <= kNTiles, "at most the tile's fragments");
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -96,7 +101,7 @@ struct OnlineSoftmax {
         row_max[r] = m;
         float sum = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
+        for (int nt = 0; nt < kN; ++nt) {
           s[mt][nt][2 * half] = exp2_of_fragment<kPolyEvery, kPolyDegree>(nt, fmaf(s[mt][nt][2 * half], exp_scale, -base));
           s[mt][nt][2 * half + 1] =
               exp2_of_fragment<kPolyEvery, kPolyDegree>(nt, fmaf(s[mt][nt][2 * half + 1], exp_scale, -base));

@@ -44,9 +44,10 @@ struct Sm90ConsumerState {
 
 // Issues acc_s = Q_wg K^T (no wait): the warpgroup's 64 rows of Q (rows 64 * wg of sQ) against
 // the stage's keys, head_dim / 16 wgmma in one commit group (d = 96: the zero padding of the
-// 128-column tiles is skipped). kOverlap: called from the overlap loop.
-template <class T, bool kOverlap>
-__device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_t sQ, uint32_t sK, int wg) {
+// 128-column tiles is skipped). kOverlap: called from the overlap loop. kN: the first kN keys of
+// the tile (kBlockN, or its left half: LeftHalfTile below).
+template <class T, bool kOverlap, int kN = T::kBlockN>
+__device__ __forceinline__ void issue_qk(float (&acc_s)[kN / 8][4], uint32_t sQ, uint32_t sK, int wg) {
   using E = typename T::Element;
   if constexpr (T::kConsumerWarpgroups == 3 || (T::kHeadDimTile == 256 && kOverlap)) {
     // Three consumer warpgroups have 160 registers a thread: through an opaque move, Q's
@@ -65,22 +66,27 @@ __device__ __forceinline__ void issue_qk(float (&acc_s)[T::kNTilesS][4], uint32_
     const int panel = kk / 4, chunk = kk % 4;  // 4 k16 steps per 128-byte row
     const uint64_t desc_q = sm90::descriptor_advance(desc_q0, panel * T::kPanelBytesQ + chunk * 32);
     const uint64_t desc_k = sm90::descriptor_advance(desc_k0, panel * T::kPanelBytesKV + chunk * 32);
-    sm90::mma_ss<T::kBlockN, E>(acc_s, desc_q, desc_k, kk > 0 ? 1 : 0);
+    sm90::mma_ss<kN, E>(acc_s, desc_q, desc_k, kk > 0 ? 1 : 0);
   }
   sm90::warpgroup_commit();
 }
 
 // P (the softmax's output, f32 in the S layout) as 16-bit A fragments: two n8 fragments of S
-// are one k16 A fragment.
-template <class T>
-__device__ __forceinline__ void pack_p(uint32_t (&a)[T::kBlockN / 16][4], const float (&p)[T::kNTilesS][4]) {
+// are one k16 A fragment. kN < kNTilesS: P of the tile's first kN fragments, the rest 0 (the
+// left half of a tile: softmax_left_half).
+template <class T, int kN = T::kNTilesS>
+__device__ __forceinline__ void pack_p(uint32_t (&a)[T::kBlockN / 16][4], const float (&p)[kN][4]) {
   using E = typename T::Element;
 #pragma unroll
   for (int kp = 0; kp < T::kBlockN / 16; ++kp) {
-    a[kp][0] = sm80::pack2<E>(p[2 * kp][0], p[2 * kp][1]);
-    a[kp][1] = sm80::pack2<E>(p[2 * kp][2], p[2 * kp][3]);
-    a[kp][2] = sm80::pack2<E>(p[2 * kp + 1][0], p[2 * kp + 1][1]);
-    a[kp][3] = sm80::pack2<E>(p[2 * kp + 1][2], p[2 * kp + 1][3]);
+    if (2 * kp < kN) {
+      a[kp][0] = sm80::pack2<E>(p[2 * kp][0], p[2 * kp][1]);
+      a[kp][1] = sm80::pack2<E>(p[2 * kp][2], p[2 * kp][3]);
+      a[kp][2] = sm80::pack2<E>(p[2 * kp + 1][0], p[2 * kp + 1][1]);
+      a[kp][3] = sm80::pack2<E>(p[2 * kp + 1][2], p[2 * kp + 1][3]);
+    } else {
+      a[kp][0] = a[kp][1] = a[kp][2] = a[kp][3] = 0u;
+    }
   }
 }
 
@@ -169,6 +175,34 @@ __device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&a
   return __any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f);
 }
 
+// The left half of a key tile (kSm90LeftHalfFirstTile, plan.hpp): the keys [k0, k0 + kBlockN
+// / 2), the first kNTilesS / 2 n8 fragments of S. K-major rows are keys, so its Q K^T is the
+// same descriptors with n64 (issue_qk<T, kOverlap, kBlockN / 2>), into an accumulator of its
+// own: the two issues then write disjoint arrays and no register is merged between them (into
+// the whole tile's first half, ptxas injected warpgroup.arrive before both, C7519).
+template <class T>
+struct LeftHalfTile {
+  using Arch = typename T::WarpTile::Arch;
+  static constexpr int kMTiles = 1;
+  static constexpr int kNTilesS = T::kNTilesS / 2;
+};
+
+// Key tile n's left half (the first tile visited: O is 0 and nothing to rescale) when this
+// warpgroup's rows see none of its right half: the mask and the online softmax of the left
+// half (the same row max and sum as over the whole tile, whose right half adds exp2(-inf) =
+// 0), then P with the right half 0, so P V runs on the same P as for the whole tile.
+template <class T, bool kSoftcap>
+__device__ __forceinline__ void softmax_left_half(Sm90ConsumerState<T>& st, float (&acc_left)[1][T::kNTilesS / 2][4],
+                                                  uint32_t (&a)[T::kBlockN / 16][4], const ForwardParams& p,
+                                                  const Sm90TileWork& w, const Sm90TileMask& m, int n, int lane) {
+  float rescale[2];
+  scale_and_mask<LeftHalfTile<T>, kSoftcap, true>(acc_left, p, true, m.q_row0, n * T::kBlockN, w.len_k, m.diagonal,
+                                                  m.window_left, m.window_right, lane);
+  st.softmax.template update<1, kSm90TreeRowMax, T::kExp2PolyEvery, T::kExp2PolyDegree>(acc_left, rescale,
+                                                                                         m.exp_scale);
+  pack_p<T, T::kNTilesS / 2>(a, acc_left[0]);
+}
+
 template <class T>
 __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float (&rescale)[2]) {
 #pragma unroll
@@ -248,17 +282,51 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
+    // kSm90LeftHalfFirstTile: this warpgroup's rows see no key of tile 0's right half (a
+    // causal diagonal, or the sequence's end, left of it). Uniform over the warpgroup; broadcast
+    // from lane 0 so that ptxas knows the wgmma below are not in a divergent path (else it
+    // serialised them, C7520; CUTLASS's canonical_warp_group_idx does the same).
+    constexpr bool kLeftHalf = kSm90LeftHalfFirstTile && T::kBlockN == 128;
+    bool left_half = false;
+    if constexpr (kLeftHalf) {
+      left_half = __shfl_sync(0xffffffffu,
+                              w.mask.key_end(static_cast<int64_t>(w.q0) + wg * 64 + 64) <= key0(0) + T::kBlockN / 2, 0);
+    }
+    // S of tile 0's left half (left_half). Defined before the fence: its registers, read by the
+    // first wgmma (accumulate = 0 ignores them), left undefined got a definition between the
+    // fence and the wgmma (C7515, C7519).
+    float acc_left[1][kLeftHalf ? T::kNTilesS / 2 : 1][4];
+    if constexpr (kLeftHalf) {
+      clear_accumulator(acc_left);
+      sm90::fence_registers(acc_left[0]);
+    }
     sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
     if constexpr (kWgOrder) wg_order_wait_turn(wg);
-    sm90::warpgroup_fence();
-    issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage_of(0)), wg);
-    if constexpr (kWgOrder) wg_order_pass_turn(wg);
-    sm90::warpgroup_wait<0>();
-    sm90::fence_registers(acc_s[0]);
+    // Each branch a whole wgmma stage (fence, issue, wait): ptxas does not follow one across
+    // the branches' merge (it injected warpgroup.arrive, C7519).
+    if (left_half) {
+      if constexpr (kLeftHalf) {
+        sm90::warpgroup_fence();
+        issue_qk<T, kOverlap, T::kBlockN / 2>(acc_left[0], smem.q(), smem.k(stage_of(0)), wg);
+        if constexpr (kWgOrder) wg_order_pass_turn(wg);
+        sm90::warpgroup_wait<0>();
+        sm90::fence_registers(acc_left[0]);
+      }
+    } else {
+      sm90::warpgroup_fence();
+      issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage_of(0)), wg);
+      if constexpr (kWgOrder) wg_order_pass_turn(wg);
+      sm90::warpgroup_wait<0>();
+      sm90::fence_registers(acc_s[0]);
+    }
     sm90::mbarrier_arrive(smem.k_empty(stage_of(0)));
     if (tiles == 1) sm90::mbarrier_arrive(smem.q_empty());
-    softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, tile(0), lane);  // O is 0: no rescale
-    pack_p<T>(a, acc_s[0]);
+    if (left_half) {
+      if constexpr (kLeftHalf) softmax_left_half<T, kSoftcap>(st, acc_left, a, p, w, m, tile(0), lane);
+    } else {
+      softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, tile(0), lane);  // O is 0: no rescale
+      pack_p<T>(a, acc_s[0]);
+    }
     for (int i = 1; i < tiles; ++i) {
       const int stage = stage_of(i), prev = stage_of(i - 1);
       sm90::mbarrier_wait(smem.k_full(stage), parity(i));
