@@ -65,11 +65,11 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
                               : "forward (split-KV) and backward, f16, head_dim ") +
                             join(dims));
     // docs/low-resource-gpus.md: sm75 forward + backward (f16), sm70 forward (f16, d <= 128);
-    // docs/cuda.md: sm90 forward and backward.
+    // docs/cuda-sm90-forward.md and docs/cuda-sm90-backward.md: sm90 forward and backward.
     std::vector<std::string> paths;
     for (const std::string& p : build.cuda_paths_compiled) {
       paths.push_back(p == "sm90"   ? "sm90 (Hopper: forward and backward, head_dim 64/96/128/256, padded and "
-                                        "varlen; decode and the calls docs/cuda.md lists run sm80)"
+                                        "varlen; decode and the calls docs/cuda-sm90-forward.md lists run sm80)"
                       : p == "sm75" ? "sm75 (Turing: forward, backward; f16)"
                       : p == "sm70" ? "sm70 (Volta: forward, backward; f16, head_dim <= 128)"
                                     : p);

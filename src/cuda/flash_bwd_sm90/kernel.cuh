@@ -2,7 +2,7 @@
 // ring, wgmma with transposed score GEMMs so P^T and dS^T feed register-operand GEMMs, warp
 // specialisation with register reallocation (FlashAttention-3's backward structure, Shah et al.
 // 2024; our code). The default backward on sm90 (flash_bwd_sm90/plan.hpp: kSm90BackwardDefault;
-// measured in docs/cuda.md "Hopper backward").
+// measured in docs/cuda-sm90-backward.md).
 //
 // Roles (kThreads = 384):
 //   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); in bulk dQ

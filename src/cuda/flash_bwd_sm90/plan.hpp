@@ -114,7 +114,7 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 //                 issued by the dQ writer warp (kSm90BwdDqWriter below, the default) or, in
 //                 builds without it, by one thread of the warpgroup. The first version added
 //                 row by row into the [total_q][heads][head_dim] accumulator, 128 bulk copies
-//                 of 128-256 bytes a step, and measured 0.70x the atomic dQ (docs/cuda.md).
+//                 of 128-256 bytes a step, and measured 0.70x the atomic dQ (docs/cuda-sm90-backward.md).
 // The two tile-ordered modes have their own convert kernel (dq_convert.cuh). bulk needs shared
 // memory for the tiles (not at d = 256, which then adds with `atomic`).
 // FASTATTN_CUDA_SM90_BWD_DQ=atomic|atomic_tiles|bulk forces one; unset, sm90_dq_default below
@@ -126,10 +126,10 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // others (d = 64 by 5-10%; causal d = 128 by 0-6%). d = 96 and 256 were neither timed nor
 // tested on the GPU in the tile modes, so they keep atomic until they are. Deterministic calls
 // followed the same rule until the eighteenth session (timed in the seventeenth: 0.558-0.645x
-// the default's speed; docs/cuda.md "Deterministic"); with the dQ writer warp they take bulk at
+// the default's speed; docs/cuda-sm90-backward.md "Deterministic"); with the dQ writer warp they take bulk at
 // d = 64 / 128 (below). The rule
 // was derived on the build that recomputes the CTA's work each step; with the work in shared
-// memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda.md "Hopper backward").
+// memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda-sm90-backward.md).
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 // The dQ writer warp (FASTATTN_SM90_BWD_DQ_WRITER, default 1; 0 builds the old path for an
 // A/B): in bulk mode lane 0 of the producer warpgroup's warp 1 issues the bulk reduce-adds, so

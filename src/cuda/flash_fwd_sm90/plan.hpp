@@ -39,7 +39,7 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 // stages: O is 64 x 256 f32 per warpgroup (128 registers a thread), and Q plus two (K, V)
 // stages of 80 keys fill 226 KiB of the 227 KiB of shared memory (FA3 uses 128 x 80 at d = 256
 // too). First shapes (FA3 uses 192 x 128 at d = 64 and 128 x 176 at d = 128 non-causal:
-// docs/cuda.md); measured in docs/cuda.md.
+// docs/cuda-sm90-forward.md); measured in docs/cuda-sm90-forward.md.
 // block_n (0: the head dim's default above) selects a wider key tile where one is compiled
 // (sm90_wide_block_n below).
 // A/B builds (tools/dev/gpu-sm90-ab.sh BUILD_VARIANTS) may set FASTATTN_SM90_D64_BLOCK_M (128:
@@ -58,9 +58,9 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 // exponentials of one n8 fragment of S in N (N = 8: 1/8 of them) on the FMA pipe
 // (cuda/common/exp2_poly.hpp), since at d = 64 the softmax's MUFU cycles equal the GEMMs'
 // tensor-core cycles. 0 (the default): MUFU for all of them. N = 8, timed on an H100
-// (2026-12-05, docs/cuda.md "The key loop's per-tile work"), gained nothing, its degree-3
-// polynomial moved the lse past the float64 tests' bound, and ncu put the MUFU at 31-41% of
-// its peak in the d = 64 kernel: not the limit.
+// (2026-12-05, docs/cuda-sm90-forward-measurements.md "The key loop's per-tile work"), gained nothing,
+// its degree-3 polynomial moved the lse past the float64 tests' bound, and ncu put the MUFU at 31-41%
+// of its peak in the d = 64 kernel: not the limit.
 #ifndef FASTATTN_SM90_D64_EXP2_POLY
 #define FASTATTN_SM90_D64_EXP2_POLY 0
 #endif
@@ -115,10 +115,10 @@ constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block
 // keys (the range where it was measured faster) where the model
 //   time ~ key tiles x (block_n + kSm90KeyTileCost)
 // says it is at least 1% faster than 128 keys: kSm90KeyTileCost = 16 keys' worth of work per
-// tile fits the A/B of 2026-12-02 (docs/cuda.md): the wide tile gained 0.8-1.7% at s8k-32k and
-// lost 2.4% at s4k (24 tiles of 176 = 4224 keys for 4096), 2-4% at s512/1k. Below 8k the model
-// would pick it at many lengths that are not powers of two (e.g. 300 keys: 2 tiles of 176
-// against 3 of 128), none of them measured, so it does not. FASTATTN_CUDA_SM90_BLOCK_N=128 or
+// tile fits the A/B of 2026-12-02 (docs/cuda-sm90-forward-measurements.md): the wide tile gained
+// 0.8-1.7% at s8k-32k and lost 2.4% at s4k (24 tiles of 176 = 4224 keys for 4096), 2-4% at s512/1k.
+// Below 8k the model would pick it at many lengths that are not powers of two (e.g. 300 keys: 2 tiles
+// of 176 against 3 of 128), none of them measured, so it does not. FASTATTN_CUDA_SM90_BLOCK_N=128 or
 // 176 forces one where the wide one is served (A/B measurements).
 constexpr int kSm90WideBlockN = 176;
 constexpr std::int64_t kSm90KeyTileCost = 16;
@@ -141,10 +141,11 @@ inline int sm90_wide_block_n(std::int64_t head_dim, std::int64_t seqlen_k, bool 
 // S = Q K^T and O += P V only in its turn, handed over by named barriers, so the two do not
 // issue at once and one's softmax runs while the other's GEMMs hold the tensor cores (FA3's
 // warp scheduler barriers, the "pingpong" of the paper, section 3.1). Overlap kernels only.
-// Default: under the persistent scheduler (A/B of 2026-12-02, docs/cuda.md: persistent with the
-// order 1-12% faster than without on every d128 row, e.g. s4k 0.947x cuDNN against 0.869x; under
-// grid it gained at s512-2k but lost 0.5-1.1% from s8k, where grid is the default). d = 96 runs
-// the d = 128 kernel on padded tiles and follows its rules; it was not in the sweep.
+// Default: under the persistent scheduler (A/B of 2026-12-02, docs/cuda-sm90-forward-measurements.md:
+// persistent with the order 1-12% faster than without on every d128 row, e.g. s4k 0.947x cuDNN
+// against 0.869x; under grid it gained at s512-2k but lost 0.5-1.1% from s8k, where grid is the
+// default). d = 96 runs the d = 128 kernel on padded tiles and follows its rules; it was not in the
+// sweep.
 // FASTATTN_CUDA_SM90_WG_ORDER=1 / =0 forces it on / off (A/B measurements).
 constexpr const char* kSm90WgOrderEnv = "FASTATTN_CUDA_SM90_WG_ORDER";
 inline bool sm90_wg_order(bool persistent) {
@@ -197,14 +198,14 @@ inline bool sm90_overlap(std::int64_t head_dim, int block_m) {
 // The d = 64 narrow tile for causal calls (kSm90D64NarrowBlockM), compiled beside the 192-row
 // tile for padded calls with a one-sided (causal) mask and no soft-cap (overlap kernels only).
 // Default: the calls of at most kSm90D64NarrowMaxKeyTiles key tiles (seqlen_k <= 2048). Measured
-// on the H200 (2026-12-04, eleventh session, docs/cuda.md "d64 narrow tile and wave sections",
-// two rounds beside cuDNN in one job): causal s512 0.704x -> 0.751x cuDNN, s1k 0.722x -> 0.785x,
-// s2k 0.801x -> 0.839x, but s4k 0.888x -> 0.853x, s8k 0.995x -> 0.862x, s16k 1.051x -> 0.905x:
-// at d = 64 a warpgroup's GEMMs are half as long per softmax, and from 32 key tiles on three
-// warpgroups keep the tensor cores busier than two; on short rows the 128-row tile divides the
-// sequence (192 does not: s512 is 3 tiles of which the last is two-thirds full) and puts one
-// masked key tile per query tile instead of two. FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces
-// one (128 only where the narrow tile serves). Returns kSm90D64NarrowBlockM or 0.
+// on the H200 (2026-12-04, eleventh session, docs/cuda-sm90-forward-measurements.md "d64 narrow tile
+// and wave sections", two rounds beside cuDNN in one job): causal s512 0.704x -> 0.751x cuDNN, s1k
+// 0.722x -> 0.785x, s2k 0.801x -> 0.839x, but s4k 0.888x -> 0.853x, s8k 0.995x -> 0.862x, s16k
+// 1.051x -> 0.905x: at d = 64 a warpgroup's GEMMs are half as long per softmax, and from 32 key tiles on
+// three warpgroups keep the tensor cores busier than two; on short rows the 128-row tile divides the
+// sequence (192 does not: s512 is 3 tiles of which the last is two-thirds full) and puts one masked
+// key tile per query tile instead of two. FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces one (128 only
+// where the narrow tile serves). Returns kSm90D64NarrowBlockM or 0.
 constexpr const char* kSm90D64TileEnv = "FASTATTN_CUDA_SM90_D64_TILE";
 constexpr std::int64_t kSm90D64NarrowMaxKeyTiles = 16;
 inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k, bool one_sided_mask, bool varlen,
@@ -235,9 +236,10 @@ inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k,
 //               no CTA idles while others still hold several long tiles (FA3's causal scheduler
 //               does the same). Needs kSm90TileCounterBytes of scratch, zeroed on the call's
 //               stream before the launch (cudaMemsetAsync: graph-capturable).
-// Default (measured on the H200, 2026-12-02, docs/cuda.md "Scheduler, order and key tile", one
-// job, every combination of scheduler, ordered issue and key tile beside cuDNN): persistent when a
-// query tile visits at most sm90_persistent_max_key_tiles() key tiles on average, grid otherwise.
+// Default (measured on the H200, 2026-12-02, docs/cuda-sm90-forward-measurements.md "Scheduler, order
+// and key tile", one job, every combination of scheduler, ordered issue and key tile beside cuDNN):
+// persistent when a query tile visits at most sm90_persistent_max_key_tiles() key tiles on average,
+// grid otherwise.
 //   overlap kernels (d = 96, 128), which issue in order under persistent (sm90_wg_order), under
 //     a mask: up to 32 (persistent and ordered was 1-12% faster than grid up to there: GQA 32/8
 //     s4k causal 0.980x against 0.913x, s8k causal 0.998x against 0.992x; grid from 64: s16k
@@ -262,7 +264,7 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 //             the same time and read its K/V from DRAM once. Without a mask every tile is as
 //             long as another, so there is no long-first order to keep; under a mask the
 //             stride would hand a CTA the same query-block rank in every section (measured:
-//             20-30% slower on causal rows up to s4k, docs/cuda.md).
+//             20-30% slower on causal rows up to s4k, docs/cuda-sm90-forward-measurements.md).
 //   wave      sections of about one wave of tiles (ceil(grid / query blocks) pairs), the
 //             ranks reversed in every other section, so a CTA's tiles alternate long and short
 //             under a causal mask while a pair's query blocks still run close together.

@@ -11,7 +11,7 @@
 # PIPES (default 1): also each pipe's share of its peak (tensor, MUFU = xu, FMA, ALU, uniform)
 # and issue activity, as ncu metrics: those of the candidates below that `ncu --query-metrics`
 # lists on the device (at d = 64 the softmax's MUFU work equals the GEMMs' tensor work;
-# docs/cuda.md "The key loop's per-tile work").
+# docs/cuda-sm90-forward-measurements.md "The key loop's per-tile work").
 # $OUT: summary.txt, build.log, ncu.tar.gz (details per row, source CSVs), kv.tar.gz.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
