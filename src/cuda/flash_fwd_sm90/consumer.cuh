@@ -282,15 +282,17 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
-    // kSm90LeftHalfFirstTile: this warpgroup's rows see no key of tile 0's right half (a
-    // causal diagonal, or the sequence's end, left of it). Uniform over the warpgroup; broadcast
-    // from lane 0 so that ptxas knows the wgmma below are not in a divergent path (else it
-    // serialised them, C7520; CUTLASS's canonical_warp_group_idx does the same).
-    constexpr bool kLeftHalf = kSm90LeftHalfFirstTile && T::kBlockN == 128;
+    // kSm90LeftHalfFirstTile: this warpgroup's rows (those before len_q: the others are not
+    // stored) see no key of tile 0's right half (a causal diagonal, or the sequence's end, left
+    // of it). Uniform over the warpgroup; broadcast from lane 0 so that ptxas knows the wgmma
+    // below are not in a divergent path (else it serialised them, C7520; CUTLASS's
+    // canonical_warp_group_idx does the same). Two consumer warpgroups only: in the
+    // three-warpgroup overlap build (FASTATTN_SM90_D64_OVERLAP=1, 160 registers) it added spills.
+    constexpr bool kLeftHalf = kSm90LeftHalfFirstTile && T::kBlockN == 128 && T::kConsumerWarpgroups == 2;
     bool left_half = false;
     if constexpr (kLeftHalf) {
-      left_half = __shfl_sync(0xffffffffu,
-                              w.mask.key_end(static_cast<int64_t>(w.q0) + wg * 64 + 64) <= key0(0) + T::kBlockN / 2, 0);
+      const int64_t rows_end = min(static_cast<int64_t>(w.q0) + wg * 64 + 64, static_cast<int64_t>(w.q1));
+      left_half = __shfl_sync(0xffffffffu, w.mask.key_end(rows_end) <= key0(0) + T::kBlockN / 2, 0);
     }
     // S of tile 0's left half (left_half). Defined before the fence: its registers, read by the
     // first wgmma (accumulate = 0 ignores them), left undefined got a definition between the

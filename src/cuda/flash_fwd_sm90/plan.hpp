@@ -71,17 +71,17 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 #define FASTATTN_SM90_ROW_MAX_CHAIN 0
 #endif
 constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
-// The left half of the first key tile (consumer.cuh, overlap loop, 128-key tiles): under a causal
-// mask whose diagonal runs through a query tile, the first key tile visited (the last one) is
-// masked right of the diagonal, and a consumer warpgroup whose 64 rows see none of its right 64
-// keys computes S = Q K^T, the mask and the softmax over the left 64 only (wgmma n64, half the
-// exponentials); its P's right half is 0, as the whole tile's would be (the same values), and its P
-// V stays the whole tile's (halving it too would put a branch into the key loop, which issues tile
-// 0's P V beside tile 1's S). On a square causal call that is warpgroup 0 on every diagonal tile: a
-// fifth of the warpgroups' key tiles at s512 (4 of 20 per head: a query tile of 128 sees 1-4 key
-// tiles), 8 of 72 at s1k, 16 of 272 at s2k, the short causal rows where issue 15's bars are missed.
-// A/B builds may set FASTATTN_SM90_LEFT_HALF_FIRST_TILE=1; not yet run on a GPU (written
-// 2026-12-05, nineteenth session, without a device).
+// The left half of the first key tile (consumer.cuh, overlap loop, 128-key tiles, two consumer
+// warpgroups): under a causal mask whose diagonal runs through a query tile, the first key tile
+// visited (the last one) is masked right of the diagonal, and a consumer warpgroup whose 64 rows
+// see none of its right 64 keys computes S = Q K^T, the mask and the softmax over the left 64 only
+// (wgmma n64, half the exponentials); its P's right half is 0, as the whole tile's would be (the
+// same values), and its P V stays the whole tile's (halving it too would put a branch into the key
+// loop, which issues tile 0's P V beside tile 1's S). On a square causal call that is warpgroup 0
+// on every diagonal tile: a fifth of the warpgroups' key tiles at s512 (4 of 20 per head: a query
+// tile of 128 sees 1-4 key tiles), 8 of 72 at s1k, 16 of 272 at s2k, the short causal rows where
+// issue 15's bars are missed. A/B builds may set FASTATTN_SM90_LEFT_HALF_FIRST_TILE=1; not yet run
+// on a GPU (written 2026-12-05, nineteenth session, without a device).
 #ifndef FASTATTN_SM90_LEFT_HALF_FIRST_TILE
 #define FASTATTN_SM90_LEFT_HALF_FIRST_TILE 0
 #endif
