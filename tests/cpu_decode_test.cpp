@@ -12,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cpu/cpu_backend.hpp"
 #include "test_support.hpp"
 
 namespace fastattn::testing {
@@ -102,6 +104,25 @@ TEST_P(DecodeChosen, MatchesFloat64WithForcedSplits) {
         << r.forward_choice.kernel;
   }
 }
+
+// Both bf16 vector forms on an AVX-512 BF16 CPU, whichever the measured rule takes by default
+// (decode_plan: vdpbf16ps against the f32 FMA): q.k on vdpbf16ps (FASTATTN_CPU_BF16_DOT=native,
+// DecodeForm::bf16_widened_dot) and on widened f32 FMAs (=emulated, bf16_widened). AMX off, so
+// that shapes with 8+ rows per KV head run these forms too.
+TEST_P(DecodeChosen, MatchesFloat64InBothBf16Forms) {
+  const cpu::Isa isa = cpu::selected_isa();
+  if (isa != cpu::Isa::avx512bf16 && isa != cpu::Isa::amx) GTEST_SKIP() << "no AVX-512 BF16 here";
+  const harness::Case c = harness::parse_case(GetParam());
+  if (c.dtype != DType::bf16) GTEST_SKIP() << "not a bf16 case";
+  const ScopedEnv no_amx("FASTATTN_CPU_AMX", std::string("off"));
+  for (const auto& [dot, form] : {std::pair<const char*, const char*>{"native", ".widened-dot.bf16."},
+                                  std::pair<const char*, const char*>{"emulated", ".widened.bf16."}}) {
+    const ScopedEnv env("FASTATTN_CPU_BF16_DOT", std::string(dot));
+    const harness::CheckReport r = harness::check_case(c, Backend::cpu, forward_only());
+    expect_pass(r);
+    EXPECT_NE(r.forward_choice.kernel.find(form), std::string::npos) << dot << ": " << r.forward_choice.kernel;
+  }
+}
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeChosen, ::testing::ValuesIn(kChosen));
 
 // Forward and backward of a decode shape: the backward reads the decode kernel's out and lse.
@@ -153,7 +174,8 @@ TEST(Decode, DispatcherChoosesDecodeForShortQueries) {
 }
 
 // The decode form (cpu::DecodeForm, in the kernel name and the reason): bf16 K/V read in place
-// and widened on every AVX-512, with the BF16 extension or without (FASTATTN_CPU_ISA=avx512);
+// and widened on every AVX-512, with the BF16 extension or without (FASTATTN_CPU_ISA=avx512),
+// q.k on vdpbf16ps where that outruns the f32 FMA (bf16_dot_speed_ratio >= kBf16DotMinRatio);
 // f16, and AVX2, stage f32 tiles; FASTATTN_CPU_BF16_DOT=off forces the tiles. AMX off here (its
 // form has its own tests: cpu_decode_amx_emulated).
 TEST(Decode, FormFollowsDtypeAndIsa) {
@@ -163,8 +185,14 @@ TEST(Decode, FormFollowsDtypeAndIsa) {
   const ScopedEnv decode_auto("FASTATTN_CPU_DECODE", std::nullopt);
   const bool avx512 = plan_of(1, 4096, DType::f16).isa.rfind("avx512", 0) == 0;
   if (avx512) {
-    EXPECT_NE(plan_of(1, 4096).kernel.find(".widened.bf16."), std::string::npos) << plan_of(1, 4096).kernel;
-    EXPECT_NE(plan_of(1, 4096).reason.find("widened in registers"), std::string::npos);
+    const cpu::Isa isa = cpu::selected_isa();
+    const bool dot = (isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) &&
+                     cpu::bf16_dot_speed_ratio() >= cpu::kBf16DotMinRatio;
+    EXPECT_NE(plan_of(1, 4096).kernel.find(dot ? ".widened-dot.bf16." : ".widened.bf16."), std::string::npos)
+        << plan_of(1, 4096).kernel;
+    EXPECT_NE(plan_of(1, 4096).reason.find(dot ? "q.k on bf16 pairs (vdpbf16ps)" : "widened in registers, f32 FMAs"),
+              std::string::npos)
+        << plan_of(1, 4096).reason;
     const ScopedEnv plain("FASTATTN_CPU_ISA", std::string("avx512"));
     EXPECT_EQ(plan_of(1, 4096).kernel.rfind("cpu.decode.avx512.widened.bf16.", 0), 0u) << plan_of(1, 4096).kernel;
   }

@@ -20,12 +20,16 @@
 //        each 32-column chunk (split_position, decode_tiles.hpp); write_partials restores them.
 // Measured (b1 h32/8 d128 bf16, one token, one thread, tile in L2, 256 keys): 17 GB/s of K+V
 // against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see docs/inference.md.
+// Where vdpbf16ps outruns the f32 FMA (AMD Zen 4: twice its rate; DecodeForm::bf16_widened_dot,
+// score_split_dot) S takes it instead, on K's words as they are and Q as bf16 pairs: one
+// instruction per 32 products instead of two FMAs plus a share of the widening; P V stays.
 #pragma once
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/decode_tiles.hpp"
 
@@ -38,6 +42,12 @@ inline namespace FASTATTN_SIMD_NAMESPACE {
 template <class V>
 void score_split(std::int64_t rows, const float* q, std::int64_t ldq, const std::uint16_t* k,
                  const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
+// score_split with q.k on bf16 pairs (DecodeForm::bf16_widened_dot): q_r at q + r * ldq as
+// bf16 in their own order (d words, zero-padded to a multiple of 32), one vdpbf16ps per 32
+// products. AVX-512 BF16 CPUs only (the plan checks the ISA).
+template <class V>
+void score_split_dot(std::int64_t rows, const std::uint16_t* q, std::int64_t ldq, const std::uint16_t* k,
+                     const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
 // O rows [0, rows) (row stride dp, split layout) += P (rows, kn; row stride ldp, f32) V, V row j
 // at v + off[j] (d bf16).
 template <class V>
@@ -78,12 +88,19 @@ inline __m512 sum_lanes16(const __m512* x) {
   return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
 }
 
-// score_split for NR <= 4 rows.
-template <int NR>
-void score_rows(const float* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
+// score_split (kDot false: Q f32 in the split order, K widened) or score_split_dot (kDot: Q
+// bf16 pairs, vdpbf16ps on K's words) for NR <= 4 rows. Both accumulate, per lane i of a
+// 32-column chunk, the products of columns 2i and 2i + 1: the same sums of the same exact
+// products, in a different rounding order.
+template <int NR, bool kDot = false, class Q = float>
+void score_rows(const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
                 std::int64_t kn, float* s, std::int64_t lds) {
   using V = simd::Avx512;
   using vec = V::vec;
+  static_assert(std::is_same_v<Q, std::conditional_t<kDot, std::uint16_t, float>>, "Q: bf16 words for kDot, f32 else");
+#if !defined(__AVX512BF16__)
+  static_assert(!kDot, "q.k on vdpbf16ps: compiled with -mavx512bf16 only");
+#endif
   for (std::int64_t j0 = 0; j0 < kn; j0 += 16) {
     vec group[4];  // lane 4 r + kk: row r, key j0 + 4 g + kk
     for (int g = 0; g < 4; ++g) {
@@ -97,21 +114,38 @@ void score_rows(const float* q, std::int64_t ldq, const std::uint16_t* k, const 
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) acc[i] = V::zero();
       for (std::int64_t c = 0; c < d; c += 32) {
-        vec even[4], odd[4];
+        if constexpr (kDot) {
+#if defined(__AVX512BF16__)
+          __m512i w[4];
 #pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const __m512i w = load_words(rows[kk] + c, d - c);
-          even[kk] = even_f32(w);
-          odd[kk] = odd_f32(w);
-        }
+          for (int kk = 0; kk < 4; ++kk) w[kk] = load_words(rows[kk] + c, d - c);
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; ++r) {
-          const vec qe = V::load(q + r * ldq + c), qo = V::load(q + r * ldq + c + 16);
+          for (int r = 0; r < NR; ++r) {
+            const vec qw = _mm512_castsi512_ps(_mm512_loadu_si512(q + r * ldq + c));
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; ++kk) {
+              vec& a = acc[kSumSlot[4 * r + kk]];
+              a = V::dot_bf16(a, qw, _mm512_castsi512_ps(w[kk]));
+            }
+          }
+#endif
+        } else {
+          vec even[4], odd[4];
 #pragma GCC unroll 4
           for (int kk = 0; kk < 4; ++kk) {
-            vec& a = acc[kSumSlot[4 * r + kk]];
-            a = V::fmadd(qe, even[kk], a);
-            a = V::fmadd(qo, odd[kk], a);
+            const __m512i w = load_words(rows[kk] + c, d - c);
+            even[kk] = even_f32(w);
+            odd[kk] = odd_f32(w);
+          }
+#pragma GCC unroll 4
+          for (int r = 0; r < NR; ++r) {
+            const vec qe = V::load(q + r * ldq + c), qo = V::load(q + r * ldq + c + 16);
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; ++kk) {
+              vec& a = acc[kSumSlot[4 * r + kk]];
+              a = V::fmadd(qe, even[kk], a);
+              a = V::fmadd(qo, odd[kk], a);
+            }
           }
         }
       }
@@ -185,6 +219,21 @@ void score_split(std::int64_t rows, const float* q, std::int64_t ldq, const std:
       case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds); break;
       case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds); break;
       default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds); break;
+    }
+  }
+}
+
+template <class V>
+void score_split_dot(std::int64_t rows, const std::uint16_t* q, std::int64_t ldq, const std::uint16_t* k,
+                     const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const std::uint16_t* qb = q + r0 * ldq;
+    float* sb = s + r0 * lds;
+    switch (std::min<std::int64_t>(4, rows - r0)) {
+      case 4: split::score_rows<4, true>(qb, ldq, k, off, d, kn, sb, lds); break;
+      case 3: split::score_rows<3, true>(qb, ldq, k, off, d, kn, sb, lds); break;
+      case 2: split::score_rows<2, true>(qb, ldq, k, off, d, kn, sb, lds); break;
+      default: split::score_rows<1, true>(qb, ldq, k, off, d, kn, sb, lds); break;
     }
   }
 }

@@ -60,9 +60,11 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
                  float* part_out, float* part_lse) {
   // bf16_widened (AVX-512): K and V read in place and widened in registers, f32 FMAs for both
   // products, several rows per K/V load (decode_bf16_split.hpp). Q is then f32 in the split
-  // layout. bf16_pairs (AVX2, a test path): q.k on bf16 pairs, V staged to f32.
+  // layout. bf16_widened_dot: the same P V, q.k on vdpbf16ps with Q as bf16 pairs (rows of dp
+  // words). bf16_pairs (AVX2, a test path): q.k on bf16 pairs, V staged to f32.
   static_assert(kForm != DecodeForm::amx, "the AMX form runs decode_unit_amx");
-  constexpr bool kSplit = kForm == DecodeForm::bf16_widened;
+  constexpr bool kDot = kForm == DecodeForm::bf16_widened_dot;
+  constexpr bool kSplit = kForm == DecodeForm::bf16_widened || kDot;  // P V widened, O in the split order
   constexpr bool kPairs = kForm == DecodeForm::bf16_pairs;
   static_assert(!kSplit || V::kWidth == 16, "the widened form is AVX-512's");
   const UnitRows ur = unit_rows(p, plan, b, chunk);
@@ -86,14 +88,14 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const std::int64_t x = hh * g.rows + i;
       const std::int64_t r = ur.r0 + i, t = r / group, h = (kv0 + hh) * group + r % group;
       const char* src = qbase + static_cast<std::size_t>(p.offset_q(p.q, b, t, h)) * elem;
-      if constexpr (kSplit) {
+      if constexpr (kDot || kPairs) {
+        std::memcpy(reinterpret_cast<std::uint16_t*>(s.q) + x * dp, src, static_cast<std::size_t>(d) * 2);
+      } else if constexpr (kSplit) {
         const auto* words = reinterpret_cast<const std::uint16_t*>(src);
         for (std::int64_t c = 0; c < d; ++c) {  // bf16 -> f32: the bits shifted up
           const std::uint32_t bits = static_cast<std::uint32_t>(words[c]) << 16;
           std::memcpy(s.q + x * dp + c / 32 * 32 + split_position(c % 32), &bits, 4);
         }
-      } else if constexpr (kPairs) {
-        std::memcpy(reinterpret_cast<std::uint16_t*>(s.q) + x * dp, src, static_cast<std::size_t>(d) * 2);
       } else {
         simd::load_row<V>(src, p.dtype, d, 1.0f, s.q + x * dp);
       }
@@ -121,7 +123,10 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const std::int64_t kh = kv0 + hh;
       const char* k_head = kdata + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
       const char* v_head = vdata + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
-      if constexpr (kSplit) {  // S of all rows at once; V is read in place by pv_split
+      if constexpr (kDot) {  // S of all rows at once on vdpbf16ps; V is read in place by pv_split
+        score_split_dot<V>(ur.rows, reinterpret_cast<const std::uint16_t*>(s.q) + hh * g.rows * dp, dp,
+                           reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn, s.scores, g.bk);
+      } else if constexpr (kSplit) {  // S of all rows at once; V is read in place by pv_split
         score_split<V>(ur.rows, s.q + hh * g.rows * dp, dp, reinterpret_cast<const std::uint16_t*>(k_head), k_off, d,
                        kn, s.scores, g.bk);
       } else {

@@ -1,5 +1,6 @@
 // decode_plan.cpp — when the CPU decode kernel runs and how it cuts the work (cpu_backend.hpp).
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -9,6 +10,13 @@
 
 namespace fastattn::cpu {
 namespace {
+
+// "1.97": a speed ratio in a reason.
+std::string ratio_text(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ratio);
+  return text;
+}
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -40,10 +48,14 @@ std::int64_t forced_splits() {
 // when a KV head packs enough rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by
 // FASTATTN_CPU_AMX and present); else, for bf16, K/V read in place and widened in registers on
 // any AVX-512 (decode is memory-bound, so unlike the prefill kernel's pair form, which must beat
-// the FMA by kBf16DotMinRatio, reading bf16 in place pays whenever it runs; vdpbf16ps itself
-// ran slower, decode_bf16_split.hpp); else f32 FMAs on staged tiles. FASTATTN_CPU_BF16_DOT,
-// when set, decides as for the prefill kernel: off takes the f32 tiles, native / emulated the
-// widened form on AVX-512 and, under AVX2, emulated the bf16-pair form (a test path).
+// the FMA by kBf16DotMinRatio, reading bf16 in place pays whenever it runs), with q.k on
+// vdpbf16ps where the prefill's rule takes the pair form (AVX-512 BF16 and
+// bf16_dot_speed_ratio() >= kBf16DotMinRatio: on Sapphire Rapids vdpbf16ps ran slower than the
+// widened FMAs, decode_bf16_split.hpp; on AMD Zen 4 it runs at twice their rate, and the
+// kernel's compute, not the memory, bounded its speed there: docs/inference.md); else f32 FMAs
+// on staged tiles. FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel: off
+// takes the f32 tiles, native the vdpbf16ps form (AVX-512 BF16), emulated the widened form on
+// AVX-512 and, under AVX2, the bf16-pair form (test paths).
 struct FormChoice {
   DecodeForm form = DecodeForm::f32_tiles;
   amx::AmxMode amx = amx::AmxMode::off;
@@ -60,16 +72,28 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
   // The bf16 forms without AMX, and why (env: FASTATTN_CPU_BF16_DOT, read once here).
   const char* env = env_value(EnvVar::cpu_bf16_dot);
   const bool from_env = env != nullptr && *env != '\0';  // set and not empty, as forward_bf16_dot reads it
-  const Bf16Dot dot = from_env ? forward_bf16_dot(isa, p.dtype) : Bf16Dot::native;  // throws on a bad value
+  // Unset: forward_bf16_dot's measured rule (native where vdpbf16ps outruns the FMA by
+  // kBf16DotMinRatio) picks between the two widened forms; its "off" means the FMA one here.
+  const Bf16Dot dot = forward_bf16_dot(isa, p.dtype);  // throws on a bad value
   DecodeForm vector_form = DecodeForm::f32_tiles;
   std::string vector_reason;
-  if (dot == Bf16Dot::off) {
+  if (from_env && dot == Bf16Dot::off) {
     vector_reason = std::string("f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=") + env + ")";
+  } else if (avx512 && dot == Bf16Dot::native) {
+    vector_form = DecodeForm::bf16_widened_dot;
+    vector_reason = std::string("bf16 K and V read in place; q.k on bf16 pairs (vdpbf16ps), P V on V widened in "
+                                "registers with f32 FMAs") +
+                    (from_env ? std::string(" (FASTATTN_CPU_BF16_DOT=native)")
+                              : " (vdpbf16ps at " + ratio_text(bf16_dot_speed_ratio()) + "x the f32 FMA's rate here, >= " +
+                                    ratio_text(kBf16DotMinRatio) + ")");
   } else if (avx512) {
     vector_form = DecodeForm::bf16_widened;
     vector_reason = std::string("bf16 K and V read in place, widened in registers, f32 FMAs for q.k and P V") +
-                    (from_env ? " (FASTATTN_CPU_BF16_DOT set: the same form)" : "");
-  } else if (dot == Bf16Dot::emulated) {
+                    (from_env ? " (FASTATTN_CPU_BF16_DOT=emulated: the FMA form)"
+                     : isa == Isa::avx512 ? ""
+                                          : " (vdpbf16ps at " + ratio_text(bf16_dot_speed_ratio()) +
+                                                "x the f32 FMA's rate here, < " + ratio_text(kBf16DotMinRatio) + ")");
+  } else if (from_env && dot == Bf16Dot::emulated) {
     vector_form = DecodeForm::bf16_pairs;
     vector_reason = "q.k on bf16 pairs, dot product emulated (FASTATTN_CPU_BF16_DOT=emulated under AVX2: a test path)";
   } else {
