@@ -1,6 +1,6 @@
 // decode_bf16_split.hpp — the AVX-512 products of a bf16 decode tile (decode_kernel.hpp): K and V
-// read in place as bf16, widened in registers to f32, multiplied with f32 FMAs. No staging copy
-// of the tile and no vdpbf16ps.
+// read in place as bf16, widened in registers to f32, multiplied with f32 FMAs; no staging copy
+// of the tile. Where vdpbf16ps outruns the FMA, q.k takes it instead (score_split_dot, below).
 //
 // Why: decode is read-bound only if each core computes faster than it reads. With one query
 // token over GQA 32/8 a KV head has 4 rows, and the row-at-a-time form (score_row_pairs on

@@ -7,7 +7,7 @@
 //   rows: the query heads sharing the KV head x the query tokens, packed into one tile
 //         row r = chunk * plan.rows + i  ->  token t = r / group, head h = kv_head * group + r % group
 //         Q: (rows, dp) f32 (in decode_bf16_split.hpp's column order on AVX-512 bf16), or
-//            bf16 pairs (the AVX2 emulated path)              dp = head_dim rounded up to 32
+//            bf16 pairs (q.k on vdpbf16ps, and the AVX2 emulated path)   dp = head_dim rounded up to 32
 //   keys: the split's part of [key_begin(first token), key_end(last token)), in tiles of block_k:
 //         K tile: f32 rows staged in L1 (dp floats apart), or read in place as bf16 pairs
 //         V tile: f32 rows staged in L1

@@ -53,9 +53,10 @@ std::int64_t forced_splits() {
 // bf16_dot_speed_ratio() >= kBf16DotMinRatio: on Sapphire Rapids vdpbf16ps ran slower than the
 // widened FMAs, decode_bf16_split.hpp; on AMD Zen 4 it runs at twice their rate, and the
 // kernel's compute, not the memory, bounded its speed there: docs/inference.md); else f32 FMAs
-// on staged tiles. FASTATTN_CPU_BF16_DOT, when set, decides as for the prefill kernel: off
-// takes the f32 tiles, native the vdpbf16ps form (AVX-512 BF16), emulated the widened form on
-// AVX-512 and, under AVX2, the bf16-pair form (test paths).
+// on staged tiles. FASTATTN_CPU_BF16_DOT, when set, picks among the vector forms: off takes the
+// f32 tiles, native the vdpbf16ps form (AVX-512 BF16), emulated the widened form on AVX-512
+// and, under AVX2, the bf16-pair form (test paths). Unlike the prefill's, it does not turn AMX
+// off: shapes the AMX form takes keep it unless FASTATTN_CPU_AMX=off.
 struct FormChoice {
   DecodeForm form = DecodeForm::f32_tiles;
   amx::AmxMode amx = amx::AmxMode::off;
