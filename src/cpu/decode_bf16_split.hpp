@@ -1,6 +1,6 @@
 // decode_bf16_split.hpp — the AVX-512 products of a bf16 decode tile (decode_kernel.hpp): K and V
 // read in place as bf16, widened in registers to f32, multiplied with f32 FMAs; no staging copy
-// of the tile. Where vdpbf16ps outruns the FMA, q.k takes it instead (score_split_dot, below).
+// of the tile. Where vdpbf16ps outruns the FMA, q.k takes it instead (score_split on bf16 Q, below).
 //
 // Why: decode is read-bound only if each core computes faster than it reads. With one query
 // token over GQA 32/8 a KV head has 4 rows, and the row-at-a-time form (score_row_pairs on
@@ -21,7 +21,7 @@
 // Measured (b1 h32/8 d128 bf16, one token, one thread, tile in L2, 256 keys): 17 GB/s of K+V
 // against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see docs/inference.md.
 // Where vdpbf16ps outruns the f32 FMA (AMD Zen 4: twice its rate; DecodeForm::bf16_widened_dot,
-// score_split_dot) S takes it instead, on K's words as they are and Q as bf16 pairs: one
+// score_split on bf16 Q) S takes it instead, on K's words as they are and Q as bf16 pairs: one
 // instruction per 32 products instead of two FMAs plus a share of the widening; P V stays.
 #pragma once
 
@@ -36,18 +36,15 @@
 namespace fastattn::cpu::decode_detail {
 inline namespace FASTATTN_SIMD_NAMESPACE {
 
-// S rows [0, rows) of one KV head x keys [0, kn) into s (row stride lds): q_r at q + r * ldq in
-// the split layout, key j's row at k + off[j] (d bf16). Writes round_up(kn, 16) entries per row;
-// those past kn repeat the last key (masked by the softmax).
-template <class V>
-void score_split(std::int64_t rows, const float* q, std::int64_t ldq, const std::uint16_t* k,
-                 const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
-// score_split with q.k on bf16 pairs (DecodeForm::bf16_widened_dot): q_r at q + r * ldq as
-// bf16 in their own order (d words, zero-padded to a multiple of 32), one vdpbf16ps per 32
-// products. AVX-512 BF16 CPUs only (the plan checks the ISA).
-template <class V>
-void score_split_dot(std::int64_t rows, const std::uint16_t* q, std::int64_t ldq, const std::uint16_t* k,
-                     const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
+// S rows [0, rows) of one KV head x keys [0, kn) into s (row stride lds): q_r at q + r * ldq,
+// key j's row at k + off[j] (d bf16). Writes round_up(kn, 16) entries per row; those past kn
+// repeat the last key (masked by the softmax). Q (deduced from q) says the form: float, Q in the
+// split layout and K widened for f32 FMAs (DecodeForm::bf16_widened); std::uint16_t, Q as bf16
+// in its own order (d words, zero-padded to a multiple of 32) and one vdpbf16ps per 32 products
+// (bf16_widened_dot: AVX-512 BF16 CPUs only, the plan checks the ISA).
+template <class V, class Q>
+void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
+                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
 // O rows [0, rows) (row stride dp, split layout) += P (rows, kn; row stride ldp, f32) V, V row j
 // at v + off[j] (d bf16).
 template <class V>
@@ -88,16 +85,16 @@ inline __m512 sum_lanes16(const __m512* x) {
   return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
 }
 
-// score_split (kDot false: Q f32 in the split order, K widened) or score_split_dot (kDot: Q
-// bf16 pairs, vdpbf16ps on K's words) for NR <= 4 rows. Both accumulate, per lane i of a
-// 32-column chunk, the products of columns 2i and 2i + 1: the same sums of the same exact
-// products, in a different rounding order.
-template <int NR, bool kDot = false, class Q = float>
+// score_split for NR <= 4 rows. Both forms accumulate, per lane i of a 32-column chunk, the
+// products of columns 2i and 2i + 1: the same sums of the same exact products, in a different
+// rounding order.
+template <int NR, class Q>
 void score_rows(const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
                 std::int64_t kn, float* s, std::int64_t lds) {
   using V = simd::Avx512;
   using vec = V::vec;
-  static_assert(std::is_same_v<Q, std::conditional_t<kDot, std::uint16_t, float>>, "Q: bf16 words for kDot, f32 else");
+  constexpr bool kDot = std::is_same_v<Q, std::uint16_t>;
+  static_assert(kDot || std::is_same_v<Q, float>, "Q: bf16 words (vdpbf16ps) or f32 (FMAs)");
 #if !defined(__AVX512BF16__)
   static_assert(!kDot, "q.k on vdpbf16ps: compiled with -mavx512bf16 only");
 #endif
@@ -208,32 +205,17 @@ void pv_rows(float* o, std::int64_t dp, const float* p, std::int64_t ldp, const 
 
 }  // namespace split
 
-template <class V>
-void score_split(std::int64_t rows, const float* q, std::int64_t ldq, const std::uint16_t* k,
-                 const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds) {
+template <class V, class Q>
+void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
+                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds) {
   for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const float* qb = q + r0 * ldq;
+    const Q* qb = q + r0 * ldq;
     float* sb = s + r0 * lds;
     switch (std::min<std::int64_t>(4, rows - r0)) {
       case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds); break;
       case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds); break;
       case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds); break;
       default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds); break;
-    }
-  }
-}
-
-template <class V>
-void score_split_dot(std::int64_t rows, const std::uint16_t* q, std::int64_t ldq, const std::uint16_t* k,
-                     const std::int64_t* off, std::int64_t d, std::int64_t kn, float* s, std::int64_t lds) {
-  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const std::uint16_t* qb = q + r0 * ldq;
-    float* sb = s + r0 * lds;
-    switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::score_rows<4, true>(qb, ldq, k, off, d, kn, sb, lds); break;
-      case 3: split::score_rows<3, true>(qb, ldq, k, off, d, kn, sb, lds); break;
-      case 2: split::score_rows<2, true>(qb, ldq, k, off, d, kn, sb, lds); break;
-      default: split::score_rows<1, true>(qb, ldq, k, off, d, kn, sb, lds); break;
     }
   }
 }

@@ -124,8 +124,8 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const char* k_head = kdata + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
       const char* v_head = vdata + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
       if constexpr (kDot) {  // S of all rows at once on vdpbf16ps; V is read in place by pv_split
-        score_split_dot<V>(ur.rows, reinterpret_cast<const std::uint16_t*>(s.q) + hh * g.rows * dp, dp,
-                           reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn, s.scores, g.bk);
+        score_split<V>(ur.rows, reinterpret_cast<const std::uint16_t*>(s.q) + hh * g.rows * dp, dp,
+                       reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn, s.scores, g.bk);
       } else if constexpr (kSplit) {  // S of all rows at once; V is read in place by pv_split
         score_split<V>(ur.rows, s.q + hh * g.rows * dp, dp, reinterpret_cast<const std::uint16_t*>(k_head), k_off, d,
                        kn, s.scores, g.bk);
