@@ -277,6 +277,20 @@ bool counts_wrong(const std::map<SemaphoreKey, int>& count, const std::map<Semap
   return false;
 }
 
+// Takes the CTAs that `finished` says are done out of `running`; with a late count (late) the
+// adds a CTA still holds back (its `pending` semaphore) are counted as it ends.
+template <class Cta, class Finished>
+void retire(std::vector<Cta>& running, Finished finished, bool late, std::map<SemaphoreKey, int>& count) {
+  for (auto it = running.begin(); it != running.end();) {
+    if (finished(*it)) {
+      if (late) ++count[it->pending];
+      it = running.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 // One round is one step's GEMMs. Every resident CTA that is not waiting runs the GEMMs of its
 // next step and (late release) counts the previous step's adds; then the CTAs at a dQ output add
 // where their turn has come (count == rank), or wait. Without late release an add is counted at
@@ -330,14 +344,7 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
       }
     }
     for (std::size_t r = 0; r < running.size(); ++r) out.idle += running[r].at_output ? 1 : 0;
-    for (auto it = running.begin(); it != running.end();) {
-      if (it->step == it->w.steps) {
-        if (late_release) ++count[it->pending];
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    retire(running, [](const auto& c) { return c.step == c.w.steps; }, late_release, count);
     if (!moved) {
       out.deadlock = true;
       return out;
@@ -407,14 +414,7 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
       }
     }
     for (const Cta& c : running) out.idle += c.gemms_done || c.issued < c.gemm_step ? 1 : 0;
-    for (auto it = running.begin(); it != running.end();) {
-      if (it->issued == it->w.steps) {
-        if (late_count) ++count[it->pending];
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    retire(running, [](const auto& c) { return c.issued == c.w.steps; }, late_count, count);
     if (!moved) {
       out.deadlock = true;
       return out;
