@@ -9,7 +9,8 @@
 //   of the exponentials on the FMA pipe); O rescaled when a row max moved
 //   P to 16-bit in registers: two n8 fragments of S are one k16 A fragment (wgmma.cuh)
 //   wait v_full[s]; O += P V: kBlockN / 16 wgmma m64n{head_dim}k16, A from registers (RS), V
-//   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed)
+//   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed; with
+//   Sm90NextTile, the last key tile's v_empty only after the next tile's first S is issued)
 // With kOverlap (the default) the softmax of tile i runs while tile i - 1's P V is on the tensor
 // cores (consume() below). Varlen (kVarlen): before the P V of a sequence's last key tile, its
 // V rows past the sequence's end are zeroed and the consumer warpgroups meet on named barrier 1
@@ -46,7 +47,7 @@ struct Sm90ConsumerState {
 // The default: a tile's GEMMs start and end inside consume(), and the kernel stores its output
 // after it.
 struct Sm90NoNextTile {};
-// kSm90CrossTile (plan.hpp; kernel.cuh's persistent loop, overlap kernels): consume() issues the
+// kSm90CrossTile (plan.hpp; kernel.cuh's persistent loop, d = 64's narrow tile): consume() issues the
 // next tile's first S = Q K^T behind this tile's last P V and stores this tile's output while it
 // runs; the next consume() starts from that S. acc_s: (64 rows of the warpgroup, kBlockN) f32, S's
 // m64n{kBlockN} accumulator, carried from one consume() to the next. has_keys: the kernel sets it

@@ -67,9 +67,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
     if constexpr (kWgOrder) wg_order_start<T>(warpgroup - 1);
-    if constexpr (kSm90CrossTile && kOverlap && T::kHeadDim == 64) {
-      // consume() issues the next tile's first S behind this tile's last P V and stores this
-      // tile's output itself, while that S runs (plan.hpp: kSm90CrossTile).
+    if constexpr (kSm90CrossTile && kOverlap && T::kHeadDim == 64 && T::kConsumerWarpgroups == 2) {
+      // d = 64's narrow tile: consume() issues the next tile's first S behind this tile's last
+      // P V and stores this tile's output itself, while that S runs (plan.hpp: kSm90CrossTile).
+      // Under the grid scheduler a CTA has one tile, so there is no next one.
       auto epilogue = [&](Sm90ConsumerState<T>& state, const Sm90TileWork& w) {
         store_output_sm90<T, kVarlen>(state, p, w, smem, &map_o, tma_store_o != 0, warpgroup - 1, warp_in_wg, lane);
       };
@@ -79,12 +80,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // definition inside a wgmma stage: C7515).
       clear_accumulator(next.acc_s);
       sm90::fence_registers(next.acc_s[0]);
-      for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
-        const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
+      // Each tile's work() once: the next tile's is worked out ahead and carried.
+      int64_t tile = Scheduler::first_tile();
+      Sm90TileWork w{};
+      if (tile < sched.num_tiles) w = Scheduler::template work<kVarlen>(p, sched, tile);
+      while (tile < sched.num_tiles) {
         const int64_t following = tile + Scheduler::stride(sched);
-        next.has_keys = following < sched.num_tiles && Scheduler::template work<kVarlen>(p, sched, following).has_keys();
+        Sm90TileWork w_next{};
+        if (following < sched.num_tiles) w_next = Scheduler::template work<kVarlen>(p, sched, following);
+        next.has_keys = following < sched.num_tiles && w_next.has_keys();
         consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane,
                                                           next, epilogue);
+        tile = following;
+        w = w_next;
       }
     } else {
       for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {

@@ -86,18 +86,18 @@ constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
 #define FASTATTN_SM90_LEFT_HALF_FIRST_TILE 0
 #endif
 constexpr bool kSm90LeftHalfFirstTile = FASTATTN_SM90_LEFT_HALF_FIRST_TILE != 0;
-// The cross-tile order (consumer.cuh, Sm90NextTile; kernel.cuh's persistent loop, overlap
-// kernels, d = 64): a consumer warpgroup issues the next tile's first S = Q K^T right behind its last
-// P V and stores this tile's output while that S runs, where it now waits for the P V, stores,
-// and only then starts the next tile's S. On short causal rows a query tile visits 1-4 key tiles
-// (s512, 128 x 128 tiles), so the serial part of each tile (first S, its softmax, last P V,
-// epilogue) is a large share of the time: ncu had our d = 64 kernel's tensor pipe at 28% against
-// cuDNN's 36% there, its warps waiting at the wgmma waits (docs/cuda-sm90-forward-measurements.md).
-// d = 64 only (its narrow 128 x 128 tile: the overlap loop); at d = 128 ptxas spilled 8 bytes
-// (20-28 of loads) in the ordered-issue kernels. Takes the place of the left half
-// (FASTATTN_SM90_LEFT_HALF_FIRST_TILE) where both are set. A/B
-// builds may set FASTATTN_SM90_CROSS_TILE=1; not yet run on a GPU (written 2026-12-05, twentieth
-// session, without a device).
+// The cross-tile order (consumer.cuh, Sm90NextTile; kernel.cuh's persistent loop, d = 64's
+// narrow tile): a consumer warpgroup issues the next tile's first S = Q K^T right behind its last
+// P V and stores this tile's output while that S runs, instead of the default order (wait for
+// the P V, store, and only then start the next tile's S). On short causal rows a query tile
+// visits 1-4 key tiles (s512, 128 x 128 tiles), so the serial part of each tile (first S, its
+// softmax, last P V, epilogue) is a large share of the time: ncu had our d = 64 kernel's tensor
+// pipe at 28% against cuDNN's 36% there, its warps waiting at the wgmma waits
+// (docs/cuda-sm90-forward-measurements.md). d = 64's narrow tile only (two consumer warpgroups,
+// the overlap loop); at d = 128 ptxas spilled 8 bytes (20-28 of loads) in the ordered-issue
+// kernels. In that kernel it takes the place of the left half (FASTATTN_SM90_LEFT_HALF_FIRST_TILE)
+// where both are set; the others keep the left half. A/B builds may set FASTATTN_SM90_CROSS_TILE=1;
+// not yet run on a GPU (written 2026-12-05, twentieth session, without a device).
 #ifndef FASTATTN_SM90_CROSS_TILE
 #define FASTATTN_SM90_CROSS_TILE 0
 #endif
