@@ -263,8 +263,7 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
       expect_tile("b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4", true);
       expect_tile("b=4 sq=1000 sk=1000 h=12 hkv=4" + t + " mask=causal", true);  // 384 query tiles
       // 640 query tiles, 6 of each head's 8 without a key (rows before 800): several tiles per
-      // persistent CTA, tiles without keys between tiles with keys (FASTATTN_SM90_CROSS_TILE's
-      // carried S: kernel.cuh).
+      // persistent CTA, tiles without keys between tiles with keys.
       expect_tile("b=2 sq=1000 sk=200 h=40 hkv=8" + t + " mask=causal align=bottom_right", true);
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none", false);
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal softcap=30", false);

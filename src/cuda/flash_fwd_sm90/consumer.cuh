@@ -9,8 +9,7 @@
 //   of the exponentials on the FMA pipe); O rescaled when a row max moved
 //   P to 16-bit in registers: two n8 fragments of S are one k16 A fragment (wgmma.cuh)
 //   wait v_full[s]; O += P V: kBlockN / 16 wgmma m64n{head_dim}k16, A from registers (RS), V
-//   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed; with
-//   Sm90NextTile, the last key tile's v_empty only after the next tile's first S is issued)
+//   MN-major (trans-b); wait; arrive on v_empty[s] (k_empty[s] right after S landed)
 // With kOverlap (the default) the softmax of tile i runs while tile i - 1's P V is on the tensor
 // cores (consume() below). Varlen (kVarlen): before the P V of a sequence's last key tile, its
 // V rows past the sequence's end are zeroed and the consumer warpgroups meet on named barrier 1
@@ -22,7 +21,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/fragments.cuh"
 #include "cuda/common/smem_layout.cuh"
@@ -42,21 +40,6 @@ template <class T>
 struct Sm90ConsumerState {
   float acc_o[1][T::kNTilesO][4];  // O: (16 rows of this warp, kHeadDimTile) f32, m16n8 C layout
   OnlineSoftmax<2, T::kNTilesS> softmax;
-};
-
-// The default: a tile's GEMMs start and end inside consume(), and the kernel stores its output
-// after it.
-struct Sm90NoNextTile {};
-// kSm90CrossTile (plan.hpp; kernel.cuh's persistent loop, d = 64's narrow tile): consume() issues the
-// next tile's first S = Q K^T behind this tile's last P V and stores this tile's output while it
-// runs; the next consume() starts from that S. acc_s: (64 rows of the warpgroup, kBlockN) f32, S's
-// m64n{kBlockN} accumulator, carried from one consume() to the next. has_keys: the kernel sets it
-// for the next tile before each consume() (false: no next tile, or one that sees no key).
-template <class T>
-struct Sm90NextTile {
-  float acc_s[1][T::kNTilesS][4];
-  bool s0_ready = false;  // acc_s holds the current tile's first S (landed)
-  bool has_keys = false;
 };
 
 // Issues acc_s = Q_wg K^T (no wait): the warpgroup's 64 rows of Q (rows 64 * wg of sQ) against
@@ -231,16 +214,6 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
   }
 }
 
-// S's accumulator of consume(): its own (the default), or the one carried across tiles.
-template <class T, int kN>
-__device__ __forceinline__ float (&tile_acc_s(Sm90NoNextTile&, float (&own)[1][kN][4]))[1][kN][4] {
-  return own;
-}
-template <class T, int kN>
-__device__ __forceinline__ float (&tile_acc_s(Sm90NextTile<T>& next, float (&)[1][kN][4]))[1][T::kNTilesS][4] {
-  return next.acc_s;
-}
-
 // The main loop of consumer warpgroup `wg` (0-based among the consumers) over one tile; `count`
 // (the CTA's key tiles and Q loads so far) gives the stages and barrier phases, and advances. kOverlap (plan.hpp:
 // sm90_overlap):
@@ -250,26 +223,14 @@ __device__ __forceinline__ float (&tile_acc_s(Sm90NextTile<T>& next, float (&)[1
 //          while the P V runs, wait for it, release V_{i-1}, rescale O, pack P_i; last, O += P V of the
 //          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
 // kVarlen: cu_seqlens batches (kernel.cuh); the padded kernels compile without the V-tail code.
-// Next (overlap loop only): Sm90NoNextTile, or Sm90NextTile<T> with the output's epilogue
-// (epilogue(st, w), called once per tile, tiles without keys too) for the cross-tile order:
-//   ... O += P V of the last key tile issued; the next tile's S_0 = Q' K'_0^T issued (its Q and
-//   first K landed); wait for the P V alone; the epilogue of this tile while S_0 runs; wait for
-//   S_0. The next consume() then goes straight to S_0's softmax. Q' is loaded into sQ once every
-//   consumer is done with this tile's Q (q_empty, after its last S), so no second Q buffer.
-template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false, class Next = Sm90NoNextTile,
-          class Epilogue = Sm90NoNextTile>
+template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false>
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
                                         const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
-                                        int lane, Next& next, const Epilogue& epilogue) {
-  constexpr bool kCross = !std::is_same_v<Next, Sm90NoNextTile>;
+                                        int lane) {
   static_assert(!kWgOrder || kOverlap, "ordered issue: overlap loop only");
-  static_assert(!kCross || kOverlap, "cross-tile order: overlap loop only");
   clear_accumulator(st.acc_o);
   st.softmax.init();
-  if (!w.has_keys()) {
-    if constexpr (kCross) epilogue(st, w);
-    return;
-  }
+  if (!w.has_keys()) return;
   const SequenceMask::KeyTileRange full = w.mask.full_key_tiles(w.q0, w.q1, T::kBlockN);
   // clamped to the visited tiles [n_begin, n_end), so both fit an int
   auto visited = [&](int64_t n) { return static_cast<int>(min(max(n, int64_t{w.n_begin}), int64_t{w.n_end})); };
@@ -288,18 +249,14 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
   // for the sign fix-ups.
   auto stage_of = [&](int i) { return static_cast<int>(static_cast<uint32_t>(count.kv + i) % T::kStages); };
   auto parity = [&](int i) { return (static_cast<uint32_t>(count.kv + i) / T::kStages) & 1u; };
-  float acc_s_own[1][kCross ? 1 : T::kNTilesS][4];
-  auto& acc_s = tile_acc_s<T>(next, acc_s_own);  // kCross: next.acc_s, carried over tiles
+  float acc_s[1][T::kNTilesS][4];
   uint32_t a[T::kBlockN / 16][4];
   float rescale[2];
   // Tile 0 (the sequence's last key tile) reaches past a varlen sequence's end: its V rows there
   // are zeroed before its P V (zero_v_rows_past_end). Uniform over the consumer warpgroups.
   const bool v_tail = kVarlen && key0(0) + T::kBlockN > w.len_k;
   const int consumer_tid = wg * 128 + warp_in_wg * 32 + lane;
-  // kCross: the previous consume() issued this tile's first S and waited for it.
-  bool s0_ready = false;
-  if constexpr (kCross) s0_ready = next.s0_ready;
-  if (!s0_ready) sm90::mbarrier_wait(smem.q_full(), static_cast<uint32_t>(count.q & 1));
+  sm90::mbarrier_wait(smem.q_full(), static_cast<uint32_t>(count.q & 1));
 
   if constexpr (!kOverlap) {
     for (int i = 0; i < tiles; ++i) {
@@ -331,7 +288,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     // below are not in a divergent path (else it serialised them, C7520; CUTLASS's
     // canonical_warp_group_idx does the same). Two consumer warpgroups only: in the
     // three-warpgroup overlap build (FASTATTN_SM90_D64_OVERLAP=1, 160 registers) it added spills.
-    constexpr bool kLeftHalf = kSm90LeftHalfFirstTile && !kCross && T::kBlockN == 128 && T::kConsumerWarpgroups == 2;
+    constexpr bool kLeftHalf = kSm90LeftHalfFirstTile && T::kBlockN == 128 && T::kConsumerWarpgroups == 2;
     bool left_half = false;
     if constexpr (kLeftHalf) {
       const int64_t rows_end = min(static_cast<int64_t>(w.q0) + wg * 64 + 64, static_cast<int64_t>(w.q1));
@@ -345,13 +302,11 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       clear_accumulator(acc_left);
       sm90::fence_registers(acc_left[0]);
     }
-    if (!s0_ready) sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
-    if (!s0_ready && kWgOrder) wg_order_wait_turn(wg);
+    sm90::mbarrier_wait(smem.k_full(stage_of(0)), parity(0));
+    if constexpr (kWgOrder) wg_order_wait_turn(wg);
     // Each branch a whole wgmma stage (fence, issue, wait): ptxas does not follow one across
     // the branches' merge (it injected warpgroup.arrive, C7519).
-    if (s0_ready) {
-      // S_0 landed in acc_s during the previous tile's epilogue
-    } else if (left_half) {
+    if (left_half) {
       if constexpr (kLeftHalf) {
         sm90::warpgroup_fence();
         issue_qk<T, kOverlap, T::kBlockN / 2>(acc_left[0], smem.q(), smem.k(stage_of(0)), wg);
@@ -419,49 +374,13 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     sm90::fence_registers(a);
     sm90::warpgroup_fence();
     issue_pv<T>(st.acc_o[0], a, smem.v(last));
-    // Each path a whole wgmma sequence up to its last wait (ptxas does not follow in-flight
-    // wgmma across a branch's merge: C7515 / C7517).
-    bool next_s0 = false;
-    if constexpr (kCross) next_s0 = next.has_keys;
-    if (next_s0) {
-      if constexpr (kCross) {
-        // The next tile's first key tile is the CTA's key tile count.kv + tiles, its Q the CTA's
-        // Q load count.q + 1 (producer.cuh).
-        sm90::mbarrier_wait(smem.q_full(), static_cast<uint32_t>((count.q + 1) & 1));
-        sm90::mbarrier_wait(smem.k_full(stage_of(tiles)), parity(tiles));
-        if constexpr (kWgOrder) wg_order_wait_turn(wg);
-        sm90::warpgroup_fence();  // each batch its own fence (C7519)
-        issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage_of(tiles)), wg);
-        if constexpr (kWgOrder) wg_order_pass_turn(wg);
-        sm90::warpgroup_wait<1>();  // the P V landed; the next tile's S_0 may still run
-        sm90::fence_registers(st.acc_o[0]);
-        sm90::fence_registers(a);
-        sm90::mbarrier_arrive(smem.v_empty(last));
-        epilogue(st, w);
-        sm90::warpgroup_wait<0>();
-        sm90::fence_registers(acc_s[0]);
-      }
-    } else {
-      sm90::warpgroup_wait<0>();
-      sm90::fence_registers(st.acc_o[0]);
-      sm90::fence_registers(a);
-      sm90::mbarrier_arrive(smem.v_empty(last));
-      if constexpr (kCross) epilogue(st, w);
-    }
-    if constexpr (kCross) next.s0_ready = next_s0;
+    sm90::warpgroup_wait<0>();
+    sm90::fence_registers(st.acc_o[0]);
+    sm90::fence_registers(a);
+    sm90::mbarrier_arrive(smem.v_empty(last));
   }
   count.kv += tiles;
   count.q += 1;
-}
-
-// consume() as before the cross-tile order: each tile's GEMMs inside it (kernel_dynamic.cuh, and
-// kernel.cuh without kSm90CrossTile).
-template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false>
-__device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
-                                        const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
-                                        int lane) {
-  Sm90NoNextTile none;
-  consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(st, smem, p, w, count, wg, warp_in_wg, lane, none, none);
 }
 
 }  // namespace fastattn::cuda

@@ -9,9 +9,7 @@
 //   warpgroups 1..    consumers: setmaxnreg.inc to kConsumerRegisters; 64 query rows each,
 //                     S = Q K^T, softmax, O += P V (consumer.cuh), then the epilogue
 //                     (epilogue.cuh: a TMA store of the warpgroup's rows from shared memory
-//                     where `tma_store_o`, else stores from the registers); with
-//                     kSm90CrossTile (plan.hpp) consume() runs the epilogue itself, while the
-//                     next tile's first S = Q K^T is on the tensor cores
+//                     where `tma_store_o`, else stores from the registers)
 // After the role split no barrier spans both roles: they meet only on mbarriers.
 #pragma once
 
@@ -67,40 +65,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   } else {
     sm90::warpgroup_claim_registers<T::kConsumerRegisters>();
     if constexpr (kWgOrder) wg_order_start<T>(warpgroup - 1);
-    if constexpr (kSm90CrossTile && kOverlap && T::kHeadDim == 64 && T::kConsumerWarpgroups == 2) {
-      // d = 64's narrow tile: consume() issues the next tile's first S behind this tile's last
-      // P V and stores this tile's output itself, while that S runs (plan.hpp: kSm90CrossTile).
-      // Under the grid scheduler a CTA has one tile, so there is no next one.
-      auto epilogue = [&](Sm90ConsumerState<T>& state, const Sm90TileWork& w) {
-        store_output_sm90<T, kVarlen>(state, p, w, smem, &map_o, tma_store_o != 0, warpgroup - 1, warp_in_wg, lane);
-      };
+    for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
+      const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
       Sm90ConsumerState<T> state;
-      Sm90NextTile<T> next;
-      // Defined before the first wgmma that may write it (an undefined accumulator got a
-      // definition inside a wgmma stage: C7515).
-      clear_accumulator(next.acc_s);
-      sm90::fence_registers(next.acc_s[0]);
-      // Each tile's work() once: the next tile's is worked out ahead and carried.
-      int64_t tile = Scheduler::first_tile();
-      Sm90TileWork w{};
-      if (tile < sched.num_tiles) w = Scheduler::template work<kVarlen>(p, sched, tile);
-      while (tile < sched.num_tiles) {
-        const int64_t following = tile + Scheduler::stride(sched);
-        Sm90TileWork w_next{};
-        if (following < sched.num_tiles) w_next = Scheduler::template work<kVarlen>(p, sched, following);
-        next.has_keys = following < sched.num_tiles && w_next.has_keys();
-        consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane,
-                                                          next, epilogue);
-        tile = following;
-        w = w_next;
-      }
-    } else {
-      for (int64_t tile = Scheduler::first_tile(); tile < sched.num_tiles; tile += Scheduler::stride(sched)) {
-        const Sm90TileWork w = Scheduler::template work<kVarlen>(p, sched, tile);
-        Sm90ConsumerState<T> state;
-        consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
-        store_output_sm90<T, kVarlen>(state, p, w, smem, &map_o, tma_store_o != 0, warpgroup - 1, warp_in_wg, lane);
-      }
+      consume<T, kSoftcap, kOverlap, kVarlen, kWgOrder>(state, smem, p, w, count, warpgroup - 1, warp_in_wg, lane);
+      store_output_sm90<T, kVarlen>(state, p, w, smem, &map_o, tma_store_o != 0, warpgroup - 1, warp_in_wg, lane);
     }
     // The shared memory of the last TMA store must outlive its reads (epilogue.cuh).
     if constexpr (T::kOutputTile && !kVarlen) {

@@ -80,28 +80,13 @@ constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
 // loop, which issues tile 0's P V beside tile 1's S). On a square causal call that is warpgroup 0
 // on every diagonal tile: a fifth of the warpgroups' key tiles at s512 (4 of 20 per head: a query
 // tile of 128 sees 1-4 key tiles), 8 of 72 at s1k, 16 of 272 at s2k, the short causal rows where
-// issue 15's bars are missed. A/B builds may set FASTATTN_SM90_LEFT_HALF_FIRST_TILE=1; not yet run
-// on a GPU (written 2026-12-05, nineteenth session, without a device).
+// issue 15's bars are missed. A/B builds may set FASTATTN_SM90_LEFT_HALF_FIRST_TILE=1. Timed on an
+// H100 (2026-12-05, twentieth session, docs/cuda-sm90-forward-measurements.md): 1-4% faster on the
+// d = 64 causal rows s512-2k, mixed at s4k and at d = 128; off until the H200 confirms it.
 #ifndef FASTATTN_SM90_LEFT_HALF_FIRST_TILE
 #define FASTATTN_SM90_LEFT_HALF_FIRST_TILE 0
 #endif
 constexpr bool kSm90LeftHalfFirstTile = FASTATTN_SM90_LEFT_HALF_FIRST_TILE != 0;
-// The cross-tile order (consumer.cuh, Sm90NextTile; kernel.cuh's persistent loop, d = 64's
-// narrow tile): a consumer warpgroup issues the next tile's first S = Q K^T right behind its last
-// P V and stores this tile's output while that S runs, instead of the default order (wait for
-// the P V, store, and only then start the next tile's S). On short causal rows a query tile
-// visits 1-4 key tiles (s512, 128 x 128 tiles), so the serial part of each tile (first S, its
-// softmax, last P V, epilogue) is a large share of the time: ncu had our d = 64 kernel's tensor
-// pipe at 28% against cuDNN's 36% there, its warps waiting at the wgmma waits
-// (docs/cuda-sm90-forward-measurements.md). d = 64's narrow tile only (two consumer warpgroups,
-// the overlap loop); at d = 128 ptxas spilled 8 bytes (20-28 of loads) in the ordered-issue
-// kernels. In that kernel it takes the place of the left half (FASTATTN_SM90_LEFT_HALF_FIRST_TILE)
-// where both are set; the others keep the left half. A/B builds may set FASTATTN_SM90_CROSS_TILE=1;
-// not yet run on a GPU (written 2026-12-05, twentieth session, without a device).
-#ifndef FASTATTN_SM90_CROSS_TILE
-#define FASTATTN_SM90_CROSS_TILE 0
-#endif
-constexpr bool kSm90CrossTile = FASTATTN_SM90_CROSS_TILE != 0;
 constexpr int sm90_exp2_poly_every(std::int64_t head_dim) {
   static_assert(FASTATTN_SM90_D64_EXP2_POLY >= 0, "FASTATTN_SM90_D64_EXP2_POLY: 0 or one fragment in N");
   return head_dim <= 64 ? FASTATTN_SM90_D64_EXP2_POLY : 0;
