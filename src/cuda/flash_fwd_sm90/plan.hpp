@@ -81,7 +81,7 @@ constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
 // on every diagonal tile: a fifth of the warpgroups' key tiles at s512 (4 of 20 per head: a query
 // tile of 128 sees 1-4 key tiles), 8 of 72 at s1k, 16 of 272 at s2k, the short causal rows where
 // issue 15's bars are missed. A/B builds may set FASTATTN_SM90_LEFT_HALF_FIRST_TILE=1. Timed on an
-// H100 (2026-12-05, twentieth session, docs/cuda-sm90-forward-measurements.md): 1-4% faster on the
+// H100 (2026-12-05, twentieth session, docs/cuda-sm90-forward-measurements.md): 0.6-4% faster on the
 // d = 64 causal rows s512-2k, mixed at s4k and at d = 128; off until the H200 confirms it.
 #ifndef FASTATTN_SM90_LEFT_HALF_FIRST_TILE
 #define FASTATTN_SM90_LEFT_HALF_FIRST_TILE 0

@@ -13,7 +13,8 @@
 //             cost when they do not overlap at all
 // A memory rate near `serial` means the memory time and the compute time add up on this CPU.
 // --group G: G tokens of one head, then the same G tokens of the next head, and so on (G = 1:
-// address order; the default, 0, is the whole 32-token tile per head, the kernel's order).
+// address order; the default, 0, is the whole 32-token tile per head, the kernel's order; G
+// should divide 32). --prefetch and --touch act only with G = 0, one at a time.
 // --prefetch: the next tile's rows of a head prefetched to L2 (_MM_HINT_T1) after the head's
 // rows, as the decode kernel does (decode_tiles.hpp prefetch_rows). --touch: instead, one 8-byte
 // demand load per line of an eighth of the next tile's K and V, in address order, after each head.
@@ -154,7 +155,8 @@ int main(int argc, char** argv) {
     V[i] = static_cast<std::uint16_t>(i * 13 + 1);
   }
   std::printf("%d threads, %d token%s of a head at a time, prefetch %s; GB/s of K+V (128 MiB: 32768 tokens x 8 heads x d128 bf16)\n",
-              o.threads, o.group > 0 ? o.group : kBlockK, o.group == 1 ? "" : "s", o.prefetch ? "T1" : "none");
+              o.threads, o.group > 0 ? o.group : kBlockK, o.group == 1 ? "" : "s",
+              o.prefetch ? "T1" : o.touch ? "none (touch)" : "none");
   std::printf("%6s %8s %8s %8s %s\n", "work", "memory", "compute", "serial", "memory / serial");
   const double read = rate(K, V, o, 0, false);  // no work: what this order reads
   for (int w : o.work) {
