@@ -7,7 +7,6 @@
 
 #include <omp.h>
 
-#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -63,10 +62,8 @@ constexpr Tiles kAmxBackwardTiles{128, 128};
 
 // "(vdpbf16ps measured 0.45x the FMA rate; the pair kernel needs >= 1.25x)" for the reason.
 std::string fmt_ratio(double ratio) {
-  char text[128];
-  std::snprintf(text, sizeof text, " (vdpbf16ps measured %.2fx the FMA rate here; the pair kernel needs >= %.2fx)",
-                ratio, cpu::kBf16DotMinRatio);
-  return text;
+  return " (vdpbf16ps measured " + cpu::ratio_text(ratio) + "x the FMA rate here; the pair kernel needs >= " +
+         cpu::ratio_text(cpu::kBf16DotMinRatio) + "x)";
 }
 
 Backend resolve_backend(const AttentionProblem& p, Backend requested) {

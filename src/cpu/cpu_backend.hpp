@@ -44,6 +44,7 @@ inline constexpr double kBf16DotMinRatio = 1.25;
 const char* to_string(Bf16Dot dot) noexcept;
 Bf16Dot forward_bf16_dot(Isa isa, DType dtype);  // reads FASTATTN_CPU_BF16_DOT; throws on a bad value
 double bf16_dot_speed_ratio();  // measured once per process; 0 without AVX-512 BF16
+std::string ratio_text(double ratio);  // "1.97": a speed ratio as kernel reasons print it
 
 // Whether a forward runs the AMX kernel (forward_amx.hpp): native on Isa::amx for bf16 with
 // head_dim a multiple of 32, unless FASTATTN_CPU_AMX=off or FASTATTN_CPU_BF16_DOT asks for the

@@ -123,12 +123,10 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const std::int64_t kh = kv0 + hh;
       const char* k_head = kdata + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
       const char* v_head = vdata + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
-      if constexpr (kDot) {  // S of all rows at once on vdpbf16ps; V is read in place by pv_split
-        score_split<V>(ur.rows, reinterpret_cast<const std::uint16_t*>(s.q) + hh * g.rows * dp, dp,
+      if constexpr (kSplit) {  // S of all rows at once (Q's type picks the form); V is read in place by pv_split
+        using QWord = std::conditional_t<kDot, std::uint16_t, float>;  // bf16 words for vdpbf16ps, else f32
+        score_split<V>(ur.rows, reinterpret_cast<const QWord*>(s.q) + hh * g.rows * dp, dp,
                        reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn, s.scores, g.bk);
-      } else if constexpr (kSplit) {  // S of all rows at once; V is read in place by pv_split
-        score_split<V>(ur.rows, s.q + hh * g.rows * dp, dp, reinterpret_cast<const std::uint16_t*>(k_head), k_off, d,
-                       kn, s.scores, g.bk);
       } else {
         for (std::int64_t j = 0; j < kn; ++j) {
           simd::load_row<V>(v_head + static_cast<std::size_t>(v_off[j]) * elem, p.dtype, d, 1.0f, s.v_tile + j * dp);

@@ -1,6 +1,5 @@
 // decode_plan.cpp — when the CPU decode kernel runs and how it cuts the work (cpu_backend.hpp).
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -10,13 +9,6 @@
 
 namespace fastattn::cpu {
 namespace {
-
-// "1.97": a speed ratio in a reason.
-std::string ratio_text(double ratio) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f", ratio);
-  return text;
-}
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 

@@ -1,6 +1,7 @@
 // isa.cpp — which CPU instruction sets this binary has kernels for, and which one runs.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,12 @@ Bf16Dot forward_bf16_dot(Isa isa, DType dtype) {
   }
   return (isa == Isa::avx512bf16 || isa == Isa::amx) && bf16_dot_speed_ratio() >= kBf16DotMinRatio ? Bf16Dot::native
                                                                                                   : Bf16Dot::off;
+}
+
+std::string ratio_text(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ratio);
+  return text;
 }
 
 double bf16_dot_speed_ratio() {
