@@ -150,8 +150,8 @@ def main():
         if rs:
             summary["ab"][f"deterministic: default vs {name}"] = {"rows": len(rs), "geomean": geomean(rs),
                                                                  "min": min(rs), "max": max(rs)}
-            print(f"A/B deterministic, this build's default vs {name}: speed ratio geomean {geomean(rs):.3f} "
-                  f"(min {min(rs):.3f}, max {max(rs):.3f}, {len(rs)} rows)")
+            print(f"A/B deterministic, this build's default vs {name}: time ratio {name} / default geomean "
+                  f"{geomean(rs):.3f} (min {min(rs):.3f}, max {max(rs):.3f}, {len(rs)} rows; > 1: {name} slower)")
 
     mem = sorted((r for r in rows(out / "mem.jsonl") if "tensor_bytes" in r and not r.get("kind")),
                  key=lambda r: r["sq"])

@@ -7,11 +7,12 @@
 # atomic_tiles, bulk) and of cuDNN's (PyTorch SDPA, sdpa_flash_once.py --backend cudnn), with
 # --clock-control none (device/METHOD.md). Sections: SpeedOfLight, ComputeWorkloadAnalysis
 # (tensor pipe utilisation), WarpStateStats (stall reasons), MemoryWorkloadAnalysis_Tables
-# (L2 reductions), LaunchStats, Occupancy; the atomic mode also SourceCounters (warp-state
-# samples per SASS instruction, as CSV).
+# (L2 reductions), LaunchStats, Occupancy; the modes of SOURCE_MODES (default "atomic") also
+# SourceCounters (warp-state samples per SASS instruction, as CSV).
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/profile/ncu_sm90_backward.sh
 # ROWS (default "2,16,8192,128,0 2,16,8192,128,1 4,32,8192,64,0"): b,h,s,d,causal each.
-# MODES (default "atomic atomic_tiles bulk"). BUDGET_S (default 540) caps the whole call.
+# MODES (default "atomic atomic_tiles bulk"). SOURCE_MODES (default "atomic"): the modes whose
+# source counters are taken. BUDGET_S (default 540) caps the whole call.
 # $OUT: summary.txt, build.log, ncu.tar.gz (details per row and mode, the source CSV).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -48,7 +49,7 @@ for r in $rows; do
   flag=$([ "$causal" = 1 ] && echo --causal)
   for mode in $modes; do
     extra=()
-    [ "$mode" = atomic ] && extra=(--section SourceCounters)
+    [[ " ${SOURCE_MODES:-atomic} " == *" $mode "* ]] && extra=(--section SourceCounters)
     # Our backward: one warm-up launch, then the profiled one (the sm90 main kernel only).
     run "ncu_${mode}_$name" 100 env FASTATTN_CUDA_BWD_SM90=1 FASTATTN_CUDA_SM90_BWD_DQ="$mode" \
         ncu --clock-control none -k regex:flash_backward_sm90 --launch-skip 1 --launch-count 1 \
@@ -64,10 +65,15 @@ for r in $rows; do
   for who in $modes cudnn; do
     [ -f "$nout/${who}_$name.ncu-rep" ] || continue
     ncu --import "$nout/${who}_$name.ncu-rep" --page details > "$nout/${who}_${name}_details.txt" 2>&1
-    grep -E "^  [a-zA-Z_]|$summary_lines" "$nout/${who}_${name}_details.txt" | head -40 | sed "s/^/$who $name: /"
+    # cuDNN's report holds every kernel of its two calls: print its backward kernel's sections
+    # (the 40 lines would end before them).
+    awk -v who="$who" '/^  [a-zA-Z_]/ { keep = who != "cudnn" || /bprop/ } keep' "$nout/${who}_${name}_details.txt" |
+      grep -E "^  [a-zA-Z_]|$summary_lines" | head -40 | sed "s/^/$who $name: /"
   done
-  [ -f "$nout/atomic_$name.ncu-rep" ] &&
-    ncu --import "$nout/atomic_$name.ncu-rep" --page source --csv --print-source sass > "$nout/atomic_${name}_source.csv" 2>&1
+  for mode in ${SOURCE_MODES:-atomic}; do
+    [ -f "$nout/${mode}_$name.ncu-rep" ] &&
+      ncu --import "$nout/${mode}_$name.ncu-rep" --page source --csv --print-source sass > "$nout/${mode}_${name}_source.csv" 2>&1
+  done
 done
 rm -f "$nout"/*.ncu-rep
 tar -czf "$out/ncu.tar.gz" -C /tmp ncu_bwd
