@@ -11,8 +11,8 @@
 # SourceCounters (warp-state samples per SASS instruction, as CSV).
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/profile/ncu_sm90_backward.sh
 # ROWS (default "2,16,8192,128,0 2,16,8192,128,1 4,32,8192,64,0"): b,h,s,d,causal each.
-# MODES (default "atomic atomic_tiles bulk"). SOURCE_MODES (default "atomic"): the modes whose
-# source counters are taken. BUDGET_S (default 540) caps the whole call.
+# MODES (default "atomic atomic_tiles bulk"). SOURCE_MODES (default "atomic"; "" for none): the
+# modes whose source counters are taken. BUDGET_S (default 540) caps the whole call.
 # $OUT: summary.txt, build.log, ncu.tar.gz (details per row and mode, the source CSV).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -49,7 +49,7 @@ for r in $rows; do
   flag=$([ "$causal" = 1 ] && echo --causal)
   for mode in $modes; do
     extra=()
-    [[ " ${SOURCE_MODES:-atomic} " == *" $mode "* ]] && extra=(--section SourceCounters)
+    [[ " ${SOURCE_MODES-atomic} " == *" $mode "* ]] && extra=(--section SourceCounters)
     # Our backward: one warm-up launch, then the profiled one (the sm90 main kernel only).
     run "ncu_${mode}_$name" 100 env FASTATTN_CUDA_BWD_SM90=1 FASTATTN_CUDA_SM90_BWD_DQ="$mode" \
         ncu --clock-control none -k regex:flash_backward_sm90 --launch-skip 1 --launch-count 1 \
@@ -58,7 +58,8 @@ for r in $rows; do
         $flag --warmup 1 --repeats 1 --min-time 0 --no-peaks > "$nout/${mode}_$name.log" 2>&1
   done
   # cuDNN's: its kernel names vary by version, so every kernel of two calls (forward, backward
-  # and the elementwise ones around them; the summary names each with its duration).
+  # and the elementwise ones around them) goes into the report; the summary prints its backward
+  # kernel's (below), every kernel's details stay in the tarball.
   run "ncu_cudnn_$name" 150 ncu --clock-control none --launch-count 24 "${sections[@]}" -o "$nout/cudnn_$name" -f \
       "$python" tools/dev/profile/sdpa_flash_once.py --backend cudnn --pass bwd --batch "$b" --heads "$h" \
       --seqlen "$s" --head-dim "$d" $flag --calls 2 > "$nout/cudnn_$name.log" 2>&1
@@ -66,11 +67,13 @@ for r in $rows; do
     [ -f "$nout/${who}_$name.ncu-rep" ] || continue
     ncu --import "$nout/${who}_$name.ncu-rep" --page details > "$nout/${who}_${name}_details.txt" 2>&1
     # cuDNN's report holds every kernel of its two calls: print its backward kernel's sections
-    # (the 40 lines would end before them).
-    awk -v who="$who" '/^  [a-zA-Z_]/ { keep = who != "cudnn" || /bprop/ } keep' "$nout/${who}_${name}_details.txt" |
-      grep -E "^  [a-zA-Z_]|$summary_lines" | head -40 | sed "s/^/$who $name: /"
+    # (the 40 lines would end before them), or every kernel's if none is named "bprop".
+    pick=cudnn
+    grep -q "^  .*bprop" "$nout/${who}_${name}_details.txt" || pick=none
+    awk -v who="$who" -v pick="$pick" '/^  [a-zA-Z_]/ { keep = who != pick || /bprop/ } keep' \
+        "$nout/${who}_${name}_details.txt" | grep -E "^  [a-zA-Z_]|$summary_lines" | head -40 | sed "s/^/$who $name: /"
   done
-  for mode in ${SOURCE_MODES:-atomic}; do
+  for mode in ${SOURCE_MODES-atomic}; do
     [ -f "$nout/${mode}_$name.ncu-rep" ] &&
       ncu --import "$nout/${mode}_$name.ncu-rep" --page source --csv --print-source sass > "$nout/${mode}_${name}_source.csv" 2>&1
   done
