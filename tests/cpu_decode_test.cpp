@@ -106,16 +106,18 @@ TEST_P(DecodeChosen, MatchesFloat64WithForcedSplits) {
 }
 
 // Both bf16 vector forms on an AVX-512 BF16 CPU, whichever the measured rule takes by default
-// (decode_plan: vdpbf16ps against the f32 FMA): q.k on vdpbf16ps (FASTATTN_CPU_BF16_DOT=native,
-// DecodeForm::bf16_widened_dot) and on widened f32 FMAs (=emulated, bf16_widened). AMX off, so
-// that shapes with 8+ rows per KV head run these forms too.
+// (decode_plan: vdpbf16ps against the f32 FMA): both products on vdpbf16ps, P rounded to bf16
+// (FASTATTN_CPU_BF16_DOT=native, DecodeForm::bf16_dot) and on widened f32 FMAs (=emulated,
+// bf16_widened). AMX off, so that shapes with 8+ rows per KV head run these forms too. The cases
+// have odd key counts (the pair form's lone last key) and head dims that are not multiples of
+// 32 or 64 (its masked column blocks).
 TEST_P(DecodeChosen, MatchesFloat64InBothBf16Forms) {
   const cpu::Isa isa = cpu::selected_isa();
   if (isa != cpu::Isa::avx512bf16 && isa != cpu::Isa::amx) GTEST_SKIP() << "no AVX-512 BF16 here";
   const harness::Case c = harness::parse_case(GetParam());
   if (c.dtype != DType::bf16) GTEST_SKIP() << "not a bf16 case";
   const ScopedEnv no_amx("FASTATTN_CPU_AMX", std::string("off"));
-  for (const auto& [dot, form] : {std::pair<const char*, const char*>{"native", ".widened-dot.bf16."},
+  for (const auto& [dot, form] : {std::pair<const char*, const char*>{"native", ".dot.bf16."},
                                   std::pair<const char*, const char*>{"emulated", ".widened.bf16."}}) {
     const ScopedEnv env("FASTATTN_CPU_BF16_DOT", std::string(dot));
     const harness::CheckReport r = harness::check_case(c, Backend::cpu, forward_only());
@@ -188,9 +190,9 @@ TEST(Decode, FormFollowsDtypeAndIsa) {
     const cpu::Isa isa = cpu::selected_isa();
     const bool dot = (isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) &&
                      cpu::bf16_dot_speed_ratio() >= cpu::kBf16DotMinRatio;
-    EXPECT_NE(plan_of(1, 4096).kernel.find(dot ? ".widened-dot.bf16." : ".widened.bf16."), std::string::npos)
+    EXPECT_NE(plan_of(1, 4096).kernel.find(dot ? ".dot.bf16." : ".widened.bf16."), std::string::npos)
         << plan_of(1, 4096).kernel;
-    EXPECT_NE(plan_of(1, 4096).reason.find(dot ? "q.k on bf16 pairs (vdpbf16ps)" : "widened in registers, f32 FMAs"),
+    EXPECT_NE(plan_of(1, 4096).reason.find(dot ? "on bf16 pairs (vdpbf16ps)" : "widened in registers, f32 FMAs"),
               std::string::npos)
         << plan_of(1, 4096).reason;
     const ScopedEnv plain("FASTATTN_CPU_ISA", std::string("avx512"));

@@ -303,7 +303,7 @@ KernelChoice choose_kernel(const AttentionProblem& p, Direction direction, Backe
       switch (decode.form) {
         case cpu::DecodeForm::f32_tiles: break;
         case cpu::DecodeForm::bf16_widened: form_name = "widened."; break;
-        case cpu::DecodeForm::bf16_widened_dot: form_name = "widened-dot."; break;
+        case cpu::DecodeForm::bf16_dot: form_name = "dot."; break;
         case cpu::DecodeForm::bf16_pairs: form_name = "bf16dot-emulated."; break;
         case cpu::DecodeForm::amx:
           if (decode.amx == cpu::amx::AmxMode::emulated) form_name = std::string(cpu::amx::Emulated::kName) + ".";

@@ -83,16 +83,18 @@ inline constexpr std::int64_t kDecodeMaxBlockK = 128;      // keys per inner til
 //   bf16_widened  bf16 K/V read in place and widened in registers (a shift), f32 FMAs over
 //                 several query rows per load (decode_bf16_split.hpp): bf16 on any AVX-512,
 //                 BF16 extension or not (no vdpbf16ps);
-//   bf16_widened_dot  the same, but q.k on bf16 pairs with vdpbf16ps (K read in place, no
-//                 widening, one instruction per 32 products instead of two FMAs and a share of
-//                 the widening): AVX-512 BF16 CPUs whose vdpbf16ps outruns the f32 FMA
-//                 (bf16_dot_speed_ratio() >= kBf16DotMinRatio: AMD Zen 4 2x, Sapphire Rapids
-//                 0.5x);
+//   bf16_dot      both products on vdpbf16ps, K and V read in place: q.k on K's words as they
+//                 are (one instruction per 32 products instead of two FMAs and a share of the
+//                 widening), P rounded to bf16 (as the GPU kernels round it) and P V on key
+//                 pairs, two V rows interleaved in registers (half the widened form's
+//                 instructions); the next tile's prefetches spread through the products. AVX-512
+//                 BF16 CPUs whose vdpbf16ps outruns the f32 FMA (bf16_dot_speed_ratio() >=
+//                 kBf16DotMinRatio: AMD Zen 4 2x, Sapphire Rapids 0.5x);
 //   bf16_pairs    q.k on bf16 pairs row by row with the dot product emulated (AVX2 with
 //                 FASTATTN_CPU_BF16_DOT=emulated: a test path of the pair code);
 //   amx           both products on AMX tiles (decode_unit_amx.hpp; DecodePlan::amx says native
 //                 or emulated).
-enum class DecodeForm { f32_tiles, bf16_widened, bf16_widened_dot, bf16_pairs, amx };
+enum class DecodeForm { f32_tiles, bf16_widened, bf16_dot, bf16_pairs, amx };
 const char* to_string(DecodeForm form) noexcept;
 
 struct DecodePlan {

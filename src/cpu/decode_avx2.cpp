@@ -16,7 +16,7 @@ void decode_avx2(const AttentionProblem& p, const DecodePlan& plan, const Decode
     case DecodeForm::f32_tiles: return decode_detail::run_decode<V, DecodeForm::f32_tiles>(p, plan, cache, buffers);
     case DecodeForm::bf16_pairs: return decode_detail::run_decode<V, DecodeForm::bf16_pairs>(p, plan, cache, buffers);
     case DecodeForm::bf16_widened:
-    case DecodeForm::bf16_widened_dot:
+    case DecodeForm::bf16_dot:
     case DecodeForm::amx: break;  // AVX-512's
   }
   throw Error(ErrorCode::internal, std::string("cpu decode: form ") + to_string(plan.form) + " has no AVX2 kernel");

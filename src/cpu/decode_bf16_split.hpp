@@ -1,6 +1,7 @@
 // decode_bf16_split.hpp — the AVX-512 products of a bf16 decode tile (decode_kernel.hpp): K and V
 // read in place as bf16, widened in registers to f32, multiplied with f32 FMAs; no staging copy
-// of the tile. Where vdpbf16ps outruns the FMA, q.k takes it instead (score_split on bf16 Q, below).
+// of the tile. Where vdpbf16ps outruns the FMA, both products take it instead (score_split on
+// bf16 Q, pv_pairs; below).
 //
 // Why: decode is read-bound only if each core computes faster than it reads. With one query
 // token over GQA 32/8 a KV head has 4 rows, and the row-at-a-time form (score_row_pairs on
@@ -20,15 +21,23 @@
 //        each 32-column chunk (split_position, decode_tiles.hpp); write_partials restores them.
 // Measured (b1 h32/8 d128 bf16, one token, one thread, tile in L2, 256 keys): 17 GB/s of K+V
 // against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see docs/inference.md.
-// Where vdpbf16ps outruns the f32 FMA (AMD Zen 4: twice its rate; DecodeForm::bf16_widened_dot,
-// score_split on bf16 Q) S takes it instead, on K's words as they are and Q as bf16 pairs: one
-// instruction per 32 products instead of two FMAs plus a share of the widening; P V stays.
+// Where vdpbf16ps outruns the f32 FMA (AMD Zen 4: twice its rate; DecodeForm::bf16_dot) both
+// products take it:
+//   S on K's words as they are and Q as bf16 pairs (score_split on bf16 Q): one instruction per
+//        32 products instead of two FMAs plus a share of the widening;
+//   O += P V with P rounded to bf16 (round_p_to_bf16; the GPU kernels round it the same way)
+//        and V's rows of two keys interleaved word by word (pv_pairs): one instruction per 32
+//        products, 16 columns of two keys, instead of two FMAs and the widening.
+// Measured on the AMD EPYC VM (docs/inference.md): one thread, 256 keys in L2, 16.0 -> 21.0 GB/s
+// of K+V against the form with P V on FMAs; with the spread prefetch (the pf arguments) the
+// one-token row at 32768 keys and 2 threads went from 8.26 to 5.00 ms.
 #pragma once
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cpu/decode_tiles.hpp"
@@ -41,15 +50,31 @@ inline namespace FASTATTN_SIMD_NAMESPACE {
 // repeat the last key (masked by the softmax). Q (deduced from q) says the form: float, Q in the
 // split layout and K widened for f32 FMAs (DecodeForm::bf16_widened); std::uint16_t, Q as bf16
 // in its own order (d words, zero-padded to a multiple of 32) and one vdpbf16ps per 32 products
-// (bf16_widened_dot: AVX-512 BF16 CPUs only, the plan checks the ISA).
+// (bf16_dot: AVX-512 BF16 CPUs only, the plan checks the ISA).
+// pf (optional): rows of the next key tile, key j's at pf + pf_off[j] (d bf16), keys [0, pf_n)
+// (pf_n <= kn); each is prefetched to L2 as its key's scores are formed, a key at a time, so
+// that memory streams during the products instead of in one burst that stalls the core.
 template <class V, class Q>
 void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
-                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds);
+                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, const std::uint16_t* pf = nullptr,
+                 const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0);
 // O rows [0, rows) (row stride dp, split layout) += P (rows, kn; row stride ldp, f32) V, V row j
 // at v + off[j] (d bf16).
 template <class V>
 void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std::int64_t ldp, const std::uint16_t* v,
               const std::int64_t* off, std::int64_t d, std::int64_t kn);
+// The same product with P as bf16 (rows, kn; row stride ldp words, even; entry kn zero when kn
+// is odd) on vdpbf16ps over key pairs (DecodeForm::bf16_dot): O in the pair layout
+// (pair_position, decode_tiles.hpp). AVX-512 BF16 CPUs only. pf, pf_off, pf_n: as score_split's
+// (the next tile's V rows).
+template <class V>
+void pv_pairs(std::int64_t rows, float* o, std::int64_t dp, const std::uint16_t* p, std::int64_t ldp,
+              const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
+              const std::uint16_t* pf = nullptr, const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0);
+// P rows [0, rows) (f32, row stride ldp, kn entries) rounded to bf16 into pb (row stride ldpb
+// words), with entry kn set to 0 when kn is odd (pv_pairs reads keys in pairs).
+inline void round_p_to_bf16(std::int64_t rows, const float* p, std::int64_t ldp, std::uint16_t* pb, std::int64_t ldpb,
+                            std::int64_t kn);
 
 #if defined(FASTATTN_SIMD_AVX512)
 
@@ -90,7 +115,8 @@ inline __m512 sum_lanes16(const __m512* x) {
 // rounding order.
 template <int NR, class Q>
 void score_rows(const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
-                std::int64_t kn, float* s, std::int64_t lds) {
+                std::int64_t kn, float* s, std::int64_t lds, const std::uint16_t* pf = nullptr,
+                const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0) {
   using V = simd::Avx512;
   using vec = V::vec;
   constexpr bool kDot = std::is_same_v<Q, std::uint16_t>;
@@ -107,6 +133,9 @@ void score_rows(const Q* q, std::int64_t ldq, const std::uint16_t* k, const std:
       }
       const std::uint16_t* rows[4];
       for (int kk = 0; kk < 4; ++kk) rows[kk] = k + off[std::min<std::int64_t>(j0 + 4 * g + kk, kn - 1)];
+      if (pf != nullptr) {
+        for (std::int64_t jj = j0 + 4 * g; jj < std::min(j0 + 4 * g + 4, pf_n); ++jj) prefetch_row(pf + pf_off[jj], d);
+      }
       vec acc[16];  // the sum of row r, key kk in acc[kSumSlot[4 r + kk]], so that it lands in lane 4 r + kk
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) acc[i] = V::zero();
@@ -203,19 +232,106 @@ void pv_rows(float* o, std::int64_t dp, const float* p, std::int64_t ldp, const 
   if (c0 < dp) pv_block<NR, 1>(o, dp, c0, p, ldp, v, off, d, kn);
 }
 
+#if defined(__AVX512BF16__)
+// O rows [0, NR), columns [c0, c0 + 32 NC) += P V on key pairs. Keys j and j + 1 of a 32-column
+// chunk are interleaved word by word in registers (vpunpcklwd / vpunpckhwd within 128-bit
+// lanes), so 32-bit lane i holds (V[j][c], V[j + 1][c]) and one vdpbf16ps with the broadcast
+// pair (P[r][j], P[r][j + 1]) adds both keys' products for 16 columns: half the instructions of
+// the widened form's FMAs, and no widening. Column order per chunk: pair_position.
+// kFull: columns [c0, c0 + 32 NC) all lie below d, so that the loads need no mask.
+template <int NR, int NC, bool kFull>
+void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint16_t* p, std::int64_t ldp,
+                    const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
+                    const std::uint16_t* pf = nullptr, const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0) {
+  using V = simd::Avx512;
+  using vec = V::vec;
+  vec acc[NR][2 * NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::load(o + r * dp + c0 + 16 * a);
+  const auto load = [&](const std::uint16_t* row, int ch) {
+    const std::int64_t c = c0 + 32 * ch;
+    if constexpr (kFull) return _mm512_loadu_si512(row + c);
+    return c < d ? load_words(row + c, d - c) : _mm512_setzero_si512();
+  };
+  // Keys j and j + 1 (w1 = 0 for a lone last key, whose P pair's second word is 0 too).
+  const auto add_pair = [&](std::int64_t j, const __m512i* w0, const __m512i* w1) {
+    __m512i x[2 * NC];
+#pragma GCC unroll 2
+    for (int ch = 0; ch < NC; ++ch) {
+      x[2 * ch] = _mm512_unpacklo_epi16(w0[ch], w1[ch]);
+      x[2 * ch + 1] = _mm512_unpackhi_epi16(w0[ch], w1[ch]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      std::int32_t pair;
+      std::memcpy(&pair, p + r * ldp + j, 4);
+      const vec pr = _mm512_castsi512_ps(_mm512_set1_epi32(pair));
+#pragma GCC unroll 4
+      for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::dot_bf16(acc[r][a], pr, _mm512_castsi512_ps(x[a]));
+    }
+  };
+  std::int64_t j = 0;
+  for (; j + 1 < kn; j += 2) {
+    if (pf != nullptr) {
+      for (std::int64_t jj = j; jj < std::min(j + 2, pf_n); ++jj) prefetch_row(pf + pf_off[jj], d);
+    }
+    __m512i w0[NC], w1[NC];
+#pragma GCC unroll 2
+    for (int ch = 0; ch < NC; ++ch) {
+      w0[ch] = load(v + off[j], ch);
+      w1[ch] = load(v + off[j + 1], ch);
+    }
+    add_pair(j, w0, w1);
+  }
+  if (j < kn) {
+    if (pf != nullptr && j < pf_n) prefetch_row(pf + pf_off[j], d);
+    __m512i w0[NC], w1[NC];
+#pragma GCC unroll 2
+    for (int ch = 0; ch < NC; ++ch) {
+      w0[ch] = load(v + off[j], ch);
+      w1[ch] = _mm512_setzero_si512();
+    }
+    add_pair(j, w0, w1);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int a = 0; a < 2 * NC; ++a) V::store(o + r * dp + c0 + 16 * a, acc[r][a]);
+}
+
+template <int NR>
+void pv_pairs_rows(float* o, std::int64_t dp, const std::uint16_t* p, std::int64_t ldp, const std::uint16_t* v,
+                   const std::int64_t* off, std::int64_t d, std::int64_t kn, const std::uint16_t* pf,
+                   const std::int64_t* pf_off, std::int64_t pf_n) {
+  std::int64_t c0 = 0;
+  for (; c0 + 64 <= dp; c0 += 64, pf = nullptr) {  // the first column block prefetches
+    if (c0 + 64 <= d) {
+      pv_pairs_block<NR, 2, true>(o, dp, c0, p, ldp, v, off, d, kn, pf, pf_off, pf_n);
+    } else {
+      pv_pairs_block<NR, 2, false>(o, dp, c0, p, ldp, v, off, d, kn, pf, pf_off, pf_n);
+    }
+  }
+  if (c0 < dp) pv_pairs_block<NR, 1, false>(o, dp, c0, p, ldp, v, off, d, kn, pf, pf_off, pf_n);
+}
+#endif
+
 }  // namespace split
 
 template <class V, class Q>
 void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
-                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds) {
+                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, const std::uint16_t* pf,
+                 const std::int64_t* pf_off, std::int64_t pf_n) {
   for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
     const Q* qb = q + r0 * ldq;
     float* sb = s + r0 * lds;
+    if (r0 > 0) pf = nullptr;  // the first block of rows prefetches
     switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds); break;
-      case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds); break;
-      case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds); break;
-      default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds); break;
+      case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
+      case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
+      case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
+      default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
     }
   }
 }
@@ -233,6 +349,45 @@ void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std:
       default: split::pv_rows<1>(ob, dp, pb, ldp, v, off, d, kn); break;
     }
   }
+}
+
+template <class V>
+void pv_pairs(std::int64_t rows, float* o, std::int64_t dp, const std::uint16_t* p, std::int64_t ldp,
+              const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
+              const std::uint16_t* pf, const std::int64_t* pf_off, std::int64_t pf_n) {
+#if defined(__AVX512BF16__)
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+    float* ob = o + r0 * dp;
+    const std::uint16_t* pb = p + r0 * ldp;
+    if (r0 > 0) pf = nullptr;  // the first block of rows prefetches
+    switch (std::min<std::int64_t>(4, rows - r0)) {
+      case 4: split::pv_pairs_rows<4>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
+      case 3: split::pv_pairs_rows<3>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
+      case 2: split::pv_pairs_rows<2>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
+      default: split::pv_pairs_rows<1>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
+    }
+  }
+#else
+  static_assert(sizeof(V) == 0, "P V on vdpbf16ps: compiled with -mavx512bf16 only");
+#endif
+}
+
+inline void round_p_to_bf16(std::int64_t rows, const float* p, std::int64_t ldp, std::uint16_t* pb, std::int64_t ldpb,
+                            std::int64_t kn) {
+#if defined(__AVX512BF16__)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* src = p + r * ldp;
+    std::uint16_t* dst = pb + r * ldpb;
+    std::int64_t j = 0;
+    for (; j + 16 <= kn; j += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + j)));
+    }
+    for (; j < kn; ++j) dst[j] = float_to_bf16_bits(src[j]);  // round to nearest even, as vcvtneps2bf16
+    if (kn % 2 != 0) dst[kn] = 0;
+  }
+#else
+  (void)rows, (void)p, (void)ldp, (void)pb, (void)ldpb, (void)kn;
+#endif
 }
 
 #endif  // FASTATTN_SIMD_AVX512

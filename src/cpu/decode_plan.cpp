@@ -40,8 +40,8 @@ std::int64_t forced_splits() {
 // when a KV head packs enough rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by
 // FASTATTN_CPU_AMX and present); else, for bf16, K/V read in place and widened in registers on
 // any AVX-512 (decode is memory-bound, so unlike the prefill kernel's pair form, which must beat
-// the FMA by kBf16DotMinRatio, reading bf16 in place pays whenever it runs), with q.k on
-// vdpbf16ps where the prefill's rule takes the pair form (AVX-512 BF16 and
+// the FMA by kBf16DotMinRatio, reading bf16 in place pays whenever it runs), with both
+// products on vdpbf16ps instead where the prefill's rule takes the pair form (AVX-512 BF16 and
 // bf16_dot_speed_ratio() >= kBf16DotMinRatio: on Sapphire Rapids vdpbf16ps ran slower than the
 // widened FMAs, decode_bf16_split.hpp; on AMD Zen 4 it runs at twice their rate, and the
 // kernel's compute, not the memory, bounded its speed there: docs/inference.md); else f32 FMAs
@@ -73,9 +73,8 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
   if (from_env && dot == Bf16Dot::off) {
     vector_reason = std::string("f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=") + env + ")";
   } else if (avx512 && dot == Bf16Dot::native) {
-    vector_form = DecodeForm::bf16_widened_dot;
-    vector_reason = std::string("bf16 K and V read in place; q.k on bf16 pairs (vdpbf16ps), P V on V widened in "
-                                "registers with f32 FMAs") +
+    vector_form = DecodeForm::bf16_dot;
+    vector_reason = std::string("bf16 K and V read in place; q.k and P V (P rounded to bf16) on bf16 pairs (vdpbf16ps)") +
                     (from_env ? std::string(" (FASTATTN_CPU_BF16_DOT=native)")
                               : " (vdpbf16ps at " + ratio_text(bf16_dot_speed_ratio()) + "x the f32 FMA's rate here, >= " +
                                     ratio_text(kBf16DotMinRatio) + ")");

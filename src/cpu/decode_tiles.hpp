@@ -42,6 +42,13 @@ inline void prefetch_rows(const char* head, const std::int64_t* off, std::size_t
   }
 }
 
+// One bf16 row of d words prefetched into L2: the next tile's rows one key at a time, spread
+// through the products (bf16_dot; decode_bf16_split.hpp) instead of prefetch_rows' burst.
+inline void prefetch_row(const std::uint16_t* row, std::int64_t d) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (std::int64_t b = 0; b < 2 * d; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T1);
+}
+
 // Row offsets of a unit's current and next key tile (SequenceKeys::rows), on the stack.
 struct TileRows {
   alignas(64) std::int64_t k[2][kDecodeMaxBlockK];
@@ -52,7 +59,7 @@ struct TileRows {
 struct DecodeScratch {
   float* q;        // (heads * rows, dp): f32 rows, or bf16 pairs (rows of dp bf16, dp / 2 words)
   float* acc;      // (heads * rows, dp): O
-  float* k_tile;   // (bk, dp): K rows as f32 (not used when q.k runs on bf16 pairs)
+  float* k_tile;   // (bk, dp): K rows as f32; under bf16_dot (q.k on bf16 pairs) P as bf16 (rows, bk)
   float* v_tile;   // (bk, dp): V rows as f32
   float* scores;   // (rows, bk): S, then P
   float* row_max;  // (heads * rows): m, log2 units
@@ -236,14 +243,21 @@ void accumulate_pv(float* o, std::int64_t rows, std::int64_t dp, const float* pm
 // Position of column c (0..31) of a 32-column chunk of O in the split layout of
 // decode_bf16_split.hpp: the chunk's 16 even columns, then its 16 odd ones.
 constexpr std::int64_t split_position(std::int64_t c) { return (c % 2) * 16 + c / 2; }
+// ... and in its pair layout (pv_pairs): vpunpcklwd / vpunpckhwd work within 128-bit lanes, so
+// the low register of a chunk holds columns 0-3, 8-11, 16-19, 24-27 and the high one the others.
+constexpr std::int64_t pair_position(std::int64_t c) { return (c % 8) / 4 * 16 + c / 8 * 4 + c % 4; }
+
+// The order of O's columns within each 32-column chunk, as the P V form left it.
+enum class ColumnOrder { natural, split, pairs };
 
 // Epilogue of a unit: its split's partial out = O / l and lse = (m + log2 l) ln 2 for the rows
 // [0, rows) of each of `heads` heads (state row x = head * row_stride + i); a row that saw no key
 // of the split gets out 0 and lse -inf (merge_weights then gives it weight 0).
-// split: O's 32-column chunks are in the split layout (split_position).
+// order: how O's 32-column chunks are laid out (split_position, pair_position).
 template <class V>
 void write_partials(const DecodeScratch& s, std::int64_t heads, std::int64_t row_stride, std::int64_t rows,
-                    std::int64_t d, std::int64_t dp, float* part_out, float* part_lse, bool split = false) {
+                    std::int64_t d, std::int64_t dp, float* part_out, float* part_lse,
+                    ColumnOrder order = ColumnOrder::natural) {
   for (std::int64_t hh = 0; hh < heads; ++hh) {
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::int64_t x = hh * row_stride + i;
@@ -255,8 +269,10 @@ void write_partials(const DecodeScratch& s, std::int64_t heads, std::int64_t row
       } else {
         const float inv = 1.0f / l;
         const float* a = s.acc + x * dp;
-        if (split) {
+        if (order == ColumnOrder::split) {
           for (std::int64_t c = 0; c < d; ++c) o[c] = a[c / 32 * 32 + split_position(c % 32)] * inv;
+        } else if (order == ColumnOrder::pairs) {
+          for (std::int64_t c = 0; c < d; ++c) o[c] = a[c / 32 * 32 + pair_position(c % 32)] * inv;
         } else {
           for (std::int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
         }

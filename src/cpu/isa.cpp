@@ -106,7 +106,7 @@ const char* to_string(DecodeForm form) noexcept {
   switch (form) {
     case DecodeForm::f32_tiles: return "f32_tiles";
     case DecodeForm::bf16_widened: return "bf16_widened";
-    case DecodeForm::bf16_widened_dot: return "bf16_widened_dot";
+    case DecodeForm::bf16_dot: return "bf16_dot";
     case DecodeForm::bf16_pairs: return "bf16_pairs";
     case DecodeForm::amx: return "amx";
   }
