@@ -51,13 +51,12 @@ inline namespace FASTATTN_SIMD_NAMESPACE {
 // split layout and K widened for f32 FMAs (DecodeForm::bf16_widened); std::uint16_t, Q as bf16
 // in its own order (d words, zero-padded to a multiple of 32) and one vdpbf16ps per 32 products
 // (bf16_dot: AVX-512 BF16 CPUs only, the plan checks the ISA).
-// pf (optional): rows of the next key tile, key j's at pf + pf_off[j] (d bf16), keys [0, pf_n)
-// (pf_n <= kn); each is prefetched to L2 as its key's scores are formed, a key at a time, so
-// that memory streams during the products instead of in one burst that stalls the core.
+// pf (optional): the next key tile's K rows of this head (at most kn), one prefetched into L2 as
+// each key's scores are formed, so that memory streams during the products instead of in one
+// burst that stalls the core.
 template <class V, class Q>
 void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
-                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, const std::uint16_t* pf = nullptr,
-                 const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0);
+                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, NextRows* pf = nullptr);
 // O rows [0, rows) (row stride dp, split layout) += P (rows, kn; row stride ldp, f32) V, V row j
 // at v + off[j] (d bf16).
 template <class V>
@@ -65,12 +64,12 @@ void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std:
               const std::int64_t* off, std::int64_t d, std::int64_t kn);
 // The same product with P as bf16 (rows, kn; row stride ldp words, even; entry kn zero when kn
 // is odd) on vdpbf16ps over key pairs (DecodeForm::bf16_dot): O in the pair layout
-// (pair_position, decode_tiles.hpp). AVX-512 BF16 CPUs only. pf, pf_off, pf_n: as score_split's
-// (the next tile's V rows).
+// (pair_position, decode_tiles.hpp). AVX-512 BF16 CPUs only. pf: as score_split's, the next
+// tile's V rows.
 template <class V>
 void pv_pairs(std::int64_t rows, float* o, std::int64_t dp, const std::uint16_t* p, std::int64_t ldp,
               const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
-              const std::uint16_t* pf = nullptr, const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0);
+              NextRows* pf = nullptr);
 // P rows [0, rows) (f32, row stride ldp, kn entries) rounded to bf16 into pb (row stride ldpb
 // words), with entry kn set to 0 when kn is odd (pv_pairs reads keys in pairs).
 inline void round_p_to_bf16(std::int64_t rows, const float* p, std::int64_t ldp, std::uint16_t* pb, std::int64_t ldpb,
@@ -115,8 +114,7 @@ inline __m512 sum_lanes16(const __m512* x) {
 // rounding order.
 template <int NR, class Q>
 void score_rows(const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off, std::int64_t d,
-                std::int64_t kn, float* s, std::int64_t lds, const std::uint16_t* pf = nullptr,
-                const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0) {
+                std::int64_t kn, float* s, std::int64_t lds, NextRows* pf = nullptr) {
   using V = simd::Avx512;
   using vec = V::vec;
   constexpr bool kDot = std::is_same_v<Q, std::uint16_t>;
@@ -134,7 +132,7 @@ void score_rows(const Q* q, std::int64_t ldq, const std::uint16_t* k, const std:
       const std::uint16_t* rows[4];
       for (int kk = 0; kk < 4; ++kk) rows[kk] = k + off[std::min<std::int64_t>(j0 + 4 * g + kk, kn - 1)];
       if (pf != nullptr) {
-        for (std::int64_t jj = j0 + 4 * g; jj < std::min(j0 + 4 * g + 4, pf_n); ++jj) prefetch_row(pf + pf_off[jj], d);
+        for (int kk = 0; kk < 4; ++kk) pf->prefetch_one();
       }
       vec acc[16];  // the sum of row r, key kk in acc[kSumSlot[4 r + kk]], so that it lands in lane 4 r + kk
 #pragma GCC unroll 16
@@ -242,7 +240,7 @@ void pv_rows(float* o, std::int64_t dp, const float* p, std::int64_t ldp, const 
 template <int NR, int NC, bool kFull>
 void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint16_t* p, std::int64_t ldp,
                     const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
-                    const std::uint16_t* pf = nullptr, const std::int64_t* pf_off = nullptr, std::int64_t pf_n = 0) {
+                    NextRows* pf = nullptr) {
   using V = simd::Avx512;
   using vec = V::vec;
   vec acc[NR][2 * NC];
@@ -275,7 +273,8 @@ void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint1
   std::int64_t j = 0;
   for (; j + 1 < kn; j += 2) {
     if (pf != nullptr) {
-      for (std::int64_t jj = j; jj < std::min(j + 2, pf_n); ++jj) prefetch_row(pf + pf_off[jj], d);
+      pf->prefetch_one();
+      pf->prefetch_one();
     }
     __m512i w0[NC], w1[NC];
 #pragma GCC unroll 2
@@ -286,7 +285,7 @@ void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint1
     add_pair(j, w0, w1);
   }
   if (j < kn) {
-    if (pf != nullptr && j < pf_n) prefetch_row(pf + pf_off[j], d);
+    if (pf != nullptr) pf->prefetch_one();
     __m512i w0[NC], w1[NC];
 #pragma GCC unroll 2
     for (int ch = 0; ch < NC; ++ch) {
@@ -303,17 +302,16 @@ void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint1
 
 template <int NR>
 void pv_pairs_rows(float* o, std::int64_t dp, const std::uint16_t* p, std::int64_t ldp, const std::uint16_t* v,
-                   const std::int64_t* off, std::int64_t d, std::int64_t kn, const std::uint16_t* pf,
-                   const std::int64_t* pf_off, std::int64_t pf_n) {
+                   const std::int64_t* off, std::int64_t d, std::int64_t kn, NextRows* pf) {
   std::int64_t c0 = 0;
   for (; c0 + 64 <= dp; c0 += 64, pf = nullptr) {  // the first column block prefetches
     if (c0 + 64 <= d) {
-      pv_pairs_block<NR, 2, true>(o, dp, c0, p, ldp, v, off, d, kn, pf, pf_off, pf_n);
+      pv_pairs_block<NR, 2, true>(o, dp, c0, p, ldp, v, off, d, kn, pf);
     } else {
-      pv_pairs_block<NR, 2, false>(o, dp, c0, p, ldp, v, off, d, kn, pf, pf_off, pf_n);
+      pv_pairs_block<NR, 2, false>(o, dp, c0, p, ldp, v, off, d, kn, pf);
     }
   }
-  if (c0 < dp) pv_pairs_block<NR, 1, false>(o, dp, c0, p, ldp, v, off, d, kn, pf, pf_off, pf_n);
+  if (c0 < dp) pv_pairs_block<NR, 1, false>(o, dp, c0, p, ldp, v, off, d, kn, pf);
 }
 #endif
 
@@ -321,17 +319,16 @@ void pv_pairs_rows(float* o, std::int64_t dp, const std::uint16_t* p, std::int64
 
 template <class V, class Q>
 void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
-                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, const std::uint16_t* pf,
-                 const std::int64_t* pf_off, std::int64_t pf_n) {
+                 std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, NextRows* pf) {
   for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
     const Q* qb = q + r0 * ldq;
     float* sb = s + r0 * lds;
     if (r0 > 0) pf = nullptr;  // the first block of rows prefetches
     switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
-      case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
-      case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
-      default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds, pf, pf_off, pf_n); break;
+      case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
+      case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
+      case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
+      default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
     }
   }
 }
@@ -354,17 +351,17 @@ void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std:
 template <class V>
 void pv_pairs(std::int64_t rows, float* o, std::int64_t dp, const std::uint16_t* p, std::int64_t ldp,
               const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
-              const std::uint16_t* pf, const std::int64_t* pf_off, std::int64_t pf_n) {
+              NextRows* pf) {
 #if defined(__AVX512BF16__)
   for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
     float* ob = o + r0 * dp;
     const std::uint16_t* pb = p + r0 * ldp;
     if (r0 > 0) pf = nullptr;  // the first block of rows prefetches
     switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::pv_pairs_rows<4>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
-      case 3: split::pv_pairs_rows<3>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
-      case 2: split::pv_pairs_rows<2>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
-      default: split::pv_pairs_rows<1>(ob, dp, pb, ldp, v, off, d, kn, pf, pf_off, pf_n); break;
+      case 4: split::pv_pairs_rows<4>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
+      case 3: split::pv_pairs_rows<3>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
+      case 2: split::pv_pairs_rows<2>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
+      default: split::pv_pairs_rows<1>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
     }
   }
 #else

@@ -133,12 +133,16 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       const std::int64_t kh = kv0 + hh;
       const char* k_head = kdata + static_cast<std::size_t>(kh * p.k.stride.head) * elem;
       const char* v_head = vdata + static_cast<std::size_t>(kh * p.v.stride.head) * elem;
+      NextRows k_next, v_next;  // the next tile's rows of this head, prefetched during its products (bf16_dot)
+      if (kSpreadPrefetch && next > 0) {
+        k_next = {reinterpret_cast<const std::uint16_t*>(k_head), tr.k[1 - cur], d, 0, next};
+        v_next = {reinterpret_cast<const std::uint16_t*>(v_head), tr.v[1 - cur], d, 0, next};
+      }
       if constexpr (kSplit) {  // S of all rows at once (Q's type picks the form); V is read in place by pv_split
         using QWord = std::conditional_t<kDot, std::uint16_t, float>;  // bf16 words for vdpbf16ps, else f32
         score_split<V>(ur.rows, reinterpret_cast<const QWord*>(s.q) + hh * g.rows * dp, dp,
                        reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn, s.scores, g.bk,
-                       kSpreadPrefetch && next > 0 ? reinterpret_cast<const std::uint16_t*>(k_head) : nullptr,
-                       tr.k[1 - cur], next);
+                       k_next.left > 0 ? &k_next : nullptr);
       } else {
         for (std::int64_t j = 0; j < kn; ++j) {
           simd::load_row<V>(v_head + static_cast<std::size_t>(v_off[j]) * elem, p.dtype, d, 1.0f, s.v_tile + j * dp);
@@ -174,8 +178,7 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
         auto* p_words = reinterpret_cast<std::uint16_t*>(s.k_tile);  // (rows, bk) bf16: K's f32 tile is not used here
         round_p_to_bf16(ur.rows, s.scores, g.bk, p_words, g.bk, kn);
         pv_pairs<V>(ur.rows, s.acc + hh * g.rows * dp, dp, p_words, g.bk, reinterpret_cast<const std::uint16_t*>(v_head),
-                    v_off, d, kn, kSpreadPrefetch && next > 0 ? reinterpret_cast<const std::uint16_t*>(v_head) : nullptr,
-                    tr.v[1 - cur], next);
+                    v_off, d, kn, v_next.left > 0 ? &v_next : nullptr);
       } else if constexpr (kSplit) {
         pv_split<V>(ur.rows, s.acc + hh * g.rows * dp, dp, s.scores, g.bk, reinterpret_cast<const std::uint16_t*>(v_head),
                     v_off, d, kn);

@@ -49,6 +49,20 @@ inline void prefetch_row(const std::uint16_t* row, std::int64_t d) {
   for (std::int64_t b = 0; b < 2 * d; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T1);
 }
 
+// A cursor over one head's rows of the next key tile, prefetched into L2 one at a time while
+// the current tile's products run (bf16_dot, decode_bf16_split.hpp): row j at base + off[j]
+// (bf16 words, d of them), from row `row` on, `left` rows in all.
+struct NextRows {
+  const std::uint16_t* base = nullptr;
+  const std::int64_t* off = nullptr;
+  std::int64_t d = 0, row = 0, left = 0;
+  void prefetch_one() {
+    if (left <= 0) return;
+    prefetch_row(base + off[row++], d);
+    --left;
+  }
+};
+
 // Row offsets of a unit's current and next key tile (SequenceKeys::rows), on the stack.
 struct TileRows {
   alignas(64) std::int64_t k[2][kDecodeMaxBlockK];
