@@ -70,6 +70,8 @@ const char* const kChosen[] = {
     // Odd head dims (tails of the bf16 pair loads) and explicit threads.
     "b=2 sq=3 sk=77 h=6 hkv=3 d=8 dtype=bf16 mask=none threads=3 seed=210",
     "b=1 sq=1 sk=5000 h=4 hkv=1 d=96 dtype=bf16 mask=causal threads=1 seed=211",
+    // 64 packed rows at d 8: under bf16_dot P's bf16 rows fill the f32 K tile they borrow.
+    "b=1 sq=16 sk=77 h=8 hkv=2 d=8 dtype=bf16 mask=causal seed=215",
     // bf16 on AVX-512 (decode_bf16_split.hpp): 5-7 rows per KV head (blocks of 4 rows and a
     // remainder, below the AMX threshold), head dims with a partial 32-column chunk, key tiles
     // ending mid-block, soft-cap and strided rows.

@@ -28,9 +28,9 @@
 //   O += P V with P rounded to bf16 (round_p_to_bf16; the GPU kernels round it the same way)
 //        and V's rows of two keys interleaved word by word (pv_pairs): one instruction per 32
 //        products, 16 columns of two keys, instead of two FMAs and the widening.
-// Measured on the AMD EPYC VM (docs/inference.md): one thread, 256 keys in L2, 16.0 -> 21.0 GB/s
-// of K+V against the form with P V on FMAs; with the spread prefetch (the pf arguments) the
-// one-token row at 32768 keys and 2 threads went from 8.26 to 5.00 ms.
+// Measured on the AMD EPYC VM (docs/inference.md), with the spread prefetch (the pf arguments)
+// against the form before (P V on FMAs, one prefetch burst per head): one thread, 256 keys in
+// L2, 16.0 -> 21.0 GB/s of K+V; the one-token row at 32768 keys, 2 threads, 8.26 -> 5.00 ms.
 #pragma once
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround
@@ -379,11 +379,16 @@ inline void round_p_to_bf16(std::int64_t rows, const float* p, std::int64_t ldp,
     for (; j + 16 <= kn; j += 16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + j)));
     }
-    for (; j < kn; ++j) dst[j] = float_to_bf16_bits(src[j]);  // round to nearest even, as vcvtneps2bf16
+    // Round to nearest even, as vcvtneps2bf16 (which also flushes denormal P to 0: a difference
+    // below 2^-126).
+    for (; j < kn; ++j) dst[j] = float_to_bf16_bits(src[j]);
     if (kn % 2 != 0) dst[kn] = 0;
   }
 #else
-  (void)rows, (void)p, (void)ldp, (void)pb, (void)ldpb, (void)kn;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < kn; ++j) pb[r * ldpb + j] = float_to_bf16_bits(p[r * ldp + j]);
+    if (kn % 2 != 0) pb[r * ldpb + kn] = 0;
+  }
 #endif
 }
 

@@ -11,8 +11,8 @@
 //   keys: the split's part of [key_begin(first token), key_end(last token)), in tiles of block_k:
 //         K tile: f32 rows staged in L1 (dp floats apart), or read in place as bf16 pairs
 //         V tile: f32 rows staged in L1
-//         (bf16 on AVX-512: K and V both read in place, widened in registers, several rows per
-//         load: decode_bf16_split.hpp)
+//         (bf16 on AVX-512: K and V both read in place, widened in registers or taken as bf16
+//         pairs by vdpbf16ps, several rows per load: decode_bf16_split.hpp)
 //         S (rows, kn) = Q K^T: per row, kWidth keys at a time, each key one accumulator vector,
 //                       reduced by V::transpose_sum into one vector of kWidth scores
 //         online softmax per row (scores in log2 units, each row's own causal/window interval)
@@ -72,11 +72,11 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
   // products (its K rows while S is formed, its V rows during P V), so that the line fill
   // buffers never fill and memory streams while the core computes; measured on AMD Zen 4, 1.5x
   // on the one-token row against one burst per head after its products (docs/inference.md).
-  // The other forms keep that burst, the better of the two on the Sapphire Rapids VM (fifth
-  // session, with the widened form).
+  // The other forms keep that burst: on the Sapphire Rapids VM, 2026-12-02, prefetches spread
+  // through the products were slower than it (docs/inference.md, "What did not help").
   constexpr bool kSpreadPrefetch = kDot;
   static_assert(kDecodeMaxRows <= 2 * 32, "bf16_dot keeps P's bf16 rows (rows x bk words) in K's f32 tile (bk x dp)");
-  static_assert(!kSplit || V::kWidth == 16, "the widened form is AVX-512's");
+  static_assert(!kSplit || V::kWidth == 16, "the widened and vdpbf16ps forms are AVX-512's");
   const UnitRows ur = unit_rows(p, plan, b, chunk);
   if (ur.rows == 0) return;
   const std::int64_t heads = std::min(plan.heads_per_unit, p.num_kv_heads - kv0);
@@ -138,7 +138,8 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
         k_next = {reinterpret_cast<const std::uint16_t*>(k_head), tr.k[1 - cur], d, 0, next};
         v_next = {reinterpret_cast<const std::uint16_t*>(v_head), tr.v[1 - cur], d, 0, next};
       }
-      if constexpr (kSplit) {  // S of all rows at once (Q's type picks the form); V is read in place by pv_split
+      if constexpr (kSplit) {  // S of all rows at once (Q's type picks the form); V is read in place by
+                               // pv_split (pv_pairs under bf16_dot)
         using QWord = std::conditional_t<kDot, std::uint16_t, float>;  // bf16 words for vdpbf16ps, else f32
         score_split<V>(ur.rows, reinterpret_cast<const QWord*>(s.q) + hh * g.rows * dp, dp,
                        reinterpret_cast<const std::uint16_t*>(k_head), k_off, d, kn, s.scores, g.bk,
@@ -177,8 +178,8 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
       if constexpr (kDot) {
         auto* p_words = reinterpret_cast<std::uint16_t*>(s.k_tile);  // (rows, bk) bf16: K's f32 tile is not used here
         round_p_to_bf16(ur.rows, s.scores, g.bk, p_words, g.bk, kn);
-        pv_pairs<V>(ur.rows, s.acc + hh * g.rows * dp, dp, p_words, g.bk, reinterpret_cast<const std::uint16_t*>(v_head),
-                    v_off, d, kn, v_next.left > 0 ? &v_next : nullptr);
+        pv_pairs<V>(ur.rows, s.acc + hh * g.rows * dp, dp, p_words, g.bk,
+                    reinterpret_cast<const std::uint16_t*>(v_head), v_off, d, kn, v_next.left > 0 ? &v_next : nullptr);
       } else if constexpr (kSplit) {
         pv_split<V>(ur.rows, s.acc + hh * g.rows * dp, dp, s.scores, g.bk, reinterpret_cast<const std::uint16_t*>(v_head),
                     v_off, d, kn);

@@ -66,7 +66,8 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
   const char* env = env_value(EnvVar::cpu_bf16_dot);
   const bool from_env = env != nullptr && *env != '\0';  // set and not empty, as forward_bf16_dot reads it
   // Unset: forward_bf16_dot's measured rule (native where vdpbf16ps outruns the FMA by
-  // kBf16DotMinRatio) picks between the two widened forms; its "off" means the FMA one here.
+  // kBf16DotMinRatio) picks between the widened FMA form and the vdpbf16ps form; its "off" means
+  // the FMA one here.
   const Bf16Dot dot = forward_bf16_dot(isa, p.dtype);  // throws on a bad value
   DecodeForm vector_form = DecodeForm::f32_tiles;
   std::string vector_reason;
@@ -74,7 +75,8 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
     vector_reason = std::string("f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=") + env + ")";
   } else if (avx512 && dot == Bf16Dot::native) {
     vector_form = DecodeForm::bf16_dot;
-    vector_reason = std::string("bf16 K and V read in place; q.k and P V (P rounded to bf16) on bf16 pairs (vdpbf16ps)") +
+    vector_reason = std::string("bf16 K and V read in place; q.k and P V (P rounded to bf16) on bf16 pairs "
+                                "(vdpbf16ps)") +
                     (from_env ? std::string(" (FASTATTN_CPU_BF16_DOT=native)")
                               : " (vdpbf16ps at " + ratio_text(bf16_dot_speed_ratio()) + "x the f32 FMA's rate here, >= " +
                                     ratio_text(kBf16DotMinRatio) + ")");
