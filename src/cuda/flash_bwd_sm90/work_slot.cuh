@@ -26,9 +26,10 @@
 #include "cuda/flash_bwd_sm90/plan.hpp"
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 
-// 1 (default): in shared memory at d = 64 and 128, the dims built and timed that way on the GPU
-// machine; d = 96 and 256 recompute it until their speed with it is timed (their tests passed
-// with 2 on an H100, 2026-12-06). 2: every head dim; 0: none, the old build for an A/B.
+// 1 (default): in shared memory at d = 64, 96 and 128, the dims timed faster that way on the GPU
+// machine (d = 96: 1.08-1.12x on an H100, 2026-12-06); d = 256 recomputes it (3-5% faster
+// without a mask, 2-6% slower causal with it: docs/cuda-sm90-backward.md). 2: every head dim;
+// 0: none, the old build for an A/B.
 #ifndef FASTATTN_SM90_BWD_WORK_IN_SMEM
 #define FASTATTN_SM90_BWD_WORK_IN_SMEM 1
 #endif
@@ -38,7 +39,7 @@ namespace fastattn::cuda {
 template <class T>
 constexpr bool sm90_bwd_work_in_smem() {
   return FASTATTN_SM90_BWD_WORK_IN_SMEM >= 2 ||
-         (FASTATTN_SM90_BWD_WORK_IN_SMEM == 1 && (T::kHeadDim == 64 || T::kHeadDim == 128));
+         (FASTATTN_SM90_BWD_WORK_IN_SMEM == 1 && (T::kHeadDim == 64 || T::kHeadDim == 96 || T::kHeadDim == 128));
 }
 
 // Work in shared memory: MMA warpgroup wg's slot, and slot kDqWriterWorkSlot for the dQ writer
