@@ -306,29 +306,42 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   }
   {
     const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 4096, 4096}, false).sm90_dq, 1);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 4096, 4096}, false).sm90_dq, 1);
   }
   {
     const cuda::Sm90MaskShape causal{-1, 0, true, 4096, 4096};
     const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_ORDER", std::nullopt);
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_tile_order,
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
     {
       const ScopedEnv spt("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("shortest_first"));
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_tile_order,
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_descending));
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
+                static_cast<int>(Sm90TileOrder::key_block_ascending));
+    }
+    // Many (batch, KV head) pairs: head-major (kSm90HeadMajorMinPairs), unless forced longest
+    // first; deterministic calls keep ascending key blocks; GQA counts KV heads.
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::head_major));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::key_block_ascending));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 32, 8, causal, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::key_block_ascending));
+    {
+      const ScopedEnv longest("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("longest_first"));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
     }
     const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_tile_order,
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::head_major));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_tile_order,
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::head_major));
     const ScopedEnv bad("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("random"));
-    expect_error([&] { (void)cuda::plan_backward_sm90(128, 2, 16, causal, false); }, ErrorCode::invalid_argument,
+    expect_error([&] { (void)cuda::plan_backward_sm90(128, 2, 16, 16, causal, false); }, ErrorCode::invalid_argument,
                  "FASTATTN_CUDA_SM90_BWD_ORDER");
   }
   {
@@ -338,23 +351,23 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     const cuda::Sm90MaskShape none{-1, -1, true, 1000, 1000}, causal{-1, 0, true, 1000, 1000};
     const auto bulk = static_cast<int>(cuda::Sm90DqReduction::bulk);
     const auto tiles = static_cast<int>(cuda::Sm90DqReduction::atomic_tiles);
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, none, false).sm90_dq, bulk);
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, none, true).sm90_dq, bulk);
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, false).sm90_dq, tiles);
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{64, 64, true, 1000, 1000}, false).sm90_dq,
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, none, false).sm90_dq, bulk);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, none, true).sm90_dq, bulk);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_dq, tiles);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{64, 64, true, 1000, 1000}, false).sm90_dq,
               tiles);
-    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, none, false).sm90_dq, tiles);
-    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, causal, false).sm90_dq, tiles);
+    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, 16, none, false).sm90_dq, tiles);
+    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, 16, causal, false).sm90_dq, tiles);
     // Deterministic calls at d = 64 / 128: bulk, whose writer warp waits for the turns (built
     // with FASTATTN_SM90_BWD_DQ_WRITER, the default).
     const int deterministic = cuda::kSm90BwdDqWriter ? bulk : tiles;
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, causal, true).sm90_dq, deterministic);
-    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, none, true).sm90_dq, deterministic);
-    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, causal, true).sm90_dq, deterministic);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true).sm90_dq, deterministic);
+    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, 16, none, true).sm90_dq, deterministic);
+    EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, 16, causal, true).sm90_dq, deterministic);
     for (int d : {96, 256}) {
-      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, none, false).sm90_dq, 0) << d;
-      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, causal, false).sm90_dq, 0) << d;
-      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, causal, true).sm90_dq, 0) << d;
+      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, 16, none, false).sm90_dq, 0) << d;
+      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, 16, causal, false).sm90_dq, 0) << d;
+      EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, 16, causal, true).sm90_dq, 0) << d;
     }
   }
   {
@@ -363,14 +376,14 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   }
   const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
   for (int d : {64, 96, 128, 256}) {
-    const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+    const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
     EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);
     EXPECT_EQ(plain.sm90_dq, 0);
     EXPECT_EQ(plain.num_splits, 1);
     EXPECT_EQ(plain.sm90_semaphore_bytes, 0u);
     EXPECT_GE(plain.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * d * 4));
     EXPECT_EQ(plain.workspace_bytes, plain.d_sum_bytes + plain.dq_accum_bytes);
-    const cuda::BackwardPlan det = cuda::plan_backward_sm90(d, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, true);
+    const cuda::BackwardPlan det = cuda::plan_backward_sm90(d, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, true);
     EXPECT_GE(det.sm90_semaphore_bytes, static_cast<std::size_t>(2 * 16 * 16 * 4));  // 16 query blocks of 64
     EXPECT_EQ(det.workspace_bytes, det.d_sum_bytes + det.dq_accum_bytes + det.sm90_semaphore_bytes);
     const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(d);
@@ -395,14 +408,14 @@ TEST(CudaSm90BackwardPlan, HeadDim256Tile) {
     EXPECT_TRUE(cuda::sm90_backward_bulk_dq_fits(d));
   }
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
-  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(256, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(256, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
   EXPECT_EQ(plan.sm90_dq, 0);
   EXPECT_EQ(plan.sm90_warpgroup_split, 1);
   EXPECT_EQ(plan.blocks.block_n, 64);
   const std::string why = cuda::describe_backward_sm90(plan, false, true);
   EXPECT_NE(why.find("half of the columns"), std::string::npos) << why;
   EXPECT_NE(why.find("no shared memory for the bulk"), std::string::npos) << why;
-  EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false).sm90_dq, 1);
+  EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false).sm90_dq, 1);
 }
 
 // d = 96 (plan.hpp): d = 128's tile on columns padded to whole 64-column panels, bulk dQ kept,
@@ -418,7 +431,7 @@ TEST(CudaSm90BackwardPlan, HeadDim96PaddedTile) {
   EXPECT_EQ(cuda::sm90_backward_smem_bytes(b, 96), cuda::sm90_backward_smem_bytes(cuda::sm90_backward_blocks(128), 128));
   EXPECT_EQ(cuda::sm90_backward_dq_tile_bytes(96), cuda::sm90_backward_dq_tile_bytes(128));
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
-  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(96, 2, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(96, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
   EXPECT_EQ(plan.sm90_dq, 1);
   EXPECT_EQ(plan.sm90_warpgroup_split, 0);
   EXPECT_GE(plan.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * 96 * 4));
@@ -433,7 +446,7 @@ TEST(CudaSm90BackwardPlan, TiledDqAccumulatorHoldsEveryTile) {
     const bool bulk = std::string(mode) == "bulk";
     for (int d : {64, 96, 128, 256}) {
       const cuda::BackwardPlan padded =
-          cuda::plan_backward_sm90(d, 3, 5, cuda::Sm90MaskShape{-1, 0, true, 1000, 700}, false);
+          cuda::plan_backward_sm90(d, 3, 5, 5, cuda::Sm90MaskShape{-1, 0, true, 1000, 700}, false);
       const std::string why = cuda::describe_backward_sm90(padded, false);
       if (bulk && d == 256) {
         EXPECT_EQ(padded.sm90_dq, static_cast<int>(cuda::Sm90DqReduction::atomic));
@@ -446,7 +459,7 @@ TEST(CudaSm90BackwardPlan, TiledDqAccumulatorHoldsEveryTile) {
       const std::size_t tile_floats = static_cast<std::size_t>(cuda::sm90_backward_dq_tile_bytes(d)) / 4 * 2;
       EXPECT_GE(padded.dq_accum_bytes, static_cast<std::size_t>(3 * 16) * 5 * tile_floats * 4) << "d " << d;
       const cuda::BackwardPlan varlen =
-          cuda::plan_backward_sm90(d, 4, 5, cuda::Sm90MaskShape{-1, 0, true, 900, 900}, true, 2000);
+          cuda::plan_backward_sm90(d, 4, 5, 5, cuda::Sm90MaskShape{-1, 0, true, 900, 900}, true, 2000);
       EXPECT_GE(varlen.dq_accum_bytes, static_cast<std::size_t>(2000 / 64 + 4) * 5 * tile_floats * 4) << "d " << d;
       EXPECT_EQ(varlen.workspace_bytes, varlen.d_sum_bytes + varlen.dq_accum_bytes + varlen.sm90_semaphore_bytes);
     }

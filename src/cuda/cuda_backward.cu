@@ -189,7 +189,7 @@ BackwardPlan backward_plan(const AttentionProblem& p) {
   if (sm90.sm90) {
     const Sm90MaskShape mask{p.window_left, p.window_right, p.alignment == MaskAlignment::bottom_right, p.seqlen_q,
                              p.seqlen_k};
-    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, mask, p.deterministic,
+    return plan_backward_sm90(p.head_dim, p.batch, p.num_heads, p.num_kv_heads, mask, p.deterministic,
                               p.is_varlen() ? p.total_q : -1);
   }
   const std::int64_t total_q = p.is_varlen() ? p.total_q : p.batch * p.seqlen_q;

@@ -29,9 +29,12 @@
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
 #             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
-#             with the dQ mode its plan picks (sm90-default), with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
-#             (=atomic_tiles), without longest
-#             first (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
+#             with the dQ mode and tile order its plan picks (sm90-default), the same with
+#             longest first for every call (sm90-longest: FASTATTN_CUDA_SM90_BWD_ORDER=
+#             longest_first, the order before the head-major rule for many pairs), with atomic
+#             dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
+#             (=atomic_tiles), head-major with atomic dQ
+#             (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
 #             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
 #             in bench.jsonl
 #   det       deterministic backward (sm90): dq/dk/dv bitwise equal over 10 runs, its speed
@@ -173,7 +176,10 @@ timing="--warmup 3 --repeats 20 --max-seconds 1"
 # Every variant sets every switch (a variant's settings stay for the next one in the process).
 sm90="FASTATTN_CUDA_BWD_SM90=1"
 # sm90-default: the dQ mode the plan picks (FASTATTN_CUDA_SM90_BWD_DQ= unsets it).
-variants="sm90-default:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+# sm90-default: the plan's dQ mode and tile order (FASTATTN_CUDA_SM90_BWD_ORDER= unsets it too);
+# sm90-longest: the same without the head-major rule for many (batch, KV head) pairs.
+variants="sm90-default:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER="
+variants+=",sm90-longest:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"

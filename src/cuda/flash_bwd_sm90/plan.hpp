@@ -202,7 +202,15 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
 // the end whose clamp cuts less goes first. Where the first and last key block weigh the same
 // (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
-// for its key blocks.
+// for its key blocks. So does it for right-bounded calls of many (batch, KV head) pairs
+// (kSm90HeadMajorMinPairs): longest first runs key block n of every pair at once, so each
+// resident CTA streams another head's Q and dO from memory, and with a wave of tiles per pair
+// or more, the tail that longest first shortens is a small part of the call. Measured on an
+// H100 (2026-12-06, bf16, causal, issue 16's rows, the plan's dQ modes, two rounds;
+// docs/cuda-sm90-backward.md): the rows of 128 or more pairs 1.17-1.59x faster backward
+// (forward+backward 1.13-1.49x). With fewer pairs head-major ran 0.88-1.08x (atomic dQ), so
+// longest first stays there. On the H200 (thirteenth session, atomic dQ) the two orders were
+// within 10% of each other on every causal row (0.94-1.10x), to be measured again there.
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks across all
 // (batch, KV head) pairs (longest first for a right bound, as above), so that the key blocks of
@@ -232,21 +240,27 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
   if (m.window_left >= 0 && m.window_left < q_end - k1 + offset) q_end = k1 - offset + m.window_left;
   return q_end > q_begin ? q_end - q_begin : 0;
 }
-// FASTATTN_CUDA_SM90_BWD_ORDER: longest_first or unset, the order below; head_major turns
-// longest first off ((batch, KV head)-major for every call: the A/B measurement of the order,
-// and in deterministic mode the order calls without a mask took before the fifteenth session);
+// FASTATTN_CUDA_SM90_BWD_ORDER: unset, the order below; longest_first, the order below without
+// the head-major rule for many pairs (the A/B of that rule); head_major turns longest first off
+// ((batch, KV head)-major for every call: the A/B measurement of the order, and in
+// deterministic mode the order calls without a mask took before the fifteenth session);
 // shortest_first, the default order except right-bounded deterministic calls (above).
 constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
-enum class Sm90OrderSwitch { longest_first, head_major, shortest_first };
+enum class Sm90OrderSwitch { automatic, longest_first, head_major, shortest_first };
 inline Sm90OrderSwitch sm90_order_switch() {
   return env_choice<Sm90OrderSwitch>(EnvVar::cuda_sm90_bwd_order,
                                      {{"longest_first", Sm90OrderSwitch::longest_first},
                                       {"head_major", Sm90OrderSwitch::head_major},
                                       {"shortest_first", Sm90OrderSwitch::shortest_first}},
-                                     Sm90OrderSwitch::longest_first);
+                                     Sm90OrderSwitch::automatic);
 }
+// (batch, KV head) pairs from which a right-bounded non-deterministic call runs head-major
+// (above; the measured boundary lies between 64 and 128).
+inline constexpr std::int64_t kSm90HeadMajorMinPairs = 128;
+// pairs: batch * num_kv_heads (a tile's CTA serves a KV head's whole group); 0: not known,
+// longest first as before the rule.
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
-                                        bool shortest_first = false) {
+                                        bool shortest_first = false, std::int64_t pairs = 0) {
   const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
   if (n_blocks <= 1) return Sm90TileOrder::head_major;
   if (deterministic) {
@@ -254,6 +268,7 @@ constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t blo
                                                  : Sm90TileOrder::key_block_ascending;
   }
   const std::int64_t first = sm90_key_block_rows(m, 0, block_n), last = sm90_key_block_rows(m, n_blocks - 1, block_n);
+  if (first > last && pairs >= kSm90HeadMajorMinPairs) return Sm90TileOrder::head_major;
   if (first > last) return Sm90TileOrder::key_block_ascending;
   if (last > first) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
@@ -318,7 +333,7 @@ inline bool sm90_backward_tma_describes(const AttentionProblem& p) {
 // semaphore per (batch, head, query block), zeroed with the accumulator. total_q_tokens: varlen
 // batches' query tokens (their mask shape holds the longest sequence); < 0: batch * seqlen_q.
 inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch, std::int64_t num_heads,
-                                       const Sm90MaskShape& mask, bool deterministic,
+                                       std::int64_t num_kv_heads, const Sm90MaskShape& mask, bool deterministic,
                                        std::int64_t total_q_tokens = -1) {
   const std::int64_t seqlen_q = mask.seqlen_q;
   const Sm90BackwardBlocks b = sm90_backward_blocks(head_dim);
@@ -332,10 +347,11 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
   const Sm90OrderSwitch order = sm90_order_switch();
-  plan.sm90_tile_order = static_cast<int>(order == Sm90OrderSwitch::head_major
-                                              ? Sm90TileOrder::head_major
-                                              : sm90_tile_order(mask, b.block_n, deterministic,
-                                                                order == Sm90OrderSwitch::shortest_first));
+  plan.sm90_tile_order = static_cast<int>(
+      order == Sm90OrderSwitch::head_major
+          ? Sm90TileOrder::head_major
+          : sm90_tile_order(mask, b.block_n, deterministic, order == Sm90OrderSwitch::shortest_first,
+                            order == Sm90OrderSwitch::automatic ? batch * num_kv_heads : 0));
   const bool varlen = total_q_tokens >= 0;
   const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
