@@ -376,14 +376,16 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
   }
   const ScopedEnv atomic("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic"));
   for (int d : {64, 96, 128, 256}) {
-    const cuda::BackwardPlan plain = cuda::plan_backward_sm90(d, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+    const cuda::BackwardPlan plain =
+        cuda::plan_backward_sm90(d, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
     EXPECT_EQ(plain.path, cuda::ForwardPath::sm90);
     EXPECT_EQ(plain.sm90_dq, 0);
     EXPECT_EQ(plain.num_splits, 1);
     EXPECT_EQ(plain.sm90_semaphore_bytes, 0u);
     EXPECT_GE(plain.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * d * 4));
     EXPECT_EQ(plain.workspace_bytes, plain.d_sum_bytes + plain.dq_accum_bytes);
-    const cuda::BackwardPlan det = cuda::plan_backward_sm90(d, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, true);
+    const cuda::BackwardPlan det =
+        cuda::plan_backward_sm90(d, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, true);
     EXPECT_GE(det.sm90_semaphore_bytes, static_cast<std::size_t>(2 * 16 * 16 * 4));  // 16 query blocks of 64
     EXPECT_EQ(det.workspace_bytes, det.d_sum_bytes + det.dq_accum_bytes + det.sm90_semaphore_bytes);
     const cuda::Sm90BackwardBlocks b = cuda::sm90_backward_blocks(d);
@@ -408,7 +410,8 @@ TEST(CudaSm90BackwardPlan, HeadDim256Tile) {
     EXPECT_TRUE(cuda::sm90_backward_bulk_dq_fits(d));
   }
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
-  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(256, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  const cuda::BackwardPlan plan =
+      cuda::plan_backward_sm90(256, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
   EXPECT_EQ(plan.sm90_dq, 0);
   EXPECT_EQ(plan.sm90_warpgroup_split, 1);
   EXPECT_EQ(plan.blocks.block_n, 64);
@@ -431,7 +434,8 @@ TEST(CudaSm90BackwardPlan, HeadDim96PaddedTile) {
   EXPECT_EQ(cuda::sm90_backward_smem_bytes(b, 96), cuda::sm90_backward_smem_bytes(cuda::sm90_backward_blocks(128), 128));
   EXPECT_EQ(cuda::sm90_backward_dq_tile_bytes(96), cuda::sm90_backward_dq_tile_bytes(128));
   const ScopedEnv bulk("FASTATTN_CUDA_SM90_BWD_DQ", std::string("bulk"));
-  const cuda::BackwardPlan plan = cuda::plan_backward_sm90(96, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
+  const cuda::BackwardPlan plan =
+      cuda::plan_backward_sm90(96, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, true, 1000, 1000}, false);
   EXPECT_EQ(plan.sm90_dq, 1);
   EXPECT_EQ(plan.sm90_warpgroup_split, 0);
   EXPECT_GE(plan.dq_accum_bytes, static_cast<std::size_t>(2 * 1000 * 16 * 96 * 4));

@@ -56,14 +56,14 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
     }
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * kv_heads * batch));
   }
-  // Causal (right-bounded): low key blocks see the most queries, first, in both alignments and
-  // with seqlen_q != seqlen_k. Deterministic mode: ascending key blocks across heads for every
-  // mask; with shortest first asked for (the last argument), right-bounded masks launch the
-  // last key blocks first.
+  // Causal (right-bounded), few (batch, KV head) pairs: low key blocks see the most queries,
+  // first, in both alignments and with seqlen_q != seqlen_k. Deterministic mode: ascending key
+  // blocks across heads for every mask; with shortest first asked for, right-bounded masks
+  // launch the last key blocks first.
   auto order = [](std::int64_t left, std::int64_t right, bool bottom_right, std::int64_t sq, std::int64_t sk,
-                  bool deterministic, bool shortest_first = false) {
+                  bool deterministic, bool shortest_first = false, std::int64_t pairs = 0) {
     return cuda::sm90_tile_order(cuda::Sm90MaskShape{left, right, bottom_right, sq, sk}, 128, deterministic,
-                                 shortest_first);
+                                 shortest_first, pairs);
   };
   EXPECT_EQ(order(-1, 0, true, 4096, 4096, false), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(-1, 0, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
@@ -84,6 +84,19 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
   EXPECT_EQ(order(100, 5, true, 4096, 4096, true, true), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
+  // 128+ (batch, KV head) pairs (kSm90HeadMajorMinPairs): head-major for a right bound only
+  // (causal), non-deterministic; every other mask and deterministic mode as with few pairs.
+  constexpr std::int64_t kMany = cuda::kSm90HeadMajorMinPairs;
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, false, false, kMany), Sm90TileOrder::head_major);
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, false, false, kMany - 1), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, false, 1000, 8192, false, false, kMany), Sm90TileOrder::head_major);
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, true, false, kMany), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(-1, 0, true, 4096, 4096, true, true, kMany), Sm90TileOrder::key_block_descending);
+  EXPECT_EQ(order(-1, -1, true, 4096, 4096, false, false, kMany), Sm90TileOrder::head_major);
+  EXPECT_EQ(order(-1, 0, true, 100, 100, false, false, kMany), Sm90TileOrder::head_major);  // one key block
+  EXPECT_EQ(order(100, -1, true, 4096, 4096, false, false, kMany), Sm90TileOrder::key_block_descending);
+  EXPECT_EQ(order(1024, 0, true, 4096, 4096, false, false, kMany), Sm90TileOrder::key_block_ascending);
+  EXPECT_EQ(order(5, 100, true, 4096, 4096, false, false, kMany), Sm90TileOrder::key_block_descending);
   // Windows near INT64_MAX (unbounded in effect) do not overflow.
   EXPECT_EQ(order(std::numeric_limits<std::int64_t>::max(), 0, true, 4096, 4096, false),
             Sm90TileOrder::key_block_ascending);

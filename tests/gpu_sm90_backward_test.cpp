@@ -121,6 +121,8 @@ std::vector<std::string> odd_shapes(int d, const char* dtype) {
       "b=1 sq=200 sk=333 h=2 hkv=1" + t + " mask=causal scale=-0.09",
       "b=1 sq=129 sk=1031 h=2 hkv=2" + t + " mask=none softcap=20",
       "b=1 sq=256 sk=256 h=2 hkv=2" + t + " mask=none qk_std=4",  // large logits
+      // 128 (batch, KV head) pairs, causal: the head-major order (plan.hpp, kSm90HeadMajorMinPairs).
+      "b=8 sq=130 sk=260 h=32 hkv=16" + t + " mask=causal align=bottom_right",
   };
 }
 

@@ -175,8 +175,8 @@ fi
 timing="--warmup 3 --repeats 20 --max-seconds 1"
 # Every variant sets every switch (a variant's settings stay for the next one in the process).
 sm90="FASTATTN_CUDA_BWD_SM90=1"
-# sm90-default: the dQ mode the plan picks (FASTATTN_CUDA_SM90_BWD_DQ= unsets it).
-# sm90-default: the plan's dQ mode and tile order (FASTATTN_CUDA_SM90_BWD_ORDER= unsets it too);
+# sm90-default: the plan's dQ mode and tile order (FASTATTN_CUDA_SM90_BWD_DQ= and
+# FASTATTN_CUDA_SM90_BWD_ORDER= unset them);
 # sm90-longest: the same without the head-major rule for many (batch, KV head) pairs.
 variants="sm90-default:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER="
 variants+=",sm90-longest:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"

@@ -202,15 +202,18 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
 // the end whose clamp cuts less goes first. Where the first and last key block weigh the same
 // (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
-// for its key blocks. So does it for right-bounded calls of many (batch, KV head) pairs
-// (kSm90HeadMajorMinPairs): longest first runs key block n of every pair at once, so each
-// resident CTA streams another head's Q and dO from memory, and with a wave of tiles per pair
-// or more, the tail that longest first shortens is a small part of the call. Measured on an
-// H100 (2026-12-06, bf16, causal, issue 16's rows, the plan's dQ modes, two rounds;
-// docs/cuda-sm90-backward.md): the rows of 128 or more pairs 1.17-1.59x faster backward
-// (forward+backward 1.13-1.49x). With fewer pairs head-major ran 0.88-1.08x (atomic dQ), so
-// longest first stays there. On the H200 (thirteenth session, atomic dQ) the two orders were
-// within 10% of each other on every causal row (0.94-1.10x), to be measured again there.
+// for its key blocks. So does it for padded calls with a right bound only (causal) and many
+// (batch, KV head) pairs (kSm90HeadMajorMinPairs): longest first runs key block n of every pair
+// at once, so each resident CTA streams another head's Q and dO from memory, and with about a
+// wave of CTAs per key block index (pairs near the SM count or more) the tail that longest
+// first shortens is a small part of the call. Measured on an H100 (2026-12-06, bf16, causal,
+// issue 16's rows, the plan's dQ modes, two rounds; docs/cuda-sm90-backward.md): the rows of
+// 128 or more pairs 1.17-1.59x faster backward (forward+backward 1.13-1.49x). Below 128 pairs
+// head-major ran 0.88x (32 pairs) to 1.08x (64 pairs) with atomic dQ; with the plan's dQ modes
+// it was not timed there, so longest first stays. On the H200 (thirteenth session, atomic dQ)
+// head-major ran 0.91-1.06x of longest first's speed on the causal rows (0.99-1.06x on those of
+// 128+ pairs): to be measured again there. Sliding windows, left-bounded windows and varlen
+// calls keep longest first (not measured).
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks across all
 // (batch, KV head) pairs (longest first for a right bound, as above), so that the key blocks of
@@ -255,10 +258,10 @@ inline Sm90OrderSwitch sm90_order_switch() {
                                      Sm90OrderSwitch::automatic);
 }
 // (batch, KV head) pairs from which a right-bounded non-deterministic call runs head-major
-// (above; the measured boundary lies between 64 and 128).
+// (above; with the plan's dQ modes only 32 or fewer and 128 or more pairs were timed).
 inline constexpr std::int64_t kSm90HeadMajorMinPairs = 128;
-// pairs: batch * num_kv_heads (a tile's CTA serves a KV head's whole group); 0: not known,
-// longest first as before the rule.
+// pairs: batch * num_kv_heads of a padded call (a tile's CTA serves a KV head's whole group);
+// 0 (varlen, or FASTATTN_CUDA_SM90_BWD_ORDER=longest_first): longest first as before the rule.
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
                                         bool shortest_first = false, std::int64_t pairs = 0) {
   const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
@@ -268,7 +271,7 @@ constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t blo
                                                  : Sm90TileOrder::key_block_ascending;
   }
   const std::int64_t first = sm90_key_block_rows(m, 0, block_n), last = sm90_key_block_rows(m, n_blocks - 1, block_n);
-  if (first > last && pairs >= kSm90HeadMajorMinPairs) return Sm90TileOrder::head_major;
+  if (first > last && m.window_left < 0 && pairs >= kSm90HeadMajorMinPairs) return Sm90TileOrder::head_major;
   if (first > last) return Sm90TileOrder::key_block_ascending;
   if (last > first) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
@@ -351,7 +354,7 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
       order == Sm90OrderSwitch::head_major
           ? Sm90TileOrder::head_major
           : sm90_tile_order(mask, b.block_n, deterministic, order == Sm90OrderSwitch::shortest_first,
-                            order == Sm90OrderSwitch::automatic ? batch * num_kv_heads : 0));
+                            order == Sm90OrderSwitch::longest_first || total_q_tokens >= 0 ? 0 : batch * num_kv_heads));
   const bool varlen = total_q_tokens >= 0;
   const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));

@@ -27,8 +27,8 @@
 #include "cuda/flash_bwd_sm90/tile_scheduler.hpp"
 
 // 1 (default): in shared memory at d = 64, 96 and 128, the dims timed faster that way on the GPU
-// machine (d = 96: 1.08-1.12x on an H100, 2026-12-06); d = 256 recomputes it (3-5% faster
-// without a mask, 2-6% slower causal with it: docs/cuda-sm90-backward.md). 2: every head dim;
+// machine (d = 96: 1.08-1.12x on an H100, 2026-12-06); d = 256 recomputes it (3-6% faster
+// without a mask, 3-6% slower causal with it: docs/cuda-sm90-backward.md). 2: every head dim;
 // 0: none, the old build for an A/B.
 #ifndef FASTATTN_SM90_BWD_WORK_IN_SMEM
 #define FASTATTN_SM90_BWD_WORK_IN_SMEM 1
