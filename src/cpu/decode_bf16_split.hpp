@@ -84,6 +84,25 @@ inline __m512i load_words(const std::uint16_t* p, std::int64_t n) {
   if (n >= 32) return _mm512_loadu_si512(p);
   return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << n) - 1), p);
 }
+// The 32-column chunk at column c of a row of d bf16 (0 past d).
+inline __m512i chunk_words(const std::uint16_t* row, std::int64_t c, std::int64_t d) {
+  return c < d ? load_words(row + c, d - c) : _mm512_setzero_si512();
+}
+// O's register block: rows [0, NR), columns [c0, c0 + 16 NA) (row stride dp), in and out.
+template <int NR, int NA>
+void load_block(__m512 (&acc)[NR][NA], const float* o, std::int64_t dp, std::int64_t c0) {
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int a = 0; a < NA; ++a) acc[r][a] = _mm512_loadu_ps(o + r * dp + c0 + 16 * a);
+}
+template <int NR, int NA>
+void store_block(const __m512 (&acc)[NR][NA], float* o, std::int64_t dp, std::int64_t c0) {
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int a = 0; a < NA; ++a) _mm512_storeu_ps(o + r * dp + c0 + 16 * a, acc[r][a]);
+}
 // The even and odd elements of 32 bf16 as 16 f32 each (exact): the low word of each 32-bit lane
 // shifted up, the high word masked.
 inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
@@ -195,17 +214,13 @@ void pv_block(float* o, std::int64_t dp, std::int64_t c0, const float* p, std::i
   using V = simd::Avx512;
   using vec = V::vec;
   vec acc[NR][2 * NC];
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 4
-    for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::load(o + r * dp + c0 + 16 * a);
+  load_block(acc, o, dp, c0);
   for (std::int64_t j = 0; j < kn; ++j) {
     const std::uint16_t* vr = v + off[j];
     vec x[2 * NC];
 #pragma GCC unroll 2
     for (int ch = 0; ch < NC; ++ch) {
-      const std::int64_t c = c0 + 32 * ch;
-      const __m512i w = c < d ? load_words(vr + c, d - c) : _mm512_setzero_si512();
+      const __m512i w = chunk_words(vr, c0 + 32 * ch, d);
       x[2 * ch] = even_f32(w);
       x[2 * ch + 1] = odd_f32(w);
     }
@@ -216,10 +231,7 @@ void pv_block(float* o, std::int64_t dp, std::int64_t c0, const float* p, std::i
       for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::fmadd(pr, x[a], acc[r][a]);
     }
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 4
-    for (int a = 0; a < 2 * NC; ++a) V::store(o + r * dp + c0 + 16 * a, acc[r][a]);
+  store_block(acc, o, dp, c0);
 }
 
 template <int NR>
@@ -244,14 +256,10 @@ void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint1
   using V = simd::Avx512;
   using vec = V::vec;
   vec acc[NR][2 * NC];
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 4
-    for (int a = 0; a < 2 * NC; ++a) acc[r][a] = V::load(o + r * dp + c0 + 16 * a);
+  load_block(acc, o, dp, c0);
   const auto load = [&](const std::uint16_t* row, int ch) {
-    const std::int64_t c = c0 + 32 * ch;
-    if constexpr (kFull) return _mm512_loadu_si512(row + c);
-    return c < d ? load_words(row + c, d - c) : _mm512_setzero_si512();
+    if constexpr (kFull) return _mm512_loadu_si512(row + c0 + 32 * ch);
+    return chunk_words(row, c0 + 32 * ch, d);
   };
   // Keys j and j + 1 (w1 = 0 for a lone last key, whose P pair's second word is 0 too).
   const auto add_pair = [&](std::int64_t j, const __m512i* w0, const __m512i* w1) {
@@ -294,10 +302,7 @@ void pv_pairs_block(float* o, std::int64_t dp, std::int64_t c0, const std::uint1
     }
     add_pair(j, w0, w1);
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 4
-    for (int a = 0; a < 2 * NC; ++a) V::store(o + r * dp + c0 + 16 * a, acc[r][a]);
+  store_block(acc, o, dp, c0);
 }
 
 template <int NR>

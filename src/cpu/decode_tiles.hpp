@@ -34,23 +34,18 @@ inline std::uint16_t float_to_bf16_bits(float x) {
 // row_bytes long): issued while the current tile is computed, so the next one streams in
 // behind it (a tile of one head alone is rows a token stride apart, which the hardware
 // prefetchers do not follow across pages).
+// One row of row_bytes prefetched into L2, line by line.
+inline void prefetch_row(const char* row, std::int64_t row_bytes) {
+  for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
+}
 inline void prefetch_rows(const char* head, const std::int64_t* off, std::size_t elem, std::int64_t n,
                           std::int64_t row_bytes) {
-  for (std::int64_t r = 0; r < n; ++r) {
-    const char* row = head + static_cast<std::size_t>(off[r]) * elem;
-    for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T1);
-  }
-}
-
-// One bf16 row of d words prefetched into L2: the next tile's rows one key at a time, spread
-// through the products (bf16_dot; decode_bf16_split.hpp) instead of prefetch_rows' burst.
-inline void prefetch_row(const std::uint16_t* row, std::int64_t d) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (std::int64_t b = 0; b < 2 * d; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T1);
+  for (std::int64_t r = 0; r < n; ++r) prefetch_row(head + static_cast<std::size_t>(off[r]) * elem, row_bytes);
 }
 
 // A cursor over one head's rows of the next key tile, prefetched into L2 one at a time while
-// the current tile's products run (bf16_dot, decode_bf16_split.hpp): row j at base + off[j]
+// the current tile's products run (bf16_dot, decode_bf16_split.hpp), instead of
+// prefetch_rows' burst after them: row j at base + off[j]
 // (bf16 words, d of them), from row `row` on, `left` rows in all.
 struct NextRows {
   const std::uint16_t* base = nullptr;
@@ -58,7 +53,7 @@ struct NextRows {
   std::int64_t d = 0, row = 0, left = 0;
   void prefetch_one() {
     if (left <= 0) return;
-    prefetch_row(base + off[row++], d);
+    prefetch_row(reinterpret_cast<const char*>(base + off[row++]), 2 * d);
     --left;
   }
 };
@@ -263,6 +258,11 @@ constexpr std::int64_t pair_position(std::int64_t c) { return (c % 8) / 4 * 16 +
 
 // The order of O's columns within each 32-column chunk, as the P V form left it.
 enum class ColumnOrder { natural, split, pairs };
+// Where column c of O sits in that order.
+constexpr std::int64_t column_position(ColumnOrder order, std::int64_t c) {
+  if (order == ColumnOrder::natural) return c;
+  return c / 32 * 32 + (order == ColumnOrder::split ? split_position(c % 32) : pair_position(c % 32));
+}
 
 // Epilogue of a unit: its split's partial out = O / l and lse = (m + log2 l) ln 2 for the rows
 // [0, rows) of each of `heads` heads (state row x = head * row_stride + i); a row that saw no key
@@ -283,13 +283,7 @@ void write_partials(const DecodeScratch& s, std::int64_t heads, std::int64_t row
       } else {
         const float inv = 1.0f / l;
         const float* a = s.acc + x * dp;
-        if (order == ColumnOrder::split) {
-          for (std::int64_t c = 0; c < d; ++c) o[c] = a[c / 32 * 32 + split_position(c % 32)] * inv;
-        } else if (order == ColumnOrder::pairs) {
-          for (std::int64_t c = 0; c < d; ++c) o[c] = a[c / 32 * 32 + pair_position(c % 32)] * inv;
-        } else {
-          for (std::int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
-        }
+        for (std::int64_t c = 0; c < d; ++c) o[c] = a[column_position(order, c)] * inv;
         part_lse[x] = (s.row_max[x] + std::log2(l)) * kLn2;
       }
     }
