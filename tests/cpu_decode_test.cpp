@@ -177,10 +177,9 @@ TEST(Decode, DispatcherChoosesDecodeForShortQueries) {
   }
 }
 
-// The decode form (cpu::DecodeForm, in the kernel name and the reason): bf16 K/V read in place
-// and widened on every AVX-512, with the BF16 extension or without (FASTATTN_CPU_ISA=avx512),
-// q.k on vdpbf16ps where that outruns the f32 FMA (bf16_dot_speed_ratio >= kBf16DotMinRatio);
-// f16, and AVX2, stage f32 tiles; FASTATTN_CPU_BF16_DOT=off forces the tiles. AMX off here (its
+// The decode form (cpu::DecodeForm, in the kernel name and the reason): bf16 K/V read in place,
+// both products on vdpbf16ps on every AVX-512 BF16 CPU whatever its rate, widened on AVX-512
+// without the extension (FASTATTN_CPU_ISA=avx512); f16, and AVX2, stage f32 tiles; FASTATTN_CPU_BF16_DOT=off forces the tiles. AMX off here (its
 // form has its own tests: cpu_decode_amx_emulated).
 TEST(Decode, FormFollowsDtypeAndIsa) {
   const ScopedEnv no_amx("FASTATTN_CPU_AMX", std::string("off"));
@@ -190,8 +189,7 @@ TEST(Decode, FormFollowsDtypeAndIsa) {
   const bool avx512 = plan_of(1, 4096, DType::f16).isa.rfind("avx512", 0) == 0;
   if (avx512) {
     const cpu::Isa isa = cpu::selected_isa();
-    const bool dot = (isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx) &&
-                     cpu::bf16_dot_speed_ratio() >= cpu::kBf16DotMinRatio;
+    const bool dot = isa == cpu::Isa::avx512bf16 || isa == cpu::Isa::amx;
     EXPECT_NE(plan_of(1, 4096).kernel.find(dot ? ".dot.bf16." : ".widened.bf16."), std::string::npos)
         << plan_of(1, 4096).kernel;
     EXPECT_NE(plan_of(1, 4096).reason.find(dot ? "on bf16 pairs (vdpbf16ps)" : "widened in registers, f32 FMAs"),

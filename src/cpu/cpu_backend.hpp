@@ -87,9 +87,9 @@ inline constexpr std::int64_t kDecodeMaxBlockK = 128;      // keys per inner til
 //                 are (one instruction per 32 products instead of two FMAs and a share of the
 //                 widening), P rounded to bf16 (as the GPU kernels round it) and P V on key
 //                 pairs, two V rows interleaved in registers (half the widened form's
-//                 instructions); the next tile's prefetches spread through the products. AVX-512
-//                 BF16 CPUs whose vdpbf16ps outruns the f32 FMA (bf16_dot_speed_ratio() >=
-//                 kBf16DotMinRatio: AMD Zen 4 2x, Sapphire Rapids 0.5x);
+//                 instructions); the next tile's prefetches spread through the products. Every
+//                 AVX-512 BF16 CPU, whatever vdpbf16ps's rate (AMD Zen 4 2x the FMA's,
+//                 Sapphire Rapids 0.5x: faster than bf16_widened on both, decode_plan.cpp);
 //   bf16_pairs    q.k on bf16 pairs row by row with the dot product emulated (AVX2 with
 //                 FASTATTN_CPU_BF16_DOT=emulated: a test path of the pair code);
 //   amx           both products on AMX tiles (decode_unit_amx.hpp; DecodePlan::amx says native

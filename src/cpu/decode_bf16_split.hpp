@@ -1,7 +1,7 @@
 // decode_bf16_split.hpp — the AVX-512 products of a bf16 decode tile (decode_kernel.hpp): K and V
 // read in place as bf16, widened in registers to f32, multiplied with f32 FMAs; no staging copy
-// of the tile. Where vdpbf16ps outruns the FMA, both products take it instead (score_split on
-// bf16 Q, pv_pairs; below).
+// of the tile. On AVX-512 BF16 CPUs both products take vdpbf16ps instead (score_split on bf16 Q,
+// pv_pairs; below).
 //
 // Why: decode is read-bound only if each core computes faster than it reads. With one query
 // token over GQA 32/8 a KV head has 4 rows, and the row-at-a-time form (score_row_pairs on
@@ -21,8 +21,9 @@
 //        each 32-column chunk (split_position, decode_tiles.hpp); write_partials restores them.
 // Measured (b1 h32/8 d128 bf16, one token, one thread, tile in L2, 256 keys): 17 GB/s of K+V
 // against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see docs/inference.md.
-// Where vdpbf16ps outruns the f32 FMA (AMD Zen 4: twice its rate; DecodeForm::bf16_dot) both
-// products take it:
+// On AVX-512 BF16 CPUs (DecodeForm::bf16_dot; faster than the widened form both where vdpbf16ps
+// runs at twice the FMA's rate, AMD Zen 4, and where at half, Sapphire Rapids: decode_plan.cpp)
+// both products take it:
 //   S on K's words as they are and Q as bf16 pairs (score_split on bf16 Q): one instruction per
 //        32 products instead of two FMAs plus a share of the widening;
 //   O += P V with P rounded to bf16 (round_p_to_bf16; the GPU kernels round it the same way)

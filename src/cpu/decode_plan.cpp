@@ -38,17 +38,17 @@ std::int64_t forced_splits() {
 
 // THE choice of the inner products (DecodeForm, cpu_backend.hpp), with its reason: AMX tiles
 // when a KV head packs enough rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by
-// FASTATTN_CPU_AMX and present); else, for bf16, K/V read in place and widened in registers on
-// any AVX-512 (decode is memory-bound, so unlike the prefill kernel's pair form, which must beat
-// the FMA by kBf16DotMinRatio, reading bf16 in place pays whenever it runs), with both
-// products on vdpbf16ps instead where the prefill's rule takes the pair form (AVX-512 BF16 and
-// bf16_dot_speed_ratio() >= kBf16DotMinRatio: on Sapphire Rapids vdpbf16ps ran slower than the
-// widened FMAs, decode_bf16_split.hpp; on AMD Zen 4 it runs at twice their rate, and the
-// kernel's compute, not the memory, bounded its speed there: docs/inference.md); else f32 FMAs
-// on staged tiles. FASTATTN_CPU_BF16_DOT, when set, picks among the vector forms: off takes the
-// f32 tiles, native the vdpbf16ps form (AVX-512 BF16), emulated the widened form on AVX-512
-// and, under AVX2, the bf16-pair form (test paths). Unlike the prefill's, it does not turn AMX
-// off: shapes the AMX form takes keep it unless FASTATTN_CPU_AMX=off.
+// FASTATTN_CPU_AMX and present); else, for bf16, K and V read in place: both products on
+// vdpbf16ps on every AVX-512 BF16 CPU (bf16_dot), widened in registers with f32 FMAs on AVX-512
+// without the extension (bf16_widened); else f32 FMAs on staged tiles. Unlike the prefill's pair
+// kernel, which must beat the FMA by kBf16DotMinRatio, the decode form does not depend on
+// vdpbf16ps's rate: it ran 1.65x faster than the widened form on AMD Zen 4 (vdpbf16ps at 2x the
+// FMA's rate) and 1.48-1.58x on Sapphire Rapids (at 0.5x), where its spread prefetches let the
+// reads overlap the compute (docs/inference.md). FASTATTN_CPU_BF16_DOT, when set, picks among
+// the vector forms: off takes the f32 tiles, native the vdpbf16ps form (AVX-512 BF16), emulated
+// the widened form on AVX-512 and, under AVX2, the bf16-pair form (test paths). Unlike the
+// prefill's, it does not turn AMX off: shapes the AMX form takes keep it unless
+// FASTATTN_CPU_AMX=off.
 struct FormChoice {
   DecodeForm form = DecodeForm::f32_tiles;
   amx::AmxMode amx = amx::AmxMode::off;
@@ -65,28 +65,23 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
   // The bf16 forms without AMX, and why (env: FASTATTN_CPU_BF16_DOT, read once here).
   const char* env = env_value(EnvVar::cpu_bf16_dot);
   const bool from_env = env != nullptr && *env != '\0';  // set and not empty, as forward_bf16_dot reads it
-  // Unset: forward_bf16_dot's measured rule (native where vdpbf16ps outruns the FMA by
-  // kBf16DotMinRatio) picks between the widened FMA form and the vdpbf16ps form; its "off" means
-  // the FMA one here.
-  const Bf16Dot dot = forward_bf16_dot(isa, p.dtype);  // throws on a bad value
+  // Set: forward_bf16_dot validates it (throws on a bad value, or on native without AVX-512
+  // BF16). Unset: no measurement of vdpbf16ps's rate (the prefill's rule) is needed here.
+  const Bf16Dot dot = from_env ? forward_bf16_dot(isa, p.dtype) : Bf16Dot::off;
+  const bool has_dot = isa == Isa::avx512bf16 || isa == Isa::amx;
   DecodeForm vector_form = DecodeForm::f32_tiles;
   std::string vector_reason;
   if (from_env && dot == Bf16Dot::off) {
     vector_reason = std::string("f32 FMA dot products, K/V tiles converted in L1 (FASTATTN_CPU_BF16_DOT=") + env + ")";
-  } else if (avx512 && dot == Bf16Dot::native) {
+  } else if (avx512 && (from_env ? dot == Bf16Dot::native : has_dot)) {
     vector_form = DecodeForm::bf16_dot;
     vector_reason = std::string("bf16 K and V read in place; q.k and P V (P rounded to bf16) on bf16 pairs "
                                 "(vdpbf16ps)") +
-                    (from_env ? std::string(" (FASTATTN_CPU_BF16_DOT=native)")
-                              : " (vdpbf16ps at " + ratio_text(bf16_dot_speed_ratio()) + "x the f32 FMA's rate here, >= " +
-                                    ratio_text(kBf16DotMinRatio) + ")");
+                    (from_env ? " (FASTATTN_CPU_BF16_DOT=native)" : "");
   } else if (avx512) {
     vector_form = DecodeForm::bf16_widened;
     vector_reason = std::string("bf16 K and V read in place, widened in registers, f32 FMAs for q.k and P V") +
-                    (from_env ? " (FASTATTN_CPU_BF16_DOT=emulated: the FMA form)"
-                     : isa == Isa::avx512 ? ""
-                                          : " (vdpbf16ps at " + ratio_text(bf16_dot_speed_ratio()) +
-                                                "x the f32 FMA's rate here, < " + ratio_text(kBf16DotMinRatio) + ")");
+                    (from_env ? " (FASTATTN_CPU_BF16_DOT=emulated: the FMA form)" : " (no AVX-512 BF16)");
   } else if (from_env && dot == Bf16Dot::emulated) {
     vector_form = DecodeForm::bf16_pairs;
     vector_reason = "q.k on bf16 pairs, dot product emulated (FASTATTN_CPU_BF16_DOT=emulated under AVX2: a test path)";
