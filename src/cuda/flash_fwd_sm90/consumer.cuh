@@ -175,7 +175,7 @@ __device__ __forceinline__ bool softmax_tile(Sm90ConsumerState<T>& st, float (&a
   return __any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f);
 }
 
-// The left half of a key tile (kSm90LeftHalfFirstTile, plan.hpp): the keys [k0, k0 + kBlockN
+// The left half of a key tile (sm90_left_half_first_tile, plan.hpp): the keys [k0, k0 + kBlockN
 // / 2), the first kNTilesS / 2 n8 fragments of S. K-major rows are keys, so its Q K^T is the
 // same descriptors with n64 (issue_qk<T, kOverlap, kBlockN / 2>), into an accumulator of its
 // own: the two issues then write disjoint arrays and no register is merged between them (into
@@ -282,13 +282,13 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::mbarrier_arrive(smem.v_empty(stage));
     }
   } else {
-    // kSm90LeftHalfFirstTile: this warpgroup's rows (those before len_q: the others are not
+    // sm90_left_half_first_tile: this warpgroup's rows (those before len_q: the others are not
     // stored) see no key of tile 0's right half (a causal diagonal, or the sequence's end, left
     // of it). Uniform over the warpgroup; broadcast from lane 0 so that ptxas knows the wgmma
     // below are not in a divergent path (else it serialised them, C7520; CUTLASS's
     // canonical_warp_group_idx does the same). Two consumer warpgroups only: in the
     // three-warpgroup overlap build (FASTATTN_SM90_D64_OVERLAP=1, 160 registers) it added spills.
-    constexpr bool kLeftHalf = kSm90LeftHalfFirstTile && T::kBlockN == 128 && T::kConsumerWarpgroups == 2;
+    constexpr bool kLeftHalf = T::kLeftHalfFirstTile;
     bool left_half = false;
     if constexpr (kLeftHalf) {
       const int64_t rows_end = min(static_cast<int64_t>(w.q0) + wg * 64 + 64, static_cast<int64_t>(w.q1));

@@ -80,13 +80,21 @@ constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
 // loop, which issues tile 0's P V beside tile 1's S). On a square causal call that is warpgroup 0
 // on every diagonal tile: a fifth of the warpgroups' key tiles at s512 (4 of 20 per head: a query
 // tile of 128 sees 1-4 key tiles), 8 of 72 at s1k, 16 of 272 at s2k, the short causal rows where
-// issue 15's bars are missed. A/B builds may set FASTATTN_SM90_LEFT_HALF_FIRST_TILE=1. Timed on an
-// H100 (2026-12-05, twentieth session, docs/cuda-sm90-forward-measurements.md): 0.6-4% faster on the
-// d = 64 causal rows s512-2k, mixed at s4k and at d = 128; off until the H200 confirms it.
+// issue 15's bars are missed. On for d <= 64 (the narrow 128 x 128 tile of the causal calls):
+// timed on an H100 twice (2026-12-05 and 2026-12-06, twentieth and twenty-third sessions,
+// docs/cuda-sm90-forward-measurements.md), the d = 64 causal rows s512-2k ran 1-4% faster in all
+// five rounds, s4k even; at d = 128 the causal rows went either way (s512 +3% / -3%, s1k -3% in
+// two of three rounds), so d > 64 keeps the whole tile. The H200 has not timed it yet.
+// FASTATTN_SM90_LEFT_HALF_FIRST_TILE: -1 (default) d <= 64, 0 off, 1 every head dim it applies to
+// (A/B builds).
 #ifndef FASTATTN_SM90_LEFT_HALF_FIRST_TILE
-#define FASTATTN_SM90_LEFT_HALF_FIRST_TILE 0
+#define FASTATTN_SM90_LEFT_HALF_FIRST_TILE -1
 #endif
-constexpr bool kSm90LeftHalfFirstTile = FASTATTN_SM90_LEFT_HALF_FIRST_TILE != 0;
+static_assert(FASTATTN_SM90_LEFT_HALF_FIRST_TILE >= -1 && FASTATTN_SM90_LEFT_HALF_FIRST_TILE <= 1,
+              "FASTATTN_SM90_LEFT_HALF_FIRST_TILE: -1 (d <= 64), 0 or 1");
+constexpr bool sm90_left_half_first_tile(std::int64_t head_dim) {
+  return FASTATTN_SM90_LEFT_HALF_FIRST_TILE == 1 || (FASTATTN_SM90_LEFT_HALF_FIRST_TILE == -1 && head_dim <= 64);
+}
 constexpr int sm90_exp2_poly_every(std::int64_t head_dim) {
   static_assert(FASTATTN_SM90_D64_EXP2_POLY >= 0, "FASTATTN_SM90_D64_EXP2_POLY: 0 or one fragment in N");
   return head_dim <= 64 ? FASTATTN_SM90_D64_EXP2_POLY : 0;

@@ -41,6 +41,10 @@ struct Sm90ForwardTraits {
   // Neither the wide nor the narrow tile has varlen kernels (launch.cuh).
   static constexpr bool kVarlenKernels = kSm90Varlen && !kUnmaskedCallsOnly && !kNarrowD64;
   static constexpr int kStages = kBlocks.stages;
+  // The first key tile's left half (plan.hpp: sm90_left_half_first_tile; consumer.cuh): 128-key
+  // tiles and two consumer warpgroups only (in the three-warpgroup overlap build it spilled).
+  static constexpr bool kLeftHalfFirstTile =
+      sm90_left_half_first_tile(kHeadDim_) && kBlocks.block_n == 128 && kBlocks.block_m / 64 == 2;
   // The softmax's share of exponentials on the FMA pipe (plan.hpp: sm90_exp2_poly_every; 0:
   // none) and its polynomial's degree: relative error 8.6e-5 at 3 under bf16's 2^-8 rounding
   // of P, 3.0e-6 at 4 under f16's 2^-11 (cuda/common/exp2_poly.hpp).
