@@ -176,6 +176,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         float acc_dq[T::kDqN / 8][4];
         mma_step<T, kSoftcap>(st, acc_dq, smem_step, p, k0, s, wg, t_step);
         const Sm90BackwardWork& w = step_work();
+        // Before the adds at d = 64 where they are atomics (work_slot.cuh:
+        // sm90_bwd_advance_before_adds, why); the adds use s, not the cursor.
+        constexpr bool kAdvanceBeforeAdds = kWorkInSmem && sm90_bwd_advance_before_adds<T::kHeadDim, kDeterministic, kDq>();
+        if constexpr (kAdvanceBeforeAdds) cursor.advance(w);
         if constexpr (kDq == Sm90DqReduction::bulk) {
           add_dq_bulk<T, kDeterministic>(acc_dq, smem_step, p, w, s, wg, t_step);
         } else if constexpr (kDq == Sm90DqReduction::atomic_tiles) {
@@ -183,7 +187,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         } else {
           add_dq_atomic<T, kDeterministic>(acc_dq, p, w, s, wg, t_step);
         }
-        if constexpr (kWorkInSmem) cursor.advance(w);
+        if constexpr (kWorkInSmem && !kAdvanceBeforeAdds) cursor.advance(w);
       }
       finish_steps<T>(st);
     }

@@ -42,6 +42,29 @@ constexpr bool sm90_bwd_work_in_smem() {
          (FASTATTN_SM90_BWD_WORK_IN_SMEM == 1 && (T::kHeadDim == 64 || T::kHeadDim == 96 || T::kHeadDim == 128));
 }
 
+// Where the MMA warpgroups advance their step cursor (kernel.cuh): before the step's dQ adds in
+// d = 64's non-deterministic atomic kernels (FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS: -1, the
+// default, d <= 64; 0 after the adds everywhere; 1 before them at every head dim, A/B builds).
+// After the adds its LDS of the work slot queues behind their REDGs, and the compare waiting on
+// it held 2.6% of the warp-state samples of d = 64's atomic_tiles kernel and 10% of d = 128's
+// causal one (ncu, H100, twenty-third session). Moved before them (A/B on the H100, same
+// session, atomic_tiles dQ, two rounds, docs/cuda-sm90-backward.md): d = 64 causal 0.5-2%
+// faster on every row, d = 64 without a mask even; d = 128 up to 7% slower causal (b2 h16 s8k)
+// and 10% without a mask (b4 h16 s4k), so the wait moved rather than went. The deterministic
+// and bulk kernels keep it after the adds: moved, it spilled 16 bytes in d = 128's deterministic
+// bulk kernel (twenty-second session).
+#ifndef FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS
+#define FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS -1
+#endif
+static_assert(FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS >= -1 && FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS <= 1,
+              "FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS: -1 (d <= 64), 0 or 1");
+template <int kHeadDim, bool kDeterministic, Sm90DqReduction kDq>
+constexpr bool sm90_bwd_advance_before_adds() {
+  const bool head_dim_takes_it =
+      FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS == 1 || (FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS == -1 && kHeadDim <= 64);
+  return head_dim_takes_it && !kDeterministic && kDq != Sm90DqReduction::bulk;
+}
+
 // Work in shared memory: MMA warpgroup wg's slot, and slot kDqWriterWorkSlot for the dQ writer
 // warp (dq_writer.cuh: run_dq_writer, whose 24 registers cannot hold the work either; bytes: the
 // struct has default member initialisers, which a __shared__ variable cannot run). Its static
