@@ -177,10 +177,11 @@ TEST(Decode, DispatcherChoosesDecodeForShortQueries) {
   }
 }
 
-// The decode form (cpu::DecodeForm, in the kernel name and the reason): bf16 K/V read in place,
-// both products on vdpbf16ps on every AVX-512 BF16 CPU whatever its rate, widened on AVX-512
-// without the extension (FASTATTN_CPU_ISA=avx512); f16, and AVX2, stage f32 tiles; FASTATTN_CPU_BF16_DOT=off forces the tiles. AMX off here (its
-// form has its own tests: cpu_decode_amx_emulated).
+// The decode form (cpu::DecodeForm, in the kernel name and the reason): bf16 K/V read in
+// place, both products on vdpbf16ps on every AVX-512 BF16 CPU whatever its rate, widened on
+// AVX-512 without the extension (FASTATTN_CPU_ISA=avx512); f16, and AVX2, stage f32 tiles;
+// FASTATTN_CPU_BF16_DOT=off forces the tiles. AMX off here (its form has its own tests:
+// cpu_decode_amx_emulated).
 TEST(Decode, FormFollowsDtypeAndIsa) {
   const ScopedEnv no_amx("FASTATTN_CPU_AMX", std::string("off"));
   const ScopedEnv isa_unset("FASTATTN_CPU_ISA", std::nullopt);
@@ -210,6 +211,17 @@ TEST(Decode, FormFollowsDtypeAndIsa) {
     EXPECT_EQ(plan_of(1, 4096).kernel.rfind("cpu.decode.avx2.bf16.", 0), 0u) << plan_of(1, 4096).kernel;
     const ScopedEnv pairs("FASTATTN_CPU_BF16_DOT", std::string("emulated"));
     EXPECT_EQ(plan_of(1, 4096).kernel.rfind("cpu.decode.avx2.bf16dot-emulated.bf16.", 0), 0u) << plan_of(1, 4096).kernel;
+  }
+  // A bad value, or native without AVX-512 BF16, is an error on the decode route too.
+  {
+    const ScopedEnv bad("FASTATTN_CPU_BF16_DOT", std::string("sometimes"));
+    expect_error([] { plan_of(1, 4096); }, ErrorCode::invalid_argument,
+                 "FASTATTN_CPU_BF16_DOT: expected native, emulated or off, got 'sometimes'");
+  }
+  if (avx512) {
+    const ScopedEnv plain("FASTATTN_CPU_ISA", std::string("avx512"));
+    const ScopedEnv native("FASTATTN_CPU_BF16_DOT", std::string("native"));
+    expect_error([] { plan_of(1, 4096); }, ErrorCode::unsupported, "FASTATTN_CPU_BF16_DOT=native");
   }
 }
 

@@ -9,8 +9,10 @@
 // tile already in L2 or L3 — no faster than one core reads memory here (11.4 GB/s), so compute
 // and memory time added up (70% of the read bandwidth at 2 threads). vdpbf16ps retires 32
 // multiply-adds at half the rate of an f32 FMA's 16 on this Sapphire Rapids VM (`fastattn info`:
-// bf16 dot 113 GFLOP/s against fp32 FMA 226 on one thread), so f32 FMAs on widened bf16 win as
-// long as the widening is shared: here
+// bf16 dot 113 GFLOP/s against fp32 FMA 226 on one thread), so f32 FMAs on widened bf16 won
+// over that row-at-a-time form as long as the widening is shared (until the twenty-third session
+// Sapphire Rapids ran this widened form; the pair form below, with its spread prefetches, then
+// ran 1.48-1.58x faster there too, docs/inference.md): here
 //   S (rows, keys) = Q K^T: blocks of up to 4 rows x 4 keys (16 accumulators); each 32-column
 //        chunk of a K row is loaded and widened once for the block's rows (vpslld gives the even
 //        columns, vpandd the odd ones), Q held as f32 in the same even/odd order; one

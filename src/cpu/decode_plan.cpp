@@ -66,7 +66,7 @@ FormChoice decode_form_choice(const AttentionProblem& p, Isa isa, std::int64_t r
   const char* env = env_value(EnvVar::cpu_bf16_dot);
   const bool from_env = env != nullptr && *env != '\0';  // set and not empty, as forward_bf16_dot reads it
   // Set: forward_bf16_dot validates it (throws on a bad value, or on native without AVX-512
-  // BF16). Unset: no measurement of vdpbf16ps's rate (the prefill's rule) is needed here.
+  // BF16). Unset: the form does not depend on vdpbf16ps's measured rate (the prefill's rule).
   const Bf16Dot dot = from_env ? forward_bf16_dot(isa, p.dtype) : Bf16Dot::off;
   const bool has_dot = isa == Isa::avx512bf16 || isa == Isa::amx;
   DecodeForm vector_form = DecodeForm::f32_tiles;

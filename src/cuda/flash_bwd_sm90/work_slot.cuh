@@ -48,9 +48,10 @@ constexpr bool sm90_bwd_work_in_smem() {
 // After the adds its LDS of the work slot queues behind their REDGs, and the compare waiting on
 // it held 2.6% of the warp-state samples of d = 64's atomic_tiles kernel and 10% of d = 128's
 // causal one (ncu, H100, twenty-third session). Moved before them (A/B on the H100, same
-// session, atomic_tiles dQ, two rounds, docs/cuda-sm90-backward.md): d = 64 causal 0.5-2%
-// faster on every row, d = 64 without a mask even; d = 128 up to 7% slower causal (b2 h16 s8k)
-// and 10% without a mask (b4 h16 s4k), so the wait moved rather than went. The deterministic
+// session, atomic_tiles dQ, two rounds, docs/cuda-sm90-backward.md): d = 64 causal 0-2%
+// faster (no row slower), d = 64 without a mask even; d = 128 up to 7% slower causal (b2 h16 s8k)
+// and 10% without a mask (b4 h16 s4k), so the wait moved rather than went. d = 64's plain
+// atomic kernels (not the plan's mode there) move with it, untimed. The deterministic
 // and bulk kernels keep it after the adds: moved, it spilled 16 bytes in d = 128's deterministic
 // bulk kernel (twenty-second session).
 #ifndef FASTATTN_SM90_BWD_ADVANCE_BEFORE_ADDS

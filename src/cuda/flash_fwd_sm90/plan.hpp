@@ -82,7 +82,7 @@ constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
 // tile of 128 sees 1-4 key tiles), 8 of 72 at s1k, 16 of 272 at s2k, the short causal rows where
 // issue 15's bars are missed. On for d <= 64 (the narrow 128 x 128 tile of the causal calls):
 // timed on an H100 twice (2026-12-05 and 2026-12-06, twentieth and twenty-third sessions,
-// docs/cuda-sm90-forward-measurements.md), the d = 64 causal rows s512-2k ran 1-4% faster in all
+// docs/cuda-sm90-forward-measurements.md), the d = 64 causal rows s512-2k ran 0.6-4% faster in all
 // five rounds, s4k even; at d = 128 the causal rows went either way (s512 +3% / -3%, s1k -3% in
 // two of three rounds), so d > 64 keeps the whole tile. The H200 has not timed it yet.
 // FASTATTN_SM90_LEFT_HALF_FIRST_TILE: -1 (default) d <= 64, 0 off, 1 every head dim it applies to
