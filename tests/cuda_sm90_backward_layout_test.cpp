@@ -334,7 +334,26 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       const ScopedEnv longest("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("longest_first"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
     }
+    {
+      // grouped: longest first within groups of kSm90GroupedPairs pairs, many pairs or few;
+      // deterministic calls keep one group; calls without a mask keep head-major.
+      const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
+      for (int batch : {2, 8}) {
+        const cuda::BackwardPlan plan = cuda::plan_backward_sm90(128, batch, 16, 16, causal, false);
+        EXPECT_EQ(plan.sm90_tile_order, static_cast<int>(Sm90TileOrder::key_block_ascending));
+        EXPECT_EQ(plan.sm90_tile_group, cuda::kSm90GroupedPairs);
+        EXPECT_NE(cuda::describe_backward_sm90(plan, false).find("within groups of"), std::string::npos);
+      }
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);  // varlen
+      const cuda::BackwardPlan unmasked =
+          cuda::plan_backward_sm90(128, 8, 16, 16, cuda::Sm90MaskShape{-1, -1, true, 4096, 4096}, false);
+      EXPECT_EQ(unmasked.sm90_tile_order, static_cast<int>(Sm90TileOrder::head_major));
+      EXPECT_EQ(unmasked.sm90_tile_group, 0);
+    }
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
     const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::head_major));

@@ -56,6 +56,32 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
     }
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * kv_heads * batch));
   }
+  // Grouped (FASTATTN_CUDA_SM90_BWD_ORDER=grouped): every tile once; the groups' pairs one
+  // after the other (the last group smaller where the pairs do not divide), and within a group
+  // the key blocks in the order's direction, each key block for all of the group's pairs.
+  for (Sm90TileOrder order : {Sm90TileOrder::key_block_ascending, Sm90TileOrder::key_block_descending}) {
+    for (int group : {1, 2, 4, 5, 6, 7}) {
+      const int pairs = kv_heads * batch;
+      std::set<std::int64_t> seen;
+      std::int64_t t = 0;
+      for (int first = 0; first < pairs; first += group) {
+        const int in_group = std::min(group, pairs - first);
+        for (int slot = 0; slot < n_blocks; ++slot) {
+          for (int j = 0; j < in_group; ++j, ++t) {
+            const cuda::Sm90BackwardTile tile =
+                cuda::sm90_backward_tile(t, n_blocks, kv_heads, batch, static_cast<int>(order), group);
+            const int pair = tile.batch * kv_heads + tile.kv_head;
+            EXPECT_EQ(pair, first + j) << "t " << t << " group " << group;
+            EXPECT_EQ(tile.n_block, order == Sm90TileOrder::key_block_ascending ? slot : n_blocks - 1 - slot)
+                << "t " << t << " group " << group;
+            seen.insert(static_cast<std::int64_t>(pair) * n_blocks + tile.n_block);
+          }
+        }
+      }
+      EXPECT_EQ(t, static_cast<std::int64_t>(n_blocks) * pairs);
+      EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * pairs)) << "group " << group;
+    }
+  }
   // Causal (right-bounded), few (batch, KV head) pairs: low key blocks see the most queries,
   // first, in both alignments and with seqlen_q != seqlen_k. Deterministic mode: ascending key
   // blocks across heads for every mask; with shortest first asked for, right-bounded masks

@@ -76,6 +76,7 @@ BackwardParams make_backward_params(const AttentionProblem& p, const BackwardPla
   b.small_blocks = plan.small_blocks;
   b.deterministic = p.deterministic;
   b.sm90_tile_order = plan.sm90_tile_order;
+  b.sm90_tile_group = plan.sm90_tile_group;
   b.sm90_dq = plan.sm90_dq;
   return b;
 }

@@ -31,8 +31,8 @@
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
 #             with the dQ mode and tile order its plan picks (sm90-default), the same with
 #             longest first for every call (sm90-longest: FASTATTN_CUDA_SM90_BWD_ORDER=
-#             longest_first, the order before the head-major rule for many pairs), with atomic
-#             dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
+#             longest_first, the order before the head-major rule for many pairs), longest
+#             first within groups of pairs (sm90-grouped: =grouped), with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
 #             (=atomic_tiles), head-major with atomic dQ
 #             (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
 #             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
@@ -180,6 +180,8 @@ sm90="FASTATTN_CUDA_BWD_SM90=1"
 # sm90-longest: the same without the head-major rule for many (batch, KV head) pairs.
 variants="sm90-default:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER="
 variants+=",sm90-longest:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+# sm90-grouped: the plan's dQ modes, longest first within groups of pairs (plan.hpp: grouped).
+variants+=",sm90-grouped:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=grouped"
 variants+=",sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 # sm90-default: the library's own choices (no FASTATTN_CUDA_SM90_BWD_DQ), the bars' row.
-VARIANTS = ("sm90-default", "sm90-longest", "sm90-atomic", "sm90-atomic-tiles", "sm90-bulk", "sm90-headmajor",
-            "sm80-bwd")
+VARIANTS = ("sm90-default", "sm90-longest", "sm90-grouped", "sm90-atomic", "sm90-atomic-tiles", "sm90-bulk",
+            "sm90-headmajor", "sm80-bwd")
 # Tagged variants of extra builds (gpu-sm90-bwd.sh BUILD_VARIANTS: NAME-atomic, NAME-atomic-tiles,
 # NAME-bulk), found in bench.jsonl; each gets the A/B "NAME build vs default build" per dQ mode.
 MODES = ("atomic", "atomic-tiles", "bulk")
@@ -31,6 +31,8 @@ AB = (("bulk dQ vs atomic dQ", "sm90-atomic", "sm90-bulk", lambda k: True),
       ("longest first vs (batch, head)-major, causal rows", "sm90-headmajor", "sm90-atomic", lambda k: k[5]),
       ("default order (head-major from 128 pairs) vs longest first, causal rows", "sm90-longest", "sm90-default",
        lambda k: k[5]),
+      ("grouped order (longest first in groups of pairs) vs default order, causal rows", "sm90-default",
+       "sm90-grouped", lambda k: k[5]),
       ("sm90 backward (atomic) vs sm80 backward", "sm80-bwd", "sm90-atomic", lambda k: True))
 ANCHORS = ("cudnn", "flash")
 

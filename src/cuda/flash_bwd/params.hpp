@@ -74,6 +74,9 @@ struct BackwardParams {
   // Key rows: batch * seqlen_k, or total tokens (the sm90 backward's varlen tensor maps). Last,
   // so the kernels that do not read it keep their parameter offsets.
   int64_t total_k;
+  // The sm90 backward's longest-first orders in groups of this many (batch, KV head) pairs
+  // (tile_scheduler.hpp: sm90_backward_tile; 0: one group of every pair). Last, as total_k.
+  int sm90_tile_group;
 };
 
 }  // namespace fastattn::cuda

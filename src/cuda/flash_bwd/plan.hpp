@@ -162,6 +162,7 @@ struct BackwardPlan {
   // its tiles (warps = threads / 32, the warp-layout fields unused).
   int sm90_dq = 0;          // Sm90DqReduction: 0 atomic, 1 bulk reduce-add, 2 atomic_tiles
   int sm90_tile_order = 0;  // Sm90TileOrder
+  int sm90_tile_group = 0;  // its longest-first orders in groups of this many (batch, KV head) pairs; 0: one group
   int sm90_warpgroup_split = 0;  // Sm90BwdWarpgroupSplit: 0 keys, 1 columns (d = 256)
   std::size_t sm90_semaphore_bytes = 0;  // deterministic: per (batch, head, query block), after dq_accum
   // Non-empty when the device's path is sm90 but the call runs the sm80 backward: why.

@@ -247,19 +247,31 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
 // the head-major rule for many pairs (the A/B of that rule); head_major turns longest first off
 // ((batch, KV head)-major for every call: the A/B measurement of the order, and in
 // deterministic mode the order calls without a mask took before the fifteenth session);
-// shortest_first, the default order except right-bounded deterministic calls (above).
+// shortest_first, the default order except right-bounded deterministic calls (above); grouped,
+// non-deterministic calls longest first within groups of kSm90GroupedPairs (batch, KV head)
+// pairs (tile_scheduler.hpp: sm90_backward_tile), an A/B of the twenty-third session, not yet
+// timed: head-major wins on many pairs by keeping Q and dO in L2 (the twenty-second session's
+// rule) and longest first on few by its tail; groups small enough for L2 may do both.
 constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
-enum class Sm90OrderSwitch { automatic, longest_first, head_major, shortest_first };
+enum class Sm90OrderSwitch { automatic, longest_first, head_major, shortest_first, grouped };
 inline Sm90OrderSwitch sm90_order_switch() {
   return env_choice<Sm90OrderSwitch>(EnvVar::cuda_sm90_bwd_order,
                                      {{"longest_first", Sm90OrderSwitch::longest_first},
                                       {"head_major", Sm90OrderSwitch::head_major},
-                                      {"shortest_first", Sm90OrderSwitch::shortest_first}},
+                                      {"shortest_first", Sm90OrderSwitch::shortest_first},
+                                      {"grouped", Sm90OrderSwitch::grouped}},
                                      Sm90OrderSwitch::automatic);
 }
 // (batch, KV head) pairs from which a right-bounded non-deterministic call runs head-major
 // (above; with the plan's dQ modes only 32 or fewer and 128 or more pairs were timed).
 inline constexpr std::int64_t kSm90HeadMajorMinPairs = 128;
+// Pairs per group of FASTATTN_CUDA_SM90_BWD_ORDER=grouped (a build knob for the A/B's variants):
+// at d = 128, s8k, one pair's Q and dO are 4 MiB, so 8 pairs' fit the H100's 50 MB of L2 twice.
+#ifndef FASTATTN_SM90_BWD_GROUP_PAIRS
+#define FASTATTN_SM90_BWD_GROUP_PAIRS 8
+#endif
+inline constexpr int kSm90GroupedPairs = FASTATTN_SM90_BWD_GROUP_PAIRS;
+static_assert(kSm90GroupedPairs >= 1, "FASTATTN_SM90_BWD_GROUP_PAIRS: at least 1");
 // pairs: batch * num_kv_heads of a padded call (a tile's CTA serves a KV head's whole group);
 // 0 (varlen, or FASTATTN_CUDA_SM90_BWD_ORDER=longest_first): longest first as before the rule.
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
@@ -354,7 +366,17 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
       order == Sm90OrderSwitch::head_major
           ? Sm90TileOrder::head_major
           : sm90_tile_order(mask, b.block_n, deterministic, order == Sm90OrderSwitch::shortest_first,
-                            order == Sm90OrderSwitch::longest_first || total_q_tokens >= 0 ? 0 : batch * num_kv_heads));
+                            order == Sm90OrderSwitch::longest_first || order == Sm90OrderSwitch::grouped ||
+                                    total_q_tokens >= 0
+                                ? 0
+                                : batch * num_kv_heads));
+  // grouped: the key-block orders (longest first) in groups of pairs; deterministic calls keep
+  // theirs (their ranks assume one group), varlen calls one group (their kernels do not read
+  // the group: it added to their spills, kernel.cuh).
+  if (order == Sm90OrderSwitch::grouped && !deterministic && total_q_tokens < 0 &&
+      plan.sm90_tile_order != static_cast<int>(Sm90TileOrder::head_major)) {
+    plan.sm90_tile_group = kSm90GroupedPairs;
+  }
   const bool varlen = total_q_tokens >= 0;
   const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
@@ -402,7 +424,10 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
               ? " (bulk asked for: no shared memory for the bulk reduce-add's tile)"
               : "") +
          (deterministic ? " in a fixed key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
-         order;
+         order +
+         (plan.sm90_tile_group > 0 ? " within groups of " + std::to_string(plan.sm90_tile_group) +
+                                         " (batch, KV head) pairs (" + kSm90BwdOrderEnv + "=grouped)"
+                                   : std::string());
 }
 
 }  // namespace fastattn::cuda

@@ -44,7 +44,13 @@ struct Sm90BackwardTile {
   int n_block, kv_head, batch;
 };
 
-FASTATTN_HD Sm90BackwardTile sm90_backward_tile(std::int64_t t, int n_blocks, int kv_heads, int batch, int order) {
+// Tile t of the grid. The key-block orders run longest first across every (batch, KV head) pair,
+// or, with group_pairs in (0, pairs), within groups of that many pairs, one group after the other
+// (the last group may be smaller): key block n of a group's pairs, then n + 1, ... Grouped, the
+// CTAs resident at once share fewer pairs' Q and dO, which can then stay in L2, while each
+// group's long key blocks still run first (Sm90OrderSwitch::grouped, plan.hpp).
+FASTATTN_HD Sm90BackwardTile sm90_backward_tile(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
+                                                int group_pairs = 0) {
   Sm90BackwardTile tile;
   const std::int64_t heads = static_cast<std::int64_t>(kv_heads) * batch;
   if (order == static_cast<int>(Sm90TileOrder::head_major)) {
@@ -53,11 +59,20 @@ FASTATTN_HD Sm90BackwardTile sm90_backward_tile(std::int64_t t, int n_blocks, in
     tile.kv_head = static_cast<int>(rest % kv_heads);
     tile.batch = static_cast<int>(rest / kv_heads);
   } else {
-    const std::int64_t slot = t / heads;
+    // (first pair of t's group, pairs in it, t within it); every group before t's is full.
+    std::int64_t first = 0, pairs = heads, r = t;
+    if (group_pairs > 0 && group_pairs < heads) {
+      const std::int64_t per_group = static_cast<std::int64_t>(group_pairs) * n_blocks;
+      const std::int64_t g = t / per_group;
+      first = g * group_pairs;
+      pairs = heads - first < group_pairs ? heads - first : group_pairs;
+      r = t - g * per_group;
+    }
+    const std::int64_t slot = r / pairs;
     tile.n_block = order == static_cast<int>(Sm90TileOrder::key_block_ascending)
                        ? static_cast<int>(slot)
                        : n_blocks - 1 - static_cast<int>(slot);
-    const std::int64_t rest = t % heads;
+    const std::int64_t rest = first + r % pairs;
     tile.kv_head = static_cast<int>(rest % kv_heads);
     tile.batch = static_cast<int>(rest / kv_heads);
   }
@@ -156,8 +171,8 @@ struct Sm90StepCursor {
 FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
                                                 int group_size, int len_q, int len_k, std::int64_t window_left,
                                                 std::int64_t window_right, bool bottom_right, int block_m,
-                                                int block_n, bool shortest_first) {
-  const Sm90BackwardTile tile = sm90_backward_tile(t, n_blocks, kv_heads, batch, order);
+                                                int block_n, bool shortest_first, int group_pairs = 0) {
+  const Sm90BackwardTile tile = sm90_backward_tile(t, n_blocks, kv_heads, batch, order, group_pairs);
   Sm90BackwardWork w;
   w.n_block = tile.n_block;
   w.kv_head = tile.kv_head;
