@@ -337,8 +337,9 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
     }
     {
-      // grouped: longest first within groups of kSm90GroupedPairs pairs, many pairs or few;
-      // deterministic calls keep one group; calls without a mask keep head-major.
+      // grouped: longest first within groups of kSm90GroupedPairs pairs, where there are more
+      // pairs than that; deterministic and varlen calls keep one group; calls without a mask keep
+      // head-major.
       const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
       for (int batch : {2, 8}) {
         const cuda::BackwardPlan plan = cuda::plan_backward_sm90(128, batch, 16, 16, causal, false);
@@ -348,6 +349,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       }
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);  // varlen
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 32, 8, causal, false).sm90_tile_group, 0);  // 8 pairs: one group
       const cuda::BackwardPlan unmasked =
           cuda::plan_backward_sm90(128, 8, 16, 16, cuda::Sm90MaskShape{-1, -1, true, 4096, 4096}, false);
       EXPECT_EQ(unmasked.sm90_tile_order, static_cast<int>(Sm90TileOrder::head_major));

@@ -150,6 +150,20 @@ TEST_F(CudaSm90Backward, AtomicDqMatchesFloat64) {
     for (const std::string& text : odd_shapes(d, "bf16")) expect_sm90_backward(text);
   }
 }
+// The grouped tile order (FASTATTN_CUDA_SM90_BWD_ORDER=grouped, groups of kSm90GroupedPairs = 8
+// (batch, KV head) pairs): 15 and 18 pairs, so the last group is partial; causal both ways, and
+// GQA. Not yet run on a GPU when written (twenty-third session).
+TEST_F(CudaSm90Backward, GroupedOrderMatchesFloat64) {
+  const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
+  for (int d : dims_) {
+    const std::string t = " d=" + std::to_string(d) + " dtype=bf16";
+    for (const std::string& text : {"b=3 sq=300 sk=700 h=5 hkv=5" + t + " mask=causal align=bottom_right",
+                                    "b=3 sq=257 sk=257 h=10 hkv=5" + t + " mask=causal",
+                                    "b=2 sq=200 sk=333 h=27 hkv=9" + t + " mask=causal align=bottom_right"}) {
+      expect_sm90_backward(text);
+    }
+  }
+}
 TEST_F(CudaSm90Backward, AtomicTilesDqMatchesFloat64) {
   const ScopedEnv tiles("FASTATTN_CUDA_SM90_BWD_DQ", std::string("atomic_tiles"));
   for (int d : dims_) {

@@ -265,15 +265,18 @@ inline Sm90OrderSwitch sm90_order_switch() {
 // (batch, KV head) pairs from which a right-bounded non-deterministic call runs head-major
 // (above; with the plan's dQ modes only 32 or fewer and 128 or more pairs were timed).
 inline constexpr std::int64_t kSm90HeadMajorMinPairs = 128;
-// Pairs per group of FASTATTN_CUDA_SM90_BWD_ORDER=grouped (a build knob for the A/B's variants):
-// at d = 128, s8k, one pair's Q and dO are 4 MiB, so 8 pairs' fit the H100's 50 MB of L2 twice.
+// Pairs per group of FASTATTN_CUDA_SM90_BWD_ORDER=grouped (a build knob for the A/B): at d = 128,
+// s8k, one MHA pair's Q and dO are 4 MiB, so 8 pairs' (32 MiB) fit the H100's 50 MB of L2 once,
+// beside the dQ accumulator's lines; a GQA pair's are group_size times larger (32/8: 16 MiB), so
+// a fixed count is a first guess: sizing groups by bytes is the next step if grouping pays.
 #ifndef FASTATTN_SM90_BWD_GROUP_PAIRS
 #define FASTATTN_SM90_BWD_GROUP_PAIRS 8
 #endif
 inline constexpr int kSm90GroupedPairs = FASTATTN_SM90_BWD_GROUP_PAIRS;
 static_assert(kSm90GroupedPairs >= 1, "FASTATTN_SM90_BWD_GROUP_PAIRS: at least 1");
 // pairs: batch * num_kv_heads of a padded call (a tile's CTA serves a KV head's whole group);
-// 0 (varlen, or FASTATTN_CUDA_SM90_BWD_ORDER=longest_first): longest first as before the rule.
+// 0 (varlen, or FASTATTN_CUDA_SM90_BWD_ORDER=longest_first or =grouped): longest first as before
+// the rule.
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
                                         bool shortest_first = false, std::int64_t pairs = 0) {
   const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
@@ -374,7 +377,8 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   // theirs (their ranks assume one group), varlen calls one group (their kernels do not read
   // the group: it added to their spills, kernel.cuh).
   if (order == Sm90OrderSwitch::grouped && !deterministic && total_q_tokens < 0 &&
-      plan.sm90_tile_order != static_cast<int>(Sm90TileOrder::head_major)) {
+      plan.sm90_tile_order != static_cast<int>(Sm90TileOrder::head_major) &&
+      kSm90GroupedPairs < batch * num_kv_heads) {  // one group of every pair is longest first
     plan.sm90_tile_group = kSm90GroupedPairs;
   }
   const bool varlen = total_q_tokens >= 0;
