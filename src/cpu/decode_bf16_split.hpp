@@ -325,35 +325,36 @@ void pv_pairs_rows(float* o, std::int64_t dp, const std::uint16_t* p, std::int64
 
 }  // namespace split
 
+// Rows in blocks of up to 4 (the products' register blocks): fn(nr, r0) for each block, nr a
+// std::integral_constant of the block's rows, so that each size is its own instantiation.
+template <class Fn>
+inline void for_row_blocks(std::int64_t rows, Fn&& fn) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+    switch (std::min<std::int64_t>(4, rows - r0)) {
+      case 4: fn(std::integral_constant<int, 4>{}, r0); break;
+      case 3: fn(std::integral_constant<int, 3>{}, r0); break;
+      case 2: fn(std::integral_constant<int, 2>{}, r0); break;
+      default: fn(std::integral_constant<int, 1>{}, r0); break;
+    }
+  }
+}
+
+// The first block of rows prefetches (pf), the others not.
 template <class V, class Q>
 void score_split(std::int64_t rows, const Q* q, std::int64_t ldq, const std::uint16_t* k, const std::int64_t* off,
                  std::int64_t d, std::int64_t kn, float* s, std::int64_t lds, NextRows* pf) {
-  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-    const Q* qb = q + r0 * ldq;
-    float* sb = s + r0 * lds;
-    if (r0 > 0) pf = nullptr;  // the first block of rows prefetches
-    switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::score_rows<4>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
-      case 3: split::score_rows<3>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
-      case 2: split::score_rows<2>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
-      default: split::score_rows<1>(qb, ldq, k, off, d, kn, sb, lds, pf); break;
-    }
-  }
+  for_row_blocks(rows, [&](auto nr, std::int64_t r0) {
+    split::score_rows<decltype(nr)::value>(q + r0 * ldq, ldq, k, off, d, kn, s + r0 * lds, lds,
+                                           r0 == 0 ? pf : nullptr);
+  });
 }
 
 template <class V>
 void pv_split(std::int64_t rows, float* o, std::int64_t dp, const float* p, std::int64_t ldp, const std::uint16_t* v,
               const std::int64_t* off, std::int64_t d, std::int64_t kn) {
-  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-    float* ob = o + r0 * dp;
-    const float* pb = p + r0 * ldp;
-    switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::pv_rows<4>(ob, dp, pb, ldp, v, off, d, kn); break;
-      case 3: split::pv_rows<3>(ob, dp, pb, ldp, v, off, d, kn); break;
-      case 2: split::pv_rows<2>(ob, dp, pb, ldp, v, off, d, kn); break;
-      default: split::pv_rows<1>(ob, dp, pb, ldp, v, off, d, kn); break;
-    }
-  }
+  for_row_blocks(rows, [&](auto nr, std::int64_t r0) {
+    split::pv_rows<decltype(nr)::value>(o + r0 * dp, dp, p + r0 * ldp, ldp, v, off, d, kn);
+  });
 }
 
 template <class V>
@@ -361,17 +362,10 @@ void pv_pairs(std::int64_t rows, float* o, std::int64_t dp, const std::uint16_t*
               const std::uint16_t* v, const std::int64_t* off, std::int64_t d, std::int64_t kn,
               NextRows* pf) {
 #if defined(__AVX512BF16__)
-  for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-    float* ob = o + r0 * dp;
-    const std::uint16_t* pb = p + r0 * ldp;
-    if (r0 > 0) pf = nullptr;  // the first block of rows prefetches
-    switch (std::min<std::int64_t>(4, rows - r0)) {
-      case 4: split::pv_pairs_rows<4>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
-      case 3: split::pv_pairs_rows<3>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
-      case 2: split::pv_pairs_rows<2>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
-      default: split::pv_pairs_rows<1>(ob, dp, pb, ldp, v, off, d, kn, pf); break;
-    }
-  }
+  for_row_blocks(rows, [&](auto nr, std::int64_t r0) {
+    split::pv_pairs_rows<decltype(nr)::value>(o + r0 * dp, dp, p + r0 * ldp, ldp, v, off, d, kn,
+                                              r0 == 0 ? pf : nullptr);
+  });
 #else
   static_assert(sizeof(V) == 0, "P V on vdpbf16ps: compiled with -mavx512bf16 only");
 #endif
