@@ -25,7 +25,8 @@
 #             (every built dim) and the routing test; d 96/256 need the dims in the build
 #             (HEAD_DIMS="64;96;128;256"), varlen runs with any
 #   newtests  only the tests added after the first GPU run (6/6 on 2026-12-01): Uncovered*,
-#             FullyMasked*, Seqlen4097* (~60 s)
+#             FullyMasked*, Seqlen4097* (~60 s); NEWTESTS_FILTER replaces that gtest filter
+#             (e.g. 'CudaSm90Backward.GroupedOrder*' for a test not yet run)
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
 #             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
@@ -165,7 +166,7 @@ if has newdims; then
   grep -B2 -A12 "Failure" "$out/newdims.log" | head -60
 fi
 if has newtests; then
-  run newtests 75 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*' \
+  run newtests 75 bash -c "'$gpu_tests' --gtest_filter='${NEWTESTS_FILTER:-CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*}' \
       > '$out/newtests.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/newtests.log" | head -20
   grep -B2 -A12 "Failure" "$out/newtests.log" | head -60
