@@ -322,14 +322,36 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
     }
-    // Many (batch, KV head) pairs: head-major (kSm90HeadMajorMinPairs), unless forced longest
-    // first; deterministic calls keep ascending key blocks; GQA counts KV heads.
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_order,
-              static_cast<int>(Sm90TileOrder::head_major));
+    // Right-bounded (causal) non-deterministic padded calls of more than kSm90GroupedPairs
+    // (batch, KV head) pairs: longest first within groups of that many pairs, however many pairs
+    // (GQA counts KV heads); deterministic and varlen calls, windows, calls without a mask and
+    // calls of 4 or fewer pairs keep one group.
+    ASSERT_EQ(cuda::kSm90GroupedPairs, 4);
+    for (int batch : {2, 8}) {
+      const cuda::BackwardPlan plan = cuda::plan_backward_sm90(128, batch, 16, 16, causal, false);
+      EXPECT_EQ(plan.sm90_tile_order, static_cast<int>(Sm90TileOrder::key_block_ascending));
+      EXPECT_EQ(plan.sm90_tile_group, 4);
+      EXPECT_NE(cuda::describe_backward_sm90(plan, false).find("within groups of 4"), std::string::npos);
+    }
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 32, 8, causal, false).sm90_tile_group, 4);  // 16 KV pairs
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 32, 4, causal, false).sm90_tile_group, 0);  // 4 pairs: one group
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 5, 5, causal, false).sm90_tile_group, 4);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 32, 8, causal, false).sm90_tile_order,
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);  // varlen
+    const cuda::Sm90MaskShape sliding{1024, 0, true, 4096, 4096};
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_group, 0);
+    const cuda::Sm90MaskShape unmasked{-1, -1, true, 4096, 4096};
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::head_major));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_group, 0);
+    {
+      const ScopedEnv spt("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("shortest_first"));  // non-det: the default
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 4);
+    }
     {
       const ScopedEnv longest("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("longest_first"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_order,
@@ -337,25 +359,23 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
     }
     {
-      // grouped: longest first within groups of kSm90GroupedPairs pairs, where there are more
-      // pairs than that; deterministic and varlen calls keep one group; calls without a mask keep
-      // head-major.
+      // grouped: the groups for windows too; still none for deterministic, varlen or unmasked calls.
       const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
-      for (int batch : {2, 8}) {
-        const cuda::BackwardPlan plan = cuda::plan_backward_sm90(128, batch, 16, 16, causal, false);
-        EXPECT_EQ(plan.sm90_tile_order, static_cast<int>(Sm90TileOrder::key_block_ascending));
-        EXPECT_EQ(plan.sm90_tile_group, cuda::kSm90GroupedPairs);
-        EXPECT_NE(cuda::describe_backward_sm90(plan, false).find("within groups of"), std::string::npos);
-      }
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_group, 4);
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);  // varlen
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 32, 8, causal, false).sm90_tile_group, 0);  // 8 pairs: one group
-      const cuda::BackwardPlan unmasked =
-          cuda::plan_backward_sm90(128, 8, 16, 16, cuda::Sm90MaskShape{-1, -1, true, 4096, 4096}, false);
-      EXPECT_EQ(unmasked.sm90_tile_order, static_cast<int>(Sm90TileOrder::head_major));
-      EXPECT_EQ(unmasked.sm90_tile_group, 0);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_group, 0);
     }
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
+    {
+      const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string("3"));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 3);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 2, 2, causal, false).sm90_tile_group, 0);  // 2 pairs: one group
+    }
+    for (const char* bad_pairs : {"0", "-2", "4x", "1099511627776"}) {
+      const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string(bad_pairs));
+      expect_error([&] { (void)cuda::plan_backward_sm90(128, 8, 16, 16, causal, false); }, ErrorCode::invalid_argument,
+                   "FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS");
+    }
     const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::head_major));

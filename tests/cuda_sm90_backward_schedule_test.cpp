@@ -82,14 +82,14 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
       EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * pairs)) << "group " << group;
     }
   }
-  // Causal (right-bounded), few (batch, KV head) pairs: low key blocks see the most queries,
+  // Causal (right-bounded): low key blocks see the most queries,
   // first, in both alignments and with seqlen_q != seqlen_k. Deterministic mode: ascending key
   // blocks across heads for every mask; with shortest first asked for, right-bounded masks
   // launch the last key blocks first.
   auto order = [](std::int64_t left, std::int64_t right, bool bottom_right, std::int64_t sq, std::int64_t sk,
-                  bool deterministic, bool shortest_first = false, std::int64_t pairs = 0) {
+                  bool deterministic, bool shortest_first = false) {
     return cuda::sm90_tile_order(cuda::Sm90MaskShape{left, right, bottom_right, sq, sk}, 128, deterministic,
-                                 shortest_first, pairs);
+                                 shortest_first);
   };
   EXPECT_EQ(order(-1, 0, true, 4096, 4096, false), Sm90TileOrder::key_block_ascending);
   EXPECT_EQ(order(-1, 0, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
@@ -110,19 +110,28 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
   EXPECT_EQ(order(100, 5, true, 4096, 4096, true, true), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
-  // 128+ (batch, KV head) pairs (kSm90HeadMajorMinPairs): head-major for a right bound only
-  // (causal), non-deterministic; every other mask and deterministic mode as with few pairs.
-  constexpr std::int64_t kMany = cuda::kSm90HeadMajorMinPairs;
-  EXPECT_EQ(order(-1, 0, true, 4096, 4096, false, false, kMany), Sm90TileOrder::head_major);
-  EXPECT_EQ(order(-1, 0, true, 4096, 4096, false, false, kMany - 1), Sm90TileOrder::key_block_ascending);
-  EXPECT_EQ(order(-1, 0, false, 1000, 8192, false, false, kMany), Sm90TileOrder::head_major);
-  EXPECT_EQ(order(-1, 0, true, 4096, 4096, true, false, kMany), Sm90TileOrder::key_block_ascending);
-  EXPECT_EQ(order(-1, 0, true, 4096, 4096, true, true, kMany), Sm90TileOrder::key_block_descending);
-  EXPECT_EQ(order(-1, -1, true, 4096, 4096, false, false, kMany), Sm90TileOrder::head_major);
-  EXPECT_EQ(order(-1, 0, true, 100, 100, false, false, kMany), Sm90TileOrder::head_major);  // one key block
-  EXPECT_EQ(order(100, -1, true, 4096, 4096, false, false, kMany), Sm90TileOrder::key_block_descending);
-  EXPECT_EQ(order(1024, 0, true, 4096, 4096, false, false, kMany), Sm90TileOrder::key_block_ascending);
-  EXPECT_EQ(order(5, 100, true, 4096, 4096, false, false, kMany), Sm90TileOrder::key_block_descending);
+  // The groups of pairs (plan.hpp sm90_tile_group): a right bound only, non-deterministic,
+  // padded, more pairs than a group; FASTATTN_CUDA_SM90_BWD_ORDER=grouped adds the other
+  // longest-first orders, longest_first takes them away.
+  using cuda::Sm90OrderSwitch;
+  auto group = [](cuda::Sm90MaskShape m, Sm90OrderSwitch sw, bool deterministic, bool varlen, std::int64_t pairs) {
+    return cuda::sm90_tile_group(m, cuda::sm90_tile_order(m, 128, deterministic), sw, deterministic, varlen, pairs, 4);
+  };
+  const cuda::Sm90MaskShape causal{-1, 0, true, 4096, 4096}, window{1024, 0, true, 4096, 4096},
+      left_only{100, -1, true, 4096, 4096}, none{-1, -1, true, 4096, 4096};
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 5), 4);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 256), 4);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 4), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, false, 256), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, true, 256), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::shortest_first, false, false, 256), 4);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, false, false, 256), 0);
+  EXPECT_EQ(group(window, Sm90OrderSwitch::automatic, false, false, 256), 0);
+  EXPECT_EQ(group(left_only, Sm90OrderSwitch::automatic, false, false, 256), 0);
+  EXPECT_EQ(group(window, Sm90OrderSwitch::grouped, false, false, 256), 4);
+  EXPECT_EQ(group(left_only, Sm90OrderSwitch::grouped, false, false, 256), 4);
+  EXPECT_EQ(group(none, Sm90OrderSwitch::grouped, false, false, 256), 0);  // head-major
+  EXPECT_EQ(group(cuda::Sm90MaskShape{-1, 0, true, 100, 100}, Sm90OrderSwitch::automatic, false, false, 256), 0);
   // Windows near INT64_MAX (unbounded in effect) do not overflow.
   EXPECT_EQ(order(std::numeric_limits<std::int64_t>::max(), 0, true, 4096, 4096, false),
             Sm90TileOrder::key_block_ascending);

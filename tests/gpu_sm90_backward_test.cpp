@@ -121,7 +121,8 @@ std::vector<std::string> odd_shapes(int d, const char* dtype) {
       "b=1 sq=200 sk=333 h=2 hkv=1" + t + " mask=causal scale=-0.09",
       "b=1 sq=129 sk=1031 h=2 hkv=2" + t + " mask=none softcap=20",
       "b=1 sq=256 sk=256 h=2 hkv=2" + t + " mask=none qk_std=4",  // large logits
-      // 128 (batch, KV head) pairs, causal: the head-major order (plan.hpp, kSm90HeadMajorMinPairs).
+      // 128 (batch, KV head) pairs, causal: longest first in groups of 4 pairs (plan.hpp
+      // sm90_tile_group), the last group full; the head-major order before the twenty-fourth session.
       "b=8 sq=130 sk=260 h=32 hkv=16" + t + " mask=causal align=bottom_right",
   };
 }
@@ -150,17 +151,22 @@ TEST_F(CudaSm90Backward, AtomicDqMatchesFloat64) {
     for (const std::string& text : odd_shapes(d, "bf16")) expect_sm90_backward(text);
   }
 }
-// The grouped tile order (FASTATTN_CUDA_SM90_BWD_ORDER=grouped, groups of kSm90GroupedPairs = 8
-// (batch, KV head) pairs): 15 and 18 pairs, so the last group is partial; causal both ways, and
-// GQA. Not yet run on a GPU when written (twenty-third session).
+// The grouped tile order (plan.hpp sm90_tile_group; forced here, with windows too, in groups of
+// 4 and 8 (batch, KV head) pairs): 15 and 18 pairs, so the last group is partial; causal both
+// ways, GQA and a sliding window. Passed on an H100 with groups of 8 and 4 (twenty-fourth
+// session, before the window shape was added).
 TEST_F(CudaSm90Backward, GroupedOrderMatchesFloat64) {
   const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
-  for (int d : dims_) {
-    const std::string t = " d=" + std::to_string(d) + " dtype=bf16";
-    for (const std::string& text : {"b=3 sq=300 sk=700 h=5 hkv=5" + t + " mask=causal align=bottom_right",
-                                    "b=3 sq=257 sk=257 h=10 hkv=5" + t + " mask=causal",
-                                    "b=2 sq=200 sk=333 h=27 hkv=9" + t + " mask=causal align=bottom_right"}) {
-      expect_sm90_backward(text);
+  for (const char* group_pairs : {"4", "8"}) {
+    const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string(group_pairs));
+    for (int d : dims_) {
+      const std::string t = " d=" + std::to_string(d) + " dtype=bf16";
+      for (const std::string& text : {"b=3 sq=300 sk=700 h=5 hkv=5" + t + " mask=causal align=bottom_right",
+                                      "b=3 sq=257 sk=257 h=10 hkv=5" + t + " mask=causal",
+                                      "b=2 sq=200 sk=333 h=27 hkv=9" + t + " mask=causal align=bottom_right",
+                                      "b=2 sq=400 sk=400 h=9 hkv=9" + t + " mask=window wl=100 wr=0"}) {
+        expect_sm90_backward(text);
+      }
     }
   }
 }

@@ -9,8 +9,10 @@
 // sm80 backward on the H200; FASTATTN_CUDA_BWD_SM90=0 runs the sm80 backward.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "common/environment.hpp"
@@ -202,18 +204,20 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
 // the end whose clamp cuts less goes first. Where the first and last key block weigh the same
 // (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
-// for its key blocks. So does it for padded calls with a right bound only (causal) and many
-// (batch, KV head) pairs (kSm90HeadMajorMinPairs): longest first runs key block n of every pair
-// at once, so each resident CTA streams another head's Q and dO from memory, and with about a
-// wave of CTAs per key block index (pairs near the SM count or more) the tail that longest
-// first shortens is a small part of the call. Measured on an H100 (2026-12-06, bf16, causal,
-// issue 16's rows, the plan's dQ modes, two rounds; docs/cuda-sm90-backward.md): the rows of
-// 128 or more pairs 1.17-1.59x faster backward (forward+backward 1.13-1.49x). Below 128 pairs
-// head-major ran 0.88x (32 pairs) to 1.08x (64 pairs) with atomic dQ; with the plan's dQ modes
-// it was not timed there, so longest first stays. On the H200 (thirteenth session, atomic dQ)
-// head-major ran 0.91-1.06x of longest first's speed on the causal rows (0.99-1.06x on those of
-// 128+ pairs): to be measured again there. Sliding windows, left-bounded windows and varlen
-// calls keep longest first (not measured).
+// for its key blocks. Padded non-deterministic calls with a right bound only (causal) and more
+// than kSm90GroupedPairs (batch, KV head) pairs run longest first within groups of that many
+// pairs (sm90_tile_group below): longest first over all pairs runs key block n of every pair at
+// once, so each resident CTA streams another head's Q and dO from memory. Measured on an H100
+// (twenty-fourth session, bf16, issue 16's causal rows, the plan's dQ modes, two rounds each of
+// groups of 1, 2, 4, 8 and 16 pairs and of groups sized to hold their Q, dO and fp32 dQ in
+// 32 MiB, against the order before: head-major from 128 pairs, else longest first): groups of
+// 4 gained 1.10-1.22x on the rows of 32-64 pairs at s4k-8k, stayed within 2% of head-major on
+// the rows of 128+ pairs, and within -7%..+6% (both passes) on the few-pair s8k-16k rows
+// (GQA 32/8, MHA s16k), where every group size moved some row by as much either way; groups of
+// 4 had the best forward+backward geometric mean (1.017/1.019 against the order before, min
+// 0.975/0.981). Larger groups of small pairs (the L2-sized ones: 64 pairs at s512) lost 5-7%
+// there. Sliding windows, left-bounded windows and varlen calls keep longest first (not
+// measured).
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks across all
 // (batch, KV head) pairs (longest first for a right bound, as above), so that the key blocks of
@@ -243,15 +247,12 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
   if (m.window_left >= 0 && m.window_left < q_end - k1 + offset) q_end = k1 - offset + m.window_left;
   return q_end > q_begin ? q_end - q_begin : 0;
 }
-// FASTATTN_CUDA_SM90_BWD_ORDER: unset, the order below; longest_first, the order below without
-// the head-major rule for many pairs (the A/B of that rule); head_major turns longest first off
-// ((batch, KV head)-major for every call: the A/B measurement of the order, and in
+// FASTATTN_CUDA_SM90_BWD_ORDER: unset, the order below; longest_first, the order below in one
+// group of all pairs (no groups: the A/B of the grouped order); head_major turns longest first
+// off ((batch, KV head)-major for every call: the A/B measurement of the order, and in
 // deterministic mode the order calls without a mask took before the fifteenth session);
 // shortest_first, the default order except right-bounded deterministic calls (above); grouped,
-// non-deterministic calls longest first within groups of kSm90GroupedPairs (batch, KV head)
-// pairs (tile_scheduler.hpp: sm90_backward_tile), an A/B of the twenty-third session, not yet
-// timed: head-major wins on many pairs by keeping Q and dO in L2 (the twenty-second session's
-// rule) and longest first on few by its tail; groups small enough for L2 may do both.
+// the groups for every non-deterministic padded longest-first call, windows included (an A/B).
 constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
 enum class Sm90OrderSwitch { automatic, longest_first, head_major, shortest_first, grouped };
 inline Sm90OrderSwitch sm90_order_switch() {
@@ -262,23 +263,23 @@ inline Sm90OrderSwitch sm90_order_switch() {
                                       {"grouped", Sm90OrderSwitch::grouped}},
                                      Sm90OrderSwitch::automatic);
 }
-// (batch, KV head) pairs from which a right-bounded non-deterministic call runs head-major
-// (above; with the plan's dQ modes only 32 or fewer and 128 or more pairs were timed).
-inline constexpr std::int64_t kSm90HeadMajorMinPairs = 128;
-// Pairs per group of FASTATTN_CUDA_SM90_BWD_ORDER=grouped (a build knob for the A/B): at d = 128,
-// s8k, one MHA pair's Q and dO are 4 MiB, so 8 pairs' (32 MiB) fit the H100's 50 MB of L2 once,
-// beside the dQ accumulator's lines; a GQA pair's are group_size times larger (32/8: 16 MiB), so
-// a fixed count is a first guess: sizing groups by bytes is the next step if grouping pays.
-#ifndef FASTATTN_SM90_BWD_GROUP_PAIRS
-#define FASTATTN_SM90_BWD_GROUP_PAIRS 8
-#endif
-inline constexpr int kSm90GroupedPairs = FASTATTN_SM90_BWD_GROUP_PAIRS;
-static_assert(kSm90GroupedPairs >= 1, "FASTATTN_SM90_BWD_GROUP_PAIRS: at least 1");
-// pairs: batch * num_kv_heads of a padded call (a tile's CTA serves a KV head's whole group);
-// 0 (varlen, or FASTATTN_CUDA_SM90_BWD_ORDER=longest_first or =grouped): longest first as before
-// the rule.
+// Pairs per group of the grouped order (above; FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS sets another
+// count for A/Bs).
+inline constexpr std::int64_t kSm90GroupedPairs = 4;
+// FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS (a positive integer), or kSm90GroupedPairs when unset or empty.
+inline std::int64_t sm90_group_pairs() {
+  const char* text = env_value(EnvVar::cuda_sm90_bwd_group_pairs);
+  if (text == nullptr || *text == '\0') return kSm90GroupedPairs;
+  char* end = nullptr;
+  const long long n = std::strtoll(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > (std::int64_t{1} << 30)) {
+    throw Error(ErrorCode::invalid_argument, std::string(env_name(EnvVar::cuda_sm90_bwd_group_pairs)) +
+                                                 ": expected an integer in [1, 2^30], got \"" + text + "\"");
+  }
+  return n;
+}
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
-                                        bool shortest_first = false, std::int64_t pairs = 0) {
+                                        bool shortest_first = false) {
   const std::int64_t n_blocks = (m.seqlen_k + block_n - 1) / block_n;
   if (n_blocks <= 1) return Sm90TileOrder::head_major;
   if (deterministic) {
@@ -286,10 +287,23 @@ constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t blo
                                                  : Sm90TileOrder::key_block_ascending;
   }
   const std::int64_t first = sm90_key_block_rows(m, 0, block_n), last = sm90_key_block_rows(m, n_blocks - 1, block_n);
-  if (first > last && m.window_left < 0 && pairs >= kSm90HeadMajorMinPairs) return Sm90TileOrder::head_major;
   if (first > last) return Sm90TileOrder::key_block_ascending;
   if (last > first) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
+}
+// The pairs per group of a call's longest-first order (above), 0 for one group of all:
+// non-deterministic padded calls (deterministic ranks assume one group; varlen kernels do not
+// read the group: it added to their spills, kernel.cuh) with a right bound only, or with any
+// mask under FASTATTN_CUDA_SM90_BWD_ORDER=grouped; longest_first: one group always (head_major
+// has no groups).
+// pairs: batch * num_kv_heads (a tile's CTA serves a KV head's whole group of query heads).
+constexpr std::int64_t sm90_tile_group(const Sm90MaskShape& m, Sm90TileOrder order, Sm90OrderSwitch order_switch,
+                                       bool deterministic, bool varlen, std::int64_t pairs,
+                                       std::int64_t group_pairs) {
+  if (deterministic || varlen || order == Sm90TileOrder::head_major || group_pairs >= pairs) return 0;
+  if (order_switch == Sm90OrderSwitch::grouped) return group_pairs;
+  if (order_switch == Sm90OrderSwitch::longest_first) return 0;
+  return m.window_right >= 0 && m.window_left < 0 ? group_pairs : 0;  // automatic, shortest_first
 }
 
 // What the choice depends on.
@@ -365,22 +379,13 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
   const Sm90OrderSwitch order = sm90_order_switch();
-  plan.sm90_tile_order = static_cast<int>(
+  const Sm90TileOrder tile_order =
       order == Sm90OrderSwitch::head_major
           ? Sm90TileOrder::head_major
-          : sm90_tile_order(mask, b.block_n, deterministic, order == Sm90OrderSwitch::shortest_first,
-                            order == Sm90OrderSwitch::longest_first || order == Sm90OrderSwitch::grouped ||
-                                    total_q_tokens >= 0
-                                ? 0
-                                : batch * num_kv_heads));
-  // grouped: the key-block orders (longest first) in groups of pairs; deterministic calls keep
-  // theirs (their ranks assume one group), varlen calls one group (their kernels do not read
-  // the group: it added to their spills, kernel.cuh).
-  if (order == Sm90OrderSwitch::grouped && !deterministic && total_q_tokens < 0 &&
-      plan.sm90_tile_order != static_cast<int>(Sm90TileOrder::head_major) &&
-      kSm90GroupedPairs < batch * num_kv_heads) {  // one group of every pair is longest first
-    plan.sm90_tile_group = kSm90GroupedPairs;
-  }
+          : sm90_tile_order(mask, b.block_n, deterministic, order == Sm90OrderSwitch::shortest_first);
+  plan.sm90_tile_order = static_cast<int>(tile_order);
+  plan.sm90_tile_group = static_cast<int>(sm90_tile_group(mask, tile_order, order, deterministic, total_q_tokens >= 0,
+                                                          batch * num_kv_heads, sm90_group_pairs()));
   const bool varlen = total_q_tokens >= 0;
   const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));
@@ -430,7 +435,7 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          (deterministic ? " in a fixed key-block order (per (batch, head, query block) semaphores)" : "") + ", tiles " +
          order +
          (plan.sm90_tile_group > 0 ? " within groups of " + std::to_string(plan.sm90_tile_group) +
-                                         " (batch, KV head) pairs (" + kSm90BwdOrderEnv + "=grouped)"
+                                         " (batch, KV head) pairs"
                                    : std::string());
 }
 
