@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     unsigned tile = blockIdx.x;
     asm volatile("" : "+r"(tile));
     if constexpr (T::kVarlen) {
-      // Varlen calls run one group (plan.hpp: grouped is padded calls' only; read here, the
+      // Varlen calls run one group (plan.hpp: sm90_tile_group groups padded calls only; read here, the
       // group's arithmetic added 16-20 bytes to the varlen kernels' spills).
       const int batch = sm90_backward_tile(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order).batch;
       const int q_start = p.cu_seqlens_q[batch], k_start = p.cu_seqlens_k[batch];

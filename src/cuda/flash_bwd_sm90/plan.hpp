@@ -211,12 +211,12 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // (twenty-fourth session, bf16, issue 16's causal rows, the plan's dQ modes, two rounds each of
 // groups of 1, 2, 4, 8 and 16 pairs and of groups sized to hold their Q, dO and fp32 dQ in
 // 32 MiB, against the order before: head-major from 128 pairs, else longest first): groups of
-// 4 gained 1.10-1.22x on the rows of 32-64 pairs at s4k-8k, stayed within 2% of head-major on
-// the rows of 128+ pairs, and within -7%..+6% (both passes) on the few-pair s8k-16k rows
-// (GQA 32/8, MHA s16k), where every group size moved some row by as much either way; groups of
+// 4 gained 1.10-1.22x on the rows of 32-64 pairs at s4k-8k, stayed within 3% of head-major on
+// the rows of 128+ pairs (groups of 8 and 16 lost 12-16% on one, b4 h32 s4k d64 forward+
+// backward; the L2-sized ones, 64 pairs at s512, 5-7%), and within -11%..+6% on the few-pair
+// s8k-16k rows (GQA 32/8, MHA s16k), where every other size moved some row by 8-21%. Groups of
 // 4 had the best forward+backward geometric mean (1.017/1.019 against the order before, min
-// 0.975/0.981). Larger groups of small pairs (the L2-sized ones: 64 pairs at s512) lost 5-7%
-// there. Sliding windows, left-bounded windows and varlen calls keep longest first (not
+// 0.975/0.981). Sliding windows, left-bounded windows and varlen calls keep longest first (not
 // measured).
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks across all
