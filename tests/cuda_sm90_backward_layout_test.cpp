@@ -370,10 +370,18 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string("3"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 3);
       EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 2, 2, causal, false).sm90_tile_group, 0);  // 2 pairs: one group
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);  // deterministic
+      const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_group, 3);
+      const ScopedEnv head_major("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
     }
-    for (const char* bad_pairs : {"0", "-2", "4x", "1099511627776"}) {
+    // Read by every call, so a bad value fails deterministic calls too.
+    for (const char* bad_pairs : {"0", "-2", "4x", "4 ", " ", "1099511627776", "99999999999999999999"}) {
       const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string(bad_pairs));
       expect_error([&] { (void)cuda::plan_backward_sm90(128, 8, 16, 16, causal, false); }, ErrorCode::invalid_argument,
+                   "FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS");
+      expect_error([&] { (void)cuda::plan_backward_sm90(128, 8, 16, 16, causal, true); }, ErrorCode::invalid_argument,
                    "FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS");
     }
     const ScopedEnv plain("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));

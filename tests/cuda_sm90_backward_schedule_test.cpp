@@ -56,7 +56,7 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
     }
     EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * kv_heads * batch));
   }
-  // Grouped (FASTATTN_CUDA_SM90_BWD_ORDER=grouped): every tile once; the groups' pairs one
+  // Grouped (plan.hpp sm90_tile_group): every tile once; the groups' pairs one
   // after the other (the last group smaller where the pairs do not divide), and within a group
   // the key blocks in the order's direction, each key block for all of the group's pairs.
   for (Sm90TileOrder order : {Sm90TileOrder::key_block_ascending, Sm90TileOrder::key_block_descending}) {
@@ -82,10 +82,9 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
       EXPECT_EQ(seen.size(), static_cast<std::size_t>(n_blocks * pairs)) << "group " << group;
     }
   }
-  // Causal (right-bounded): low key blocks see the most queries,
-  // first, in both alignments and with seqlen_q != seqlen_k. Deterministic mode: ascending key
-  // blocks across heads for every mask; with shortest first asked for, right-bounded masks
-  // launch the last key blocks first.
+  // Causal (right-bounded): low key blocks see the most queries, first, in both alignments and
+  // with seqlen_q != seqlen_k. Deterministic mode: ascending key blocks across heads for every
+  // mask; with shortest first asked for, right-bounded masks launch the last key blocks first.
   auto order = [](std::int64_t left, std::int64_t right, bool bottom_right, std::int64_t sq, std::int64_t sk,
                   bool deterministic, bool shortest_first = false) {
     return cuda::sm90_tile_order(cuda::Sm90MaskShape{left, right, bottom_right, sq, sk}, 128, deterministic,

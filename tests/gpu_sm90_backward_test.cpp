@@ -153,8 +153,7 @@ TEST_F(CudaSm90Backward, AtomicDqMatchesFloat64) {
 }
 // The grouped tile order (plan.hpp sm90_tile_group; forced here, with windows too, in groups of
 // 4 and 8 (batch, KV head) pairs): 15 and 18 pairs, so the last group is partial; causal both
-// ways, GQA and a sliding window. Passed on an H100 with groups of 8 and 4 (twenty-fourth
-// session, before the window shape was added).
+// ways, GQA and a sliding window. Passed on an H100 (twenty-fourth session).
 TEST_F(CudaSm90Backward, GroupedOrderMatchesFloat64) {
   const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
   for (const char* group_pairs : {"4", "8"}) {

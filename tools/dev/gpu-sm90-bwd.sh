@@ -26,7 +26,8 @@
 #             (HEAD_DIMS="64;96;128;256"), varlen runs with any
 #   newtests  only the tests added after the first GPU run (6/6 on 2026-12-01): Uncovered*,
 #             FullyMasked*, Seqlen4097* (~60 s); NEWTESTS_FILTER replaces that gtest filter
-#             (e.g. 'CudaSm90Backward.GroupedOrder*' for a test not yet run); NEWTESTS_LIMIT_S its time limit (75)
+#             (e.g. 'CudaSm90Backward.GroupedOrder*' for a test not yet run), NEWTESTS_LIMIT_S
+#             its time limit (default 75)
 #   bench     backward alone and forward+backward, bf16, on issue 16's shapes: the FA2 paper
 #             sweep (16k tokens, hidden 2048: d 64 x 32 heads, d 128 x 16 heads, seqlen 512..16k,
 #             causal and not) and GQA 32/8 d 128 causal s4k/8k/16k; fastattn's sm90 backward
@@ -35,7 +36,8 @@
 #             longest_first: one group of all pairs, the order before the causal calls' groups
 #             of 4), the groups for windows too (sm90-grouped: =grouped), the default order in
 #             groups of N pairs (sm90-grouped-gN: FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS=N, for
-#             each N in GROUP_SIZES, e.g. "2 4 8"), with atomic dQ, with bulk dQ (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
+#             each N in GROUP_SIZES, e.g. "2 4 8"), with atomic dQ, with bulk dQ
+#             (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
 #             (=atomic_tiles), head-major with atomic dQ
 #             (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
 #             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
@@ -142,6 +144,8 @@ if has sass; then
 fi
 [ -x "$cli" ] && "$cli" info --no-peaks 2>&1 | grep -iE "path|device|arch" | head -8
 export FASTATTN_CUDA_BWD_SM90=1
+# The stages' reference is the plan's own choice: no order, dQ mode or group size from the caller.
+unset FASTATTN_CUDA_SM90_BWD_ORDER FASTATTN_CUDA_SM90_BWD_DQ FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS
 if has tests; then
   if [ "${BASE_TESTS:-1}" = 1 ]; then
     run tests 200 bash -c "'$gpu_tests' --gtest_filter='CudaSm90Backward.*' > '$out/tests.log' 2>&1"
@@ -168,17 +172,16 @@ if has newdims; then
   grep -B2 -A12 "Failure" "$out/newdims.log" | head -60
 fi
 if has newtests; then
-  run newtests "${NEWTESTS_LIMIT_S:-75}" bash -c "'$gpu_tests' --gtest_filter='${NEWTESTS_FILTER:-CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*}' \
-      > '$out/newtests.log' 2>&1"
+  newtests=${NEWTESTS_FILTER:-CudaSm90Backward.Uncovered*:CudaSm90Backward.FullyMasked*:CudaSm90Backward.Seqlen4097*}
+  run newtests "${NEWTESTS_LIMIT_S:-75}" bash -c "'$gpu_tests' --gtest_filter='$newtests' > '$out/newtests.log' 2>&1"
   grep -E "^\[  (PASSED|FAILED) |OK \]|FAILED \]" "$out/newtests.log" | head -20
   grep -B2 -A12 "Failure" "$out/newtests.log" | head -60
 fi
 # Timing (cuda_bench and sdpa_anchor.py alike): 3 warm-up calls, >= 20 timed calls between CUDA
 # events (fewer, >= 5, where 20 would take over 1 s), the median.
 timing="--warmup 3 --repeats 20 --max-seconds 1"
-# Every variant sets every switch (a variant's settings stay for the next one in the process).
-# cuda_bench leaves a variant's variables set for the next one: each variant names the group
-# size (unset: the plan's) and every sm90 variant its dQ mode and order.
+# Every variant sets every switch: cuda_bench leaves a variant's variables set for the next one
+# in the process, so each sm90 variant names its group size (empty: the plan's), dQ mode and order.
 sm90="FASTATTN_CUDA_BWD_SM90=1+FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS="
 # sm90-default: the plan's dQ mode and tile order (FASTATTN_CUDA_SM90_BWD_DQ= and
 # FASTATTN_CUDA_SM90_BWD_ORDER= unset them);
@@ -189,7 +192,8 @@ variants+=",sm90-longest:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD
 # sm90-grouped: the plan's dQ modes, the groups of pairs for windows too (plan.hpp: grouped).
 variants+=",sm90-grouped:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=grouped"
 for n in ${GROUP_SIZES:-}; do
-  variants+=",sm90-grouped-g$n:FASTATTN_CUDA_BWD_SM90=1+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER=+FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS=$n"
+  variants+=",sm90-grouped-g$n:FASTATTN_CUDA_BWD_SM90=1+FASTATTN_CUDA_SM90_BWD_DQ=+FASTATTN_CUDA_SM90_BWD_ORDER="
+  variants+="+FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS=$n"
 done
 variants+=",sm90-atomic:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"

@@ -9,7 +9,6 @@
 // sm80 backward on the H200; FASTATTN_CUDA_BWD_SM90=0 runs the sm80 backward.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -211,13 +210,14 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // (twenty-fourth session, bf16, issue 16's causal rows, the plan's dQ modes, two rounds each of
 // groups of 1, 2, 4, 8 and 16 pairs and of groups sized to hold their Q, dO and fp32 dQ in
 // 32 MiB, against the order before: head-major from 128 pairs, else longest first): groups of
-// 4 gained 1.10-1.22x on the rows of 32-64 pairs at s4k-8k, stayed within 3% of head-major on
-// the rows of 128+ pairs (groups of 8 and 16 lost 12-16% on one, b4 h32 s4k d64 forward+
-// backward; the L2-sized ones, 64 pairs at s512, 5-7%), and within -11%..+6% on the few-pair
-// s8k-16k rows (GQA 32/8, MHA s16k), where every other size moved some row by 8-21%. Groups of
-// 4 had the best forward+backward geometric mean (1.017/1.019 against the order before, min
-// 0.975/0.981). Sliding windows, left-bounded windows and varlen calls keep longest first (not
-// measured).
+// 4 gained 1.10-1.23x on the two 64-pair rows (b2 h32 s8k d64, b4 h16 s4k d128; every size
+// 1.06x or more there), moved the 32-pair s4k-8k rows by -2%..+6%, stayed within 3% of
+// head-major on the rows of 128+ pairs, and within -11%..+6% on the few-pair s8k-16k rows (GQA
+// 32/8, MHA s16k), where the other sizes moved some row by 8-21% in that run (not all of it
+// reproduced in later calls: identical plans timed twice in one call read up to 25% apart on a
+// single forward+backward row). Groups of 4 had the best forward+backward geometric mean
+// (1.017/1.019 against the order before, min 0.975/0.981). Sliding windows, left-bounded windows
+// and varlen calls keep longest first (not measured).
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks across all
 // (batch, KV head) pairs (longest first for a right bound, as above), so that the key blocks of

@@ -3,9 +3,9 @@
 // (the CPU unit tests check the ranges and ranks against brute force over random masks).
 //
 // Grid: 1-D, one CTA per tile, in the order of plan.hpp's Sm90TileOrder (longest first for
-// causal, low key blocks seeing the most query blocks, except calls of many (batch, KV head)
-// pairs, which run head-major). Not persistent: CTAs are scheduled by the
-// hardware in launch order, which deterministic mode relies on (below).
+// causal, low key blocks seeing the most query blocks; causal calls of more than 4 (batch, KV
+// head) pairs within groups of 4 pairs, plan.hpp sm90_tile_group). Not persistent: CTAs are
+// scheduled by the hardware in launch order, which deterministic mode relies on (below).
 //
 // A CTA walks, for each query head of its KV head (GQA: dK and dV summed over them), the query
 // blocks that see its keys: step i is head kv_head * group + i / blocks, and query block
