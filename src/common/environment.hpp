@@ -9,7 +9,10 @@
 #pragma once
 
 #include <array>
+#include <cerrno>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -100,6 +103,23 @@ T env_choice(EnvVar var, std::initializer_list<std::pair<const char*, T>> choice
   }
   throw Error(ErrorCode::invalid_argument,
               std::string(env_name(var)) + ": expected " + expected + ", got \"" + v + "\"");
+}
+
+// An integer variable in [lo, hi] (from the process's snapshot): `unset` when unset or empty;
+// anything else (not a whole decimal integer, out of range) is an invalid_argument error naming
+// the variable, the range and the text ("NAME: expected an integer in [1, 64], got '0'").
+inline std::int64_t env_integer(EnvVar var, std::int64_t lo, std::int64_t hi, std::int64_t unset) {
+  const char* v = env_value(var);
+  if (v == nullptr || *v == '\0') return unset;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v, &end, 10);
+  if (errno != 0 || *end != '\0' || n < lo || n > hi) {
+    throw Error(ErrorCode::invalid_argument, std::string(env_name(var)) + ": expected an integer in [" +
+                                                 std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v +
+                                                 "'");
+  }
+  return n;
 }
 
 }  // namespace fastattn

@@ -1,6 +1,4 @@
 // decode_plan.cpp — when the CPU decode kernel runs and how it cuts the work (cpu_backend.hpp).
-#include <cerrno>
-#include <cstdlib>
 #include <string>
 
 #include "common/environment.hpp"
@@ -23,18 +21,7 @@ bool decode_wanted(const AttentionProblem& p) {
 }
 
 // FASTATTN_CPU_DECODE_SPLITS: a positive split count, for tests; 0 when unset.
-std::int64_t forced_splits() {
-  const char* env = env_value(EnvVar::cpu_decode_splits);
-  if (env == nullptr || *env == '\0') return 0;
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(env, &end, 10);
-  if (errno != 0 || *end != '\0' || n < 1 || n > 4096) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string("FASTATTN_CPU_DECODE_SPLITS: expected an integer in [1, 4096], got '") + env + "'");
-  }
-  return n;
-}
+std::int64_t forced_splits() { return env_integer(EnvVar::cpu_decode_splits, 1, 4096, 0); }
 
 // THE choice of the inner products (DecodeForm, cpu_backend.hpp), with its reason: AMX tiles
 // when a KV head packs enough rows to fill them (bf16, head_dim % 32 == 0, AMX allowed by

@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "common/environment.hpp"
@@ -268,15 +267,7 @@ inline Sm90OrderSwitch sm90_order_switch() {
 inline constexpr std::int64_t kSm90GroupedPairs = 4;
 // FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS (a positive integer), or kSm90GroupedPairs when unset or empty.
 inline std::int64_t sm90_group_pairs() {
-  const char* text = env_value(EnvVar::cuda_sm90_bwd_group_pairs);
-  if (text == nullptr || *text == '\0') return kSm90GroupedPairs;
-  char* end = nullptr;
-  const long long n = std::strtoll(text, &end, 10);
-  if (*end != '\0' || n < 1 || n > (std::int64_t{1} << 30)) {
-    throw Error(ErrorCode::invalid_argument, std::string(env_name(EnvVar::cuda_sm90_bwd_group_pairs)) +
-                                                 ": expected an integer in [1, 2^30], got \"" + text + "\"");
-  }
-  return n;
+  return env_integer(EnvVar::cuda_sm90_bwd_group_pairs, 1, std::int64_t{1} << 30, kSm90GroupedPairs);
 }
 constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t block_n, bool deterministic,
                                         bool shortest_first = false) {

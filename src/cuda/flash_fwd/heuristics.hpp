@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -150,17 +149,7 @@ inline int num_splits_heuristic(std::int64_t ctas, std::int64_t slots, std::int6
 
 // FASTATTN_CUDA_NUM_SPLITS, or 0 when unset or empty, from the process's snapshot
 // (common/environment.hpp).
-inline int forced_num_splits() {
-  const char* text = env_value(EnvVar::cuda_num_splits);
-  if (text == nullptr || *text == '\0') return 0;
-  char* end = nullptr;
-  const long n = std::strtol(text, &end, 10);
-  if (*end != '\0' || n < 1 || n > kMaxSplits) {
-    throw Error(ErrorCode::invalid_argument, std::string(kNumSplitsEnv) + ": expected an integer in [1, " +
-                                                 std::to_string(kMaxSplits) + "], got \"" + text + "\"");
-  }
-  return static_cast<int>(n);
-}
+inline int forced_num_splits() { return static_cast<int>(env_integer(EnvVar::cuda_num_splits, 1, kMaxSplits, 0)); }
 
 inline ForwardPlan plan_forward(const ForwardShape& s);
 inline ForwardPlan plan_flash_forward(const ForwardShape& s);
