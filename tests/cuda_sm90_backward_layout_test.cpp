@@ -413,6 +413,21 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true).sm90_dq, deterministic);
     EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, 16, none, true).sm90_dq, deterministic);
     EXPECT_EQ(cuda::plan_backward_sm90(64, 2, 16, 16, causal, true).sm90_dq, deterministic);
+    // ... by several writer warps taking steps in turn (FASTATTN_SM90_BWD_DQ_WRITERS), said in
+    // the reason; non-deterministic bulk calls have one.
+    if (cuda::kSm90BwdDqWriter) {
+      const std::string det_why =
+          cuda::describe_backward_sm90(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true), true);
+      const std::string why = cuda::describe_backward_sm90(cuda::plan_backward_sm90(128, 2, 16, 16, none, false), false);
+      EXPECT_EQ(cuda::sm90_dq_writers(true), FASTATTN_SM90_BWD_DQ_WRITERS);
+      EXPECT_EQ(cuda::sm90_dq_writers(false), 1);
+      const int writers = cuda::sm90_dq_writers(true);
+      EXPECT_NE(det_why.find(writers > 1 ? std::to_string(writers) + " dQ writer warps taking steps in turn"
+                                         : std::string("issued by a dQ writer warp")),
+                std::string::npos)
+          << det_why;
+      EXPECT_NE(why.find("issued by a dQ writer warp"), std::string::npos) << why;
+    }
     for (int d : {96, 256}) {
       EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, 16, none, false).sm90_dq, 0) << d;
       EXPECT_EQ(cuda::plan_backward_sm90(d, 2, 16, 16, causal, false).sm90_dq, 0) << d;

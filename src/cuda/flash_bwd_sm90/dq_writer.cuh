@@ -298,14 +298,28 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // The dQ writer warp (bulk mode with kSm90BwdDqWriter; lane 0 of producer warp 1): per step,
 // both MMA warpgroups' tiles with one bulk reduce-add each, then sdQ back to them once the adds
 // have read it. Deterministic mode: before the adds it waits for the turn, after them it counts
-// them on the semaphore once they are performed (at the top of the next step or after the
-// last), so the MMA warpgroups never wait on a semaphore: their step continues as soon as their
-// tile is in sdQ, and they wait only if the writer still reads it a step later.
-// FlashAttention-3's backward has the same writer (hopper/epilogue_bwd.hpp and its dQ writer
-// warp); our semaphore protocol is the MMA warpgroups' one above, moved here.
+// them on the semaphore once they are performed, so the MMA warpgroups never wait on a
+// semaphore: their step continues as soon as their tile is in sdQ, and they wait only if the
+// writer still reads it a step later. FlashAttention-3's backward has the same writer
+// (hopper/epilogue_bwd.hpp and its dQ writer warp); our semaphore protocol is the MMA
+// warpgroups' one above, moved here.
 //
-// When the writer counts step i's adds (FASTATTN_SM90_BWD_WRITER_LATE_COUNT, a build knob for
-// the A/B, default 0):
+// Writers (plan.hpp: sm90_dq_writers, FASTATTN_SM90_BWD_DQ_WRITERS; several in deterministic
+// kernels, one in the others): with one, a step's wait until its adds are performed (a round
+// trip to L2), its count and the next step's turn (another round trip, fences around both)
+// follow one another in one thread, so the writer's cycle per step can outlast the MMA
+// warpgroups' step: on the GQA row of cuda_bench determinism, where key block 0 (whose turns are
+// all rank 0) bounds the grid, the deterministic backward took 1.31x the default's time on an
+// H100 (twenty-fourth session). With W writers, lane 0 of producer warps 1 .. W take steps
+// j, j + W, ...: one waits for its adds and its next turn while the others issue. A bulk group
+// can be waited for only by the thread that committed it, so each writer counts its own steps.
+// The sdQ hand-off stays in step order: a writer waits for dq_full's phase i only after the
+// writer of step i - 1 has seen phase i - 1 (dq_writer_token: otherwise phase i - 1's parity
+// would read as phase i's), and dq_full cannot get a phase further before this writer hands sdQ
+// back (dq_empty). Measured: plan.hpp sm90_dq_writers.
+//
+// When a single writer counts step i's adds (FASTATTN_SM90_BWD_WRITER_LATE_COUNT, a build knob
+// for the A/B, default 0; with several writers each counts its step at once):
 //   0  at the top of step i + 1, before its turn: the writer waits until step i's adds are
 //      performed, then for the next turn, in sequence.
 //   1  after step i + 1's adds are issued (bulk_wait_group<1>: all but the newest group
@@ -320,25 +334,59 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 #define FASTATTN_SM90_BWD_WRITER_LATE_COUNT 0
 #endif
 constexpr bool kSm90DqWriterLateCount = FASTATTN_SM90_BWD_WRITER_LATE_COUNT != 0;
+static_assert(!kSm90DqWriterLateCount || FASTATTN_SM90_BWD_DQ_WRITERS == 1,
+              "FASTATTN_SM90_BWD_WRITER_LATE_COUNT=1 is a single writer's protocol");
 
-template <class T, bool kDeterministic>
+// Several writers: token[j] is the hand-off to writer j. The writer before it in the ring
+// (j - 1 mod W) arrives on it once it has seen dq_full's phase of its step, so its k-th arrival
+// (phase k) lets writer j wait for the next step's tiles; it cannot arrive again before writer j
+// has handed sdQ back from that step. Initialised by writer 0 before the writers meet (kernel.cuh).
+constexpr int kMaxDqWriters = 3;  // producer warps 1 .. 3
+__device__ __forceinline__ uint32_t dq_writer_token(int writer) {
+  __shared__ alignas(8) uint64_t token[kMaxDqWriters];
+  return static_cast<uint32_t>(__cvta_generic_to_shared(&token[writer]));
+}
+
+// The turn of a step with several writers: rank 0 (the first key block of the query block's order)
+// waits for nobody, so it skips the acquire's round trip and the fences (the single writer keeps
+// them, as measured).
+__device__ __forceinline__ void wait_for_writer_turn(const Sm90DqTurn& turn) {
+  if (turn.rank == 0) return;
+  wait_for_turn(turn);
+  sm90::fence_acq_rel_gpu();
+  sm90::fence_proxy_async_global();
+}
+
+// Writer `writer` of kWriters (sm90_dq_writers) takes steps writer, writer + kWriters, ...
+template <class T, bool kDeterministic, int kWriters>
 __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const BackwardParams& p,
-                                              const Sm90BackwardWork& w) {
-  if (w.steps == 0) return;
+                                              const Sm90BackwardWork& w, int writer) {
+  static_assert(kWriters == 1 || (kWriters <= kMaxDqWriters && kDeterministic && !kSm90DqWriterLateCount),
+                "writers");
+  if (w.steps <= writer) return;
   // Deterministic: the semaphore whose adds are issued and not yet counted (with the late count,
   // of the previous step while the current one's are issued).
   int* pending = nullptr;
   constexpr int kAdders = T::kMmaWarpgroups;  // one adder per MMA warpgroup's tile
   Sm90StepCursor cursor = Sm90StepCursor::first(w);
-  for (int i = 0; i < w.steps; ++i) {
+  for (int k = 0; k < writer; ++k) cursor.advance(w);
+  for (int i = writer; i < w.steps; i += kWriters) {
     int* current = nullptr;
     if constexpr (kDeterministic) {
-      if (!kSm90DqWriterLateCount && i > 0) count_bulk_adds<0>(pending, kAdders);
+      if (kWriters == 1 && !kSm90DqWriterLateCount && i > 0) count_bulk_adds<0>(pending, kAdders);
       const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
-      wait_for_turn(turn);
+      if constexpr (kWriters > 1) {
+        wait_for_writer_turn(turn);
+      } else {  // the single writer's protocol as measured (A/B builds)
+        wait_for_turn(turn);
+        sm90::fence_acq_rel_gpu();
+        sm90::fence_proxy_async_global();
+      }
       current = turn.semaphore;
-      sm90::fence_acq_rel_gpu();
-      sm90::fence_proxy_async_global();
+    }
+    // Several writers: step i - 1's writer has seen dq_full's phase i - 1 (its step (i - 1) / W).
+    if constexpr (kWriters > 1) {
+      if (i > 0) sm90::mbarrier_wait(dq_writer_token(writer), static_cast<uint32_t>(((i - 1) / kWriters) & 1));
     }
     const uint32_t parity = static_cast<uint32_t>(i & 1);
 #pragma unroll
@@ -348,6 +396,7 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
                                 smem.dq() + wg * T::kDqTileBytes, T::kDqTileBytes);
     }
     sm90::bulk_commit_group();
+    if constexpr (kWriters > 1) sm90::mbarrier_arrive(dq_writer_token(writer + 1 < kWriters ? writer + 1 : 0));
     if constexpr (kDeterministic && kSm90DqWriterLateCount) {
       if (i > 0) count_bulk_adds<1>(pending, kAdders);  // all but step i's group
     }
@@ -355,11 +404,14 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
     sm90::bulk_wait_group_read<0>();
 #pragma unroll
     for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) sm90::mbarrier_arrive(smem.dq_empty(wg));
-    cursor.advance(w);
+    // Several writers: this step's count now, while the others issue the next steps.
+    if constexpr (kWriters > 1) count_bulk_adds<0>(pending, kAdders);
+#pragma unroll
+    for (int k = 0; k < kWriters; ++k) cursor.advance(w);
   }
-  if constexpr (kDeterministic) {
+  if constexpr (kDeterministic && kWriters == 1) {
     count_bulk_adds<0>(pending, kAdders);
-  } else {
+  } else if constexpr (!kDeterministic) {
     sm90::bulk_wait_group<0>();  // complete before the CTA exits
   }
 }

@@ -7,7 +7,9 @@
 // Roles (kThreads = 384):
 //   warpgroup 0      producer: setmaxnreg.dec to 24. Warp 0 loads (producer.cuh); in bulk dQ
 //                    mode with the dQ writer built (plan.hpp: kSm90BwdDqWriter), lane 0 of
-//                    warp 1 adds the dQ tiles (dq_writer.cuh: run_dq_writer); the rest retire.
+//                    warp 1 adds the dQ tiles (dq_writer.cuh: run_dq_writer), in deterministic
+//                    mode lane 0 of warps 1 .. W, steps in turn (plan.hpp: sm90_dq_writers); the
+//                    rest retire.
 //   warpgroups 1, 2  MMA: setmaxnreg.inc to 240; 64 keys each (d = 256: the same 64 keys, half
 //                    of dK/dV's columns each, traits.cuh); per step the GEMMs and gradients
 //                    (consumer.cuh), the dQ output (dq_writer.cuh); last, dK and dV
@@ -92,9 +94,21 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (t < 32) {
       produce_backward<T>(smem, p, work(), &map_q, &map_k, &map_v, &map_do, t);
     } else if constexpr (kDq == Sm90DqReduction::bulk && kSm90BwdDqWriter) {
-      if (t == 32) {  // the work in its own shared-memory slot: 24 registers cannot hold it
-        new (work_slot_bytes(kDqWriterWorkSlot)) Sm90BackwardWork(work());
-        run_dq_writer<T, kDeterministic>(smem, p, work_slot(kDqWriterWorkSlot));
+      constexpr int kWriters = sm90_dq_writers(kDeterministic);  // lane 0 of warps 1 .. kWriters
+      if constexpr (kWriters == 1) {
+        if (t == 32) {  // the work in its own shared-memory slot: 24 registers cannot hold it
+          new (work_slot_bytes(kDqWriterWorkSlot)) Sm90BackwardWork(work());
+          run_dq_writer<T, kDeterministic, 1>(smem, p, work_slot(kDqWriterWorkSlot), 0);
+        }
+      } else if (t < 32 * (1 + kWriters)) {
+        if (t == 32) {  // one copy of the work for the writers, and their hand-off barriers
+          new (work_slot_bytes(kDqWriterWorkSlot)) Sm90BackwardWork(work());
+#pragma unroll
+          for (int j = 0; j < kWriters; ++j) sm90::mbarrier_init(dq_writer_token(j), 1);
+          sm90::fence_barrier_init();
+        }
+        sm90::named_barrier_sync(kBarDqWriters, 32 * kWriters);
+        if (t % 32 == 0) run_dq_writer<T, kDeterministic, kWriters>(smem, p, work_slot(kDqWriterWorkSlot), t / 32 - 1);
       }
     }
   } else {

@@ -149,6 +149,19 @@ enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  //
 #define FASTATTN_SM90_BWD_DQ_WRITER 1
 #endif
 constexpr bool kSm90BwdDqWriter = FASTATTN_SM90_BWD_DQ_WRITER != 0;
+// Deterministic kernels' dQ writers (FASTATTN_SM90_BWD_DQ_WRITERS, a build knob: 1, 2 or 3):
+// with several, lane 0 of producer warps 1, 2, ... take steps in turn, so one waits for its adds
+// to be performed and for its next turn while the others issue (dq_writer.cuh: run_dq_writer,
+// why). Non-deterministic kernels have one: they wait for neither. Measured on an H100
+// (2026-12-06, twenty-fifth session, cuda_bench determinism's 4 shapes, each build against its
+// own default, docs/cuda-sm90-backward.md "Two dQ writers"): one writer 0.570-0.760x the
+// default's speed, two 0.733-1.089x (the deterministic time 1.31x shorter), three the same as two.
+#ifndef FASTATTN_SM90_BWD_DQ_WRITERS
+#define FASTATTN_SM90_BWD_DQ_WRITERS 2
+#endif
+static_assert(FASTATTN_SM90_BWD_DQ_WRITERS >= 1 && FASTATTN_SM90_BWD_DQ_WRITERS <= 3,
+              "FASTATTN_SM90_BWD_DQ_WRITERS: 1, 2 or 3");
+constexpr int sm90_dq_writers(bool deterministic) { return deterministic ? FASTATTN_SM90_BWD_DQ_WRITERS : 1; }
 constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked, bool deterministic = false) {
   if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
   if (deterministic && kSm90BwdDqWriter) return Sm90DqReduction::bulk;
@@ -416,8 +429,11 @@ inline std::string describe_backward_sm90(const BackwardPlan& plan, bool determi
          std::to_string(plan.blocks.block_m) + "-row query blocks by TMA on a " +
          std::to_string(plan.blocks.stages) + "-stage mbarrier ring, dQ added in fp32 by " +
          (plan.sm90_dq == static_cast<int>(Sm90DqReduction::bulk)
-              ? (kSm90BwdDqWriter ? "one TMA bulk reduce-add per warpgroup tile, issued by a dQ writer warp"
-                                  : "one TMA bulk reduce-add per warpgroup tile")
+              ? (!kSm90BwdDqWriter ? "one TMA bulk reduce-add per warpgroup tile"
+                 : sm90_dq_writers(deterministic) > 1
+                     ? "one TMA bulk reduce-add per warpgroup tile, issued by " +
+                           std::to_string(sm90_dq_writers(deterministic)) + " dQ writer warps taking steps in turn"
+                     : std::string("one TMA bulk reduce-add per warpgroup tile, issued by a dQ writer warp"))
           : plan.sm90_dq == static_cast<int>(Sm90DqReduction::atomic_tiles) ? "red.global.add.v4 into accumulator-ordered tiles"
                                                                             : "red.global.add.v2 from registers") +
          (plan.sm90_warpgroup_split == 1 && sm90_dq_bulk_forced()
