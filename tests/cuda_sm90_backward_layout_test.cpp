@@ -419,7 +419,6 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       const std::string det_why =
           cuda::describe_backward_sm90(cuda::plan_backward_sm90(128, 2, 16, 16, causal, true), true);
       const std::string why = cuda::describe_backward_sm90(cuda::plan_backward_sm90(128, 2, 16, 16, none, false), false);
-      EXPECT_EQ(cuda::sm90_dq_writers(true), FASTATTN_SM90_BWD_DQ_WRITERS);
       EXPECT_EQ(cuda::sm90_dq_writers(false), 1);
       const int writers = cuda::sm90_dq_writers(true);
       EXPECT_NE(det_why.find(writers > 1 ? std::to_string(writers) + " dQ writer warps taking steps in turn"

@@ -47,7 +47,7 @@ enum Sm90BwdBarrier : int {
   kBarDsReady = 1,     // both MMA warpgroups wrote their dS^T rows (kMmaThreads)
   kBarWarpgroup0 = 2,  // bulk dQ and deterministic modes: one per MMA warpgroup (128), 2 and 3
   kBarRowsZeroed = 4,  // varlen: both MMA warpgroups zeroed a tile's rows past the sequence (kMmaThreads)
-  kBarDqWriters = 5,   // deterministic bulk dQ: the dQ writer warps (32 each) once the work and tokens are set
+  kBarDqWriters = 5,   // deterministic bulk dQ with W > 1 dQ writer warps (32 W threads): work and tokens set
 };
 
 // The step order (FASTATTN_SM90_BWD_DK_LAST, a build knob; default 1). 1: FlashAttention-3's

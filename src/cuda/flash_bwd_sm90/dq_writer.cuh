@@ -12,7 +12,8 @@
 //           added with one cp.reduce.async.bulk to the tile's own contiguous block of
 //           dq_accum[tile row][heads][warpgroup][128 x kDqN / 2] (layout.hpp: dq_first_tile_row;
 //           dq_convert.cuh converts it). FlashAttention-3's dQ path. The add is issued by the
-//           dQ writer warp (run_dq_writer below; plan.hpp: kSm90BwdDqWriter, the default), or
+//           dQ writer warp (two in deterministic kernels, taking steps in turn; run_dq_writer
+//           below; plan.hpp: kSm90BwdDqWriter, the default), or
 //           in builds without it by the warpgroup's thread 0, whose read of sdQ then has a
 //           whole step to finish before the warpgroup stores the next tile there.
 //
@@ -221,8 +222,8 @@ __device__ __forceinline__ void store_dq_tile(const float (&acc_dq)[T::kDqN / 8]
 // Bulk mode, run by every thread of MMA warpgroup wg. Rows past the sequence go too: the tile
 // is this query block's alone, and the convert kernel reads only rows inside the sequence.
 // With the dQ writer warp (kSm90BwdDqWriter) the warpgroup only stores its tile in sdQ[wg] and
-// hands it over (dq_full[wg]); the writer adds it, and in deterministic mode waits for the turn
-// and counts the adds (run_dq_writer below).
+// hands it over (dq_full[wg]); the step's writer adds it, and in deterministic mode waits for
+// the turn and counts the adds (run_dq_writer below).
 template <class T, bool kDeterministic>
 __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4], const Sm90BwdSmem<T>& smem,
                                             const BackwardParams& p, const Sm90BackwardWork& w, const Sm90BwdStep& s,
@@ -273,7 +274,7 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4
 
 // After the last step (every thread of MMA warpgroup wg): bulk mode's copies are complete
 // before the CTA's shared memory goes; deterministic mode with late release counts the last
-// step's adds. With the dQ writer warp, the writer does both.
+// step's adds. With the dQ writer warp, the writers do both.
 template <Sm90DqReduction kDq, bool kDeterministic>
 __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
   constexpr bool kRelease = kDeterministic && kSm90DqLateRelease;
@@ -295,7 +296,8 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
   }
 }
 
-// The dQ writer warp (bulk mode with kSm90BwdDqWriter; lane 0 of producer warp 1): per step,
+// The dQ writer warp (bulk mode with kSm90BwdDqWriter; lane 0 of producer warp 1, and of warps
+// 2 .. W in deterministic kernels, below): per step,
 // both MMA warpgroups' tiles with one bulk reduce-add each, then sdQ back to them once the adds
 // have read it. Deterministic mode: before the adds it waits for the turn, after them it counts
 // them on the semaphore once they are performed, so the MMA warpgroups never wait on a
@@ -314,9 +316,13 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // j, j + W, ...: one waits for its adds and its next turn while the others issue. A bulk group
 // can be waited for only by the thread that committed it, so each writer counts its own steps.
 // The sdQ hand-off stays in step order: a writer waits for dq_full's phase i only after the
-// writer of step i - 1 has seen phase i - 1 (dq_writer_token: otherwise phase i - 1's parity
-// would read as phase i's), and dq_full cannot get a phase further before this writer hands sdQ
-// back (dq_empty). Measured: plan.hpp sm90_dq_writers.
+// writer of step i - 1 has seen phase i - 1 complete (dq_writer_token). Without that, its wait
+// for phase i's parity could return while phase i - 1 is still open (phase i - 2, of the same
+// parity, has completed; at step 1 it would return at once). And dq_full cannot complete phase
+// i + 1 before this writer hands sdQ back (dq_empty), so the wait cannot skip a phase either.
+// The ranks, orders and semaphores are the single writer's; the CPU step model
+// (cuda_sm90_backward_schedule_test.cpp) models one writer, whose waits between CTAs these
+// writers do not add to (argued here, not modelled). Measured: plan.hpp sm90_dq_writers.
 //
 // When a single writer counts step i's adds (FASTATTN_SM90_BWD_WRITER_LATE_COUNT, a build knob
 // for the A/B, default 0; with several writers each counts its step at once):
@@ -341,6 +347,7 @@ static_assert(!kSm90DqWriterLateCount || FASTATTN_SM90_BWD_DQ_WRITERS == 1,
 // (j - 1 mod W) arrives on it once it has seen dq_full's phase of its step, so its k-th arrival
 // (phase k) lets writer j wait for the next step's tiles; it cannot arrive again before writer j
 // has handed sdQ back from that step. Initialised by writer 0 before the writers meet (kernel.cuh).
+// Static shared memory (24 bytes), within the 1 KiB the kernel reserves (kernel.cuh).
 constexpr int kMaxDqWriters = 3;  // producer warps 1 .. 3
 __device__ __forceinline__ uint32_t dq_writer_token(int writer) {
   __shared__ alignas(8) uint64_t token[kMaxDqWriters];
@@ -350,7 +357,7 @@ __device__ __forceinline__ uint32_t dq_writer_token(int writer) {
 // The turn of a step with several writers: rank 0 (the first key block of the query block's order)
 // waits for nobody, so it skips the acquire's round trip and the fences (the single writer keeps
 // them, as measured).
-__device__ __forceinline__ void wait_for_writer_turn(const Sm90DqTurn& turn) {
+__device__ __forceinline__ void wait_for_turn_unless_first(const Sm90DqTurn& turn) {
   if (turn.rank == 0) return;
   wait_for_turn(turn);
   sm90::fence_acq_rel_gpu();
@@ -362,7 +369,7 @@ template <class T, bool kDeterministic, int kWriters>
 __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const BackwardParams& p,
                                               const Sm90BackwardWork& w, int writer) {
   static_assert(kWriters == 1 || (kWriters <= kMaxDqWriters && kDeterministic && !kSm90DqWriterLateCount),
-                "writers");
+                "several dQ writers: deterministic kernels only, at most kMaxDqWriters, no late count");
   if (w.steps <= writer) return;
   // Deterministic: the semaphore whose adds are issued and not yet counted (with the late count,
   // of the previous step while the current one's are issued).
@@ -376,7 +383,7 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
       if (kWriters == 1 && !kSm90DqWriterLateCount && i > 0) count_bulk_adds<0>(pending, kAdders);
       const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
       if constexpr (kWriters > 1) {
-        wait_for_writer_turn(turn);
+        wait_for_turn_unless_first(turn);
       } else {  // the single writer's protocol as measured (A/B builds)
         wait_for_turn(turn);
         sm90::fence_acq_rel_gpu();

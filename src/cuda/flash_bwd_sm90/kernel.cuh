@@ -42,9 +42,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                                const __grid_constant__ CUtensorMap map_do) {
   static_assert(kDq != Sm90DqReduction::bulk || T::kBulkDqFits, "no shared memory for the bulk dQ tiles at this head dim");
-  // The static shared memory of deterministic kernels (dq_writer.cuh: pending_dq_semaphore) and
-  // of kernels with the dQ writer (work_slot.cuh: its slot) is padded to 1 KiB (the dynamic
-  // base is 1024-aligned), on top of the dynamic T::kSmemBytes.
+  // The static shared memory of deterministic kernels (dq_writer.cuh: pending_dq_semaphore, the
+  // writers' tokens) and of kernels with the dQ writer (work_slot.cuh: its slot) is padded to
+  // 1 KiB (the dynamic base is 1024-aligned), on top of the dynamic T::kSmemBytes.
   static_assert(!(kDeterministic || (kDq == Sm90DqReduction::bulk && kSm90BwdDqWriter)) ||
                     T::kSmemBytes + 1024 <= 227 * 1024,
                 "static + dynamic shared memory");

@@ -132,7 +132,8 @@ constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t
 // memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda-sm90-backward.md).
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 // The dQ writer warp (FASTATTN_SM90_BWD_DQ_WRITER, default 1; 0 builds the old path for an
-// A/B): in bulk mode lane 0 of the producer warpgroup's warp 1 issues the bulk reduce-adds, so
+// A/B): in bulk mode lane 0 of the producer warpgroup's warp 1 (and in deterministic kernels of
+// more warps, sm90_dq_writers below) issues the bulk reduce-adds, so
 // the MMA warpgroups only store their tile in shared memory and go on; in deterministic mode
 // the writer also waits for the turn and counts the adds, which takes the semaphore's round
 // trips off the MMA warpgroups' steps (FlashAttention-3's dQ writer; dq_writer.cuh). With the
@@ -156,6 +157,7 @@ constexpr bool kSm90BwdDqWriter = FASTATTN_SM90_BWD_DQ_WRITER != 0;
 // (2026-12-06, twenty-fifth session, cuda_bench determinism's 4 shapes, each build against its
 // own default, docs/cuda-sm90-backward.md "Two dQ writers"): one writer 0.570-0.760x the
 // default's speed, two 0.733-1.089x (the deterministic time 1.31x shorter), three the same as two.
+// Read by host code too (describe_backward_sm90): an A/B build sets it for the C++ and CUDA units.
 #ifndef FASTATTN_SM90_BWD_DQ_WRITERS
 #define FASTATTN_SM90_BWD_DQ_WRITERS 2
 #endif

@@ -9,8 +9,9 @@
 //                 stores, which the arrival releases to the waiters' acquire)
 //   q_empty[s]    every MMA thread is done with stage s (kMmaThreads arrivals, after the dV/dK
 //                 GEMMs that read Q and dO, before the dQ output)
-//   dq_full[wg], dq_empty[wg]   the dQ writer warp's hand-offs with MMA warpgroup wg
-//                 (dq_writer.cuh; one arrival each; used only by kernels with the writer)
+//   dq_full[wg], dq_empty[wg]   the dQ writer warps' hand-offs with MMA warpgroup wg
+//                 (dq_writer.cuh; one arrival each per step, by the step's writer; used only by
+//                 kernels with the writer)
 // Use u = i / kStages of stage s = i % kStages is phase u of its barriers: the MMA threads wait
 // on q_full with parity u & 1; the producer, before refilling for use u >= 1, waits for
 // q_empty's phase u - 1.
@@ -44,7 +45,7 @@ struct Sm90BwdSmem {
   __device__ __forceinline__ uint32_t kv_full() const { return base + T::kOffsetBarriers; }
   __device__ __forceinline__ uint32_t q_full(int stage) const { return kv_full() + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t q_empty(int stage) const { return kv_full() + 8 * (1 + T::kStages + stage); }
-  // The dQ writer warp's hand-offs (dq_writer.cuh), one pair per MMA warpgroup.
+  // The dQ writer warps' hand-offs (dq_writer.cuh), one pair per MMA warpgroup.
   __device__ __forceinline__ uint32_t dq_full(int wg) const { return kv_full() + 8 * (1 + 2 * T::kStages + wg); }
   __device__ __forceinline__ uint32_t dq_empty(int wg) const {
     return kv_full() + 8 * (1 + 2 * T::kStages + T::kMmaWarpgroups + wg);

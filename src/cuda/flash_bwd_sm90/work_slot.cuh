@@ -15,8 +15,8 @@
 // one job, issue 16's 27 rows, bench/results/nvidia-h200-session17-2026-12-05): in shared
 // memory the backward alone is faster by a geomean of 8.1% (atomic_tiles dQ) and 10.7% (bulk),
 // the deterministic kernels' time 0.89x; every CudaSm90Backward.* test of those dims passed.
-// The dQ writer warp (dq_writer.cuh: run_dq_writer) keeps its copy of the work in a slot of its
-// own here whatever this knob says: its 24 registers cannot hold it.
+// The dQ writer warps (dq_writer.cuh: run_dq_writer) keep their copy of the work in a slot of
+// their own here whatever this knob says: their 24 registers cannot hold it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -67,10 +67,10 @@ constexpr bool sm90_bwd_advance_before_adds() {
 }
 
 // Work in shared memory: MMA warpgroup wg's slot, and slot kDqWriterWorkSlot for the dQ writer
-// warp (dq_writer.cuh: run_dq_writer, whose 24 registers cannot hold the work either; bytes: the
-// struct has default member initialisers, which a __shared__ variable cannot run). Its static
-// shared memory, with the deterministic kernels' semaphore slot (dq_writer.cuh), is padded to
-// 1 KiB by the 1024-aligned dynamic base.
+// warps, which share it (dq_writer.cuh: run_dq_writer, whose 24 registers cannot hold the work
+// either; bytes: the struct has default member initialisers, which a __shared__ variable cannot
+// run). Its static shared memory, with the deterministic kernels' semaphore slot and writer
+// tokens (dq_writer.cuh), is padded to 1 KiB by the 1024-aligned dynamic base.
 constexpr int kDqWriterWorkSlot = 2;
 __device__ __forceinline__ void* work_slot_bytes(int slot) {
   // 2 MMA warpgroups, and the dQ writer where it is built
