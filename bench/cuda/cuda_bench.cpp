@@ -2,6 +2,7 @@
 // events (warm-up, >= 20 timed calls, median), bf16, one JSON object per line on stdout.
 //
 //   cuda_bench MODE [--passes fwd,bwd,fwdbwd] [--warmup N] [--repeats N] [--max-seconds S] [--runs N]
+//                   [--det-shapes bar|pairs]
 //              [--variants NAME:VAR=VALUE+VAR=VALUE,NAME:...]
 //
 // --variants times each pass of each shape once per variant, on the same tensors, one after the
@@ -34,7 +35,8 @@
 //   d256         d 256 beyond sweep90's causal rows: 8 heads, 16k tokens, no mask at seqlen
 //                2k..16k, causal at 2k; forward
 //   determinism  deterministic backward --runs times (default 2), dq/dk/dv compared bitwise;
-//                its cost
+//                its cost; --det-shapes bar (default: issue 16's four shapes) or pairs (the same
+//                work at d 64 and 128 without a mask over 16 to 256 (batch, KV head) pairs)
 // A call the library refuses (e.g. a backward before there is a CUDA backward kernel) becomes
 // an "error" row; a device error ends the mode (the context may be unusable), exit status 3.
 #include <cuda_runtime.h>
@@ -153,6 +155,7 @@ struct Args {
   std::vector<perf::Pass> passes;
   perf::cuda::EventTimingOptions timing;
   int determinism_runs = 2;  // determinism mode: deterministic backward calls compared bitwise
+  bench::DeterminismShapes determinism_shapes = bench::DeterminismShapes::bar;
   // --variants: name and environment assignments (VAR, VALUE) of each; empty: the environment as is
   struct Variant {
     std::string name;
@@ -227,6 +230,7 @@ Args parse_args(int argc, char** argv) {
     else if (key == "--repeats") a.timing.min_repeats = std::atoi(value.c_str());
     else if (key == "--max-seconds") a.timing.max_seconds = std::atof(value.c_str());
     else if (key == "--runs") a.determinism_runs = std::max(2, std::atoi(value.c_str()));
+    else if (key == "--det-shapes") a.determinism_shapes = bench::parse_determinism_shapes(value);
     else if (key == "--variants") a.variants = parse_variants(value);
     else throw Error(ErrorCode::invalid_argument, "cuda_bench: unknown option " + key);
   }
@@ -361,7 +365,7 @@ int run(int argc, char** argv) {
   const Args a = parse_args(argc, argv);
   emit(device_row(a, argc, argv));
   if (a.mode == "determinism") {
-    run_determinism_mode(a.timing, a.determinism_runs);
+    run_determinism_mode(a.timing, a.determinism_runs, a.determinism_shapes);
     return 0;
   }
   const std::vector<Point> points = points_for(a.mode);

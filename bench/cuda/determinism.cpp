@@ -46,7 +46,7 @@ struct Case {
   const char* tag;
 };
 
-std::vector<Case> cases() {
+std::vector<Case> cases(DeterminismShapes shapes) {
   auto make = [](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t hkv, std::int64_t d,
                  bool causal) {
     perf::BenchShape x;
@@ -59,6 +59,14 @@ std::vector<Case> cases() {
     x.causal = causal;
     return x;
   };
+  if (shapes == DeterminismShapes::pairs) {
+    std::vector<Case> out;
+    for (std::int64_t b : {1, 2, 4, 8}) {
+      out.push_back({make(b, 4096, 32, 32, 64, false), "determinism_pairs"});
+      out.push_back({make(b, 4096, 16, 16, 128, false), "determinism_pairs"});
+    }
+    return out;
+  }
   // MHA at both head dims, causal and not, and GQA (dK/dV summed over a group of 8 heads,
   // where an atomic reduction would show first).
   return {{make(2, 4096, 16, 16, 128, false), "determinism"},
@@ -69,8 +77,14 @@ std::vector<Case> cases() {
 
 }  // namespace
 
-void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs) {
-  for (const Case& c : cases()) {
+DeterminismShapes parse_determinism_shapes(const std::string& text) {
+  if (text == "bar") return DeterminismShapes::bar;
+  if (text == "pairs") return DeterminismShapes::pairs;
+  throw Error(ErrorCode::invalid_argument, "cuda_bench: --det-shapes expected bar or pairs, got '" + text + "'");
+}
+
+void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs, DeterminismShapes shapes) {
+  for (const Case& c : cases(shapes)) {
     nlohmann::json row = shape_fields("determinism", c.tag, c.shape, perf::Pass::backward);
     try {
       perf::cuda::DeviceAttentionTensors t(c.shape, true);

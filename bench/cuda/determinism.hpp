@@ -3,11 +3,21 @@
 // first), and timed against the default backward.
 #pragma once
 
+#include <string>
+
 #include "cuda_timing.hpp"
 
 namespace fastattn::bench {
 
+// Which shapes: bar, issue 16's four (the deterministic bar's); pairs, b1..b8 at d 64 (32 heads)
+// and d 128 (16 heads), s 4096, no mask: the same work per call over 32..256 (batch, KV head)
+// pairs, i.e. fewer or more CTAs of one pair resident at once (tag determinism_pairs).
+enum class DeterminismShapes { bar, pairs };
+// "bar" or "pairs"; anything else is an invalid_argument error naming the option.
+DeterminismShapes parse_determinism_shapes(const std::string& text);
+
 // Emits one row per shape (or an "error" row when the backward is not available).
-void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs = 2);
+void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs = 2,
+                          DeterminismShapes shapes = DeterminismShapes::bar);
 
 }  // namespace fastattn::bench
