@@ -228,14 +228,20 @@ template <class T, bool kDeterministic>
 __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4], const Sm90BwdSmem<T>& smem,
                                             const BackwardParams& p, const Sm90BackwardWork& w, const Sm90BwdStep& s,
                                             int wg, int t) {
-  // sdQ[wg]: (64, kDqN) fp32 in accumulator order, kDqTileBytes
-  const uint32_t s_tile = smem.dq() + wg * T::kDqTileBytes;
+  static_assert(kSm90BwdDqWriter || T::kDqBuffers == 1, "a second sdQ buffer needs the dQ writer");
+  constexpr int kBuffers = T::kDqBuffers;
+  // sdQ[buffer][wg]: (64, kDqN) fp32 in accumulator order, kDqTileBytes
+  const int buffer = kBuffers == 1 ? 0 : s.index % kBuffers;
+  const uint32_t s_tile = smem.dq_tile(wg, buffer);
   if constexpr (kSm90BwdDqWriter) {
-    // The writer's add of the previous step has read sdQ[wg] (phase s.index - 1 of dq_empty).
-    if (s.index > 0) sm90::mbarrier_wait(smem.dq_empty(wg), static_cast<uint32_t>((s.index - 1) & 1));
+    // The writer's add of step s.index - kBuffers, the buffer's last, has read it (that step's
+    // phase of dq_empty).
+    if (s.index >= kBuffers) {
+      sm90::mbarrier_wait(smem.dq_empty(wg, buffer), static_cast<uint32_t>((s.index / kBuffers - 1) & 1));
+    }
     store_dq_tile<T>(acc_dq, s_tile, t);
     sm90::named_barrier_sync(kBarWarpgroup0 + wg, 128);
-    if (t == 0) sm90::mbarrier_arrive(smem.dq_full(wg));
+    if (t == 0) sm90::mbarrier_arrive(smem.dq_full(wg, buffer));
     return;
   }
   if (t == 0) {
@@ -315,11 +321,13 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // H100 (twenty-fourth session). With W writers, lane 0 of producer warps 1 .. W take steps
 // j, j + W, ...: one waits for its adds and its next turn while the others issue. A bulk group
 // can be waited for only by the thread that committed it, so each writer counts its own steps.
-// The sdQ hand-off stays in step order: a writer waits for dq_full's phase i only after the
-// writer of step i - 1 has seen phase i - 1 complete (dq_writer_token). Without that, its wait
-// for phase i's parity could return while phase i - 1 is still open (phase i - 2, of the same
-// parity, has completed; at step 1 it would return at once). And dq_full cannot complete phase
-// i + 1 before this writer hands sdQ back (dq_empty), so the wait cannot skip a phase either.
+// The sdQ hand-off stays in step order: with one sdQ buffer (plan.hpp: sm90_backward_dq_buffers,
+// the default) a writer waits for dq_full's phase i only after the writer of step i - 1 has seen
+// phase i - 1 complete (dq_writer_token). Without that, its wait for phase i's parity could
+// return while phase i - 1 is still open (phase i - 2, of the same parity, has completed; at
+// step 1 it would return at once). And dq_full cannot complete phase i + 1 before this writer
+// hands sdQ back (dq_empty), so the wait cannot skip a phase either. With two buffers and two
+// writers each writer has a buffer of its own and needs no token (kTokens below).
 // The ranks, orders and semaphores are the single writer's; the CPU step model
 // (cuda_sm90_backward_schedule_test.cpp) models one writer, whose waits between CTAs these
 // writers do not add to (argued here, not modelled). Measured: plan.hpp sm90_dq_writers.
@@ -375,6 +383,12 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
   // of the previous step while the current one's are issued).
   int* pending = nullptr;
   constexpr int kAdders = T::kMmaWarpgroups;  // one adder per MMA warpgroup's tile
+  constexpr int kBuffers = T::kDqBuffers;
+  // A writer waits for dq_full's phase of step i only once that of step i - kBuffers (the
+  // buffer's previous use) has completed, or the parity wait could return early. Where
+  // kBuffers is a multiple of kWriters, step i - kBuffers is this writer's own; otherwise the
+  // tokens hand that over.
+  constexpr bool kTokens = kWriters > 1 && kBuffers % kWriters != 0;
   Sm90StepCursor cursor = Sm90StepCursor::first(w);
   for (int k = 0; k < writer; ++k) cursor.advance(w);
   for (int i = writer; i < w.steps; i += kWriters) {
@@ -391,26 +405,28 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
       }
       current = turn.semaphore;
     }
-    // Several writers: step i - 1's writer has seen dq_full's phase i - 1 (its step (i - 1) / W).
-    if constexpr (kWriters > 1) {
+    // Tokens: step i - 1's writer has seen dq_full's phase of step i - 1 (its step (i - 1) / W).
+    if constexpr (kTokens) {
       if (i > 0) sm90::mbarrier_wait(dq_writer_token(writer), static_cast<uint32_t>(((i - 1) / kWriters) & 1));
     }
-    const uint32_t parity = static_cast<uint32_t>(i & 1);
+    // Step i uses sdQ buffer i % kBuffers, the (i / kBuffers)-th phase of its barriers.
+    const int buffer = kBuffers == 1 ? 0 : i % kBuffers;
+    const uint32_t parity = static_cast<uint32_t>((i / kBuffers) & 1);
 #pragma unroll
     for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
-      sm90::mbarrier_wait(smem.dq_full(wg), parity);
-      sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, cursor.head, cursor.m_block, wg),
-                                smem.dq() + wg * T::kDqTileBytes, T::kDqTileBytes);
+      sm90::mbarrier_wait(smem.dq_full(wg, buffer), parity);
+      sm90::bulk_reduce_add_f32(dq_accum_tile<T>(p, w, cursor.head, cursor.m_block, wg), smem.dq_tile(wg, buffer),
+                                T::kDqTileBytes);
     }
     sm90::bulk_commit_group();
-    if constexpr (kWriters > 1) sm90::mbarrier_arrive(dq_writer_token(writer + 1 < kWriters ? writer + 1 : 0));
+    if constexpr (kTokens) sm90::mbarrier_arrive(dq_writer_token(writer + 1 < kWriters ? writer + 1 : 0));
     if constexpr (kDeterministic && kSm90DqWriterLateCount) {
       if (i > 0) count_bulk_adds<1>(pending, kAdders);  // all but step i's group
     }
     pending = current;
     sm90::bulk_wait_group_read<0>();
 #pragma unroll
-    for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) sm90::mbarrier_arrive(smem.dq_empty(wg));
+    for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) sm90::mbarrier_arrive(smem.dq_empty(wg, buffer));
     // Several writers: this step's count now, while the others issue the next steps.
     if constexpr (kWriters > 1) count_bulk_adds<0>(pending, kAdders);
 #pragma unroll

@@ -81,6 +81,22 @@ constexpr Sm90BackwardBlocks sm90_backward_blocks(std::int64_t head_dim) {
 // stages of Q and dO and the dS^T buffers take 208 KiB, and the 64 KiB dQ tile would pass the
 // 227 KiB limit, so d = 256 adds dQ with atomics only.
 constexpr bool sm90_backward_bulk_dq_fits(std::int64_t head_dim) { return head_dim <= 128; }
+// sdQ buffers per MMA warpgroup in bulk dQ mode with the dQ writer (FASTATTN_SM90_BWD_DQ_BUFFERS,
+// a build knob for an A/B: 1, the default, or 2, a second buffer at d = 64). With one, a
+// warpgroup stores step i's tile only after the writer has taken step i - 1's (dq_empty), so a
+// writer that waits for its turn holds the MMA warpgroups within a step of it; with two, within
+// two steps. Why: deterministic calls at d = 64 without a mask wait there (ncu, twenty-fifth
+// session, docs/cuda-sm90-backward.md "Two dQ writers"). d = 64 has the shared memory (about
+// 115 KiB with one buffer); d = 128 would pass 227 KiB. Not yet timed: the default stays 1.
+// Read by host code too (sm90_backward_smem_bytes): an A/B build sets it for every unit.
+#ifndef FASTATTN_SM90_BWD_DQ_BUFFERS
+#define FASTATTN_SM90_BWD_DQ_BUFFERS 1
+#endif
+static_assert(FASTATTN_SM90_BWD_DQ_BUFFERS == 1 || FASTATTN_SM90_BWD_DQ_BUFFERS == 2,
+              "FASTATTN_SM90_BWD_DQ_BUFFERS: 1 or 2");
+constexpr int sm90_backward_dq_buffers(std::int64_t head_dim) {
+  return FASTATTN_SM90_BWD_DQ_BUFFERS == 2 && head_dim == 64 ? 2 : 1;  // with the dQ writer only (dq_writer.cuh)
+}
 // Bytes of one MMA warpgroup's fp32 dQ tile (64 query rows x its half of the columns, in
 // accumulator order: layout.hpp's dq_tile_index), the unit of one bulk reduce-add. d = 96: the
 // padded columns too (warpgroup 1's tile holds 32 zero columns), so both halves are alike.
@@ -90,16 +106,24 @@ constexpr int sm90_backward_dq_tile_bytes(std::int64_t head_dim) {
 
 // Shared memory, bytes (traits.cuh's map, which static_asserts the same): K, V; stages x (Q,
 // dO); two dS^T buffers (keys x queries, 16-bit); the two fp32 dQ tiles of the bulk
-// reduce-add; stages x (lse, D); 1 KiB of barriers; 1 KiB of slack to align the base to the
-// 1024-byte swizzle atom.
-constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
+// reduce-add (times sm90_backward_dq_buffers); stages x (lse, D); 1 KiB of barriers; 1 KiB of
+// slack to align the base to the 1024-byte swizzle atom.
+constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim, int dq_buffers) {
   const std::int64_t cols = sm90_backward_smem_columns(head_dim);
   return static_cast<int>(2 * b.block_n * cols * 2 + 2 * b.stages * b.block_m * cols * 2 +
                           2 * b.block_n * b.block_m * 2 +
-                          (sm90_backward_bulk_dq_fits(head_dim) ? 2 * sm90_backward_dq_tile_bytes(head_dim) : 0) +
+                          (sm90_backward_bulk_dq_fits(head_dim) ? 2 * sm90_backward_dq_tile_bytes(head_dim) * dq_buffers
+                                                                : 0) +
                           2 * b.stages * b.block_m * 4) +
          2048;
 }
+constexpr int sm90_backward_smem_bytes(const Sm90BackwardBlocks& b, std::int64_t head_dim) {
+  return sm90_backward_smem_bytes(b, head_dim, sm90_backward_dq_buffers(head_dim));
+}
+// The second sdQ buffer at d = 64 fits whatever the knob says (with the 1 KiB of static shared
+// memory the kernel adds), and at d = 128 it would not (why it is d = 64 only).
+static_assert(sm90_backward_smem_bytes(sm90_backward_blocks(64), 64, 2) + 1024 <= 227 * 1024, "d = 64, 2 sdQ buffers");
+static_assert(sm90_backward_smem_bytes(sm90_backward_blocks(128), 128, 2) + 1024 > 227 * 1024, "d = 128, 2 sdQ buffers");
 
 // How dQ partial sums (dS K of one query block, fp32) reach the global accumulator:
 //   atomic        each MMA thread adds its accumulator registers with red.global.add.v2.f32

@@ -9,9 +9,9 @@
 //                 stores, which the arrival releases to the waiters' acquire)
 //   q_empty[s]    every MMA thread is done with stage s (kMmaThreads arrivals, after the dV/dK
 //                 GEMMs that read Q and dO, before the dQ output)
-//   dq_full[wg], dq_empty[wg]   the dQ writer warps' hand-offs with MMA warpgroup wg
-//                 (dq_writer.cuh; one arrival each per step, by the step's writer; used only by
-//                 kernels with the writer)
+//   dq_full[b][wg], dq_empty[b][wg]   the dQ writer warps' hand-offs with MMA warpgroup wg
+//                 of sdQ buffer b (dq_writer.cuh; one arrival each per step that uses the
+//                 buffer, by the step's writer; used only by kernels with the writer)
 // Use u = i / kStages of stage s = i % kStages is phase u of its barriers: the MMA threads wait
 // on q_full with parity u & 1; the producer, before refilling for use u >= 1, waits for
 // q_empty's phase u - 1.
@@ -39,16 +39,21 @@ struct Sm90BwdSmem {
   __device__ __forceinline__ uint32_t q(int stage) const { return base + T::kOffsetQ + stage * T::kSmemQ; }
   __device__ __forceinline__ uint32_t dout(int stage) const { return base + T::kOffsetDO + stage * T::kSmemQ; }
   __device__ __forceinline__ uint32_t ds(int buffer) const { return base + T::kOffsetDS + buffer * T::kSmemDS; }
-  __device__ __forceinline__ uint32_t dq() const { return base + T::kOffsetDQ; }
+  // MMA warpgroup wg's dQ tile in sdQ buffer `buffer` (step i: buffer i % T::kDqBuffers).
+  __device__ __forceinline__ uint32_t dq_tile(int wg, int buffer) const {
+    return base + T::kOffsetDQ + (buffer * T::kMmaWarpgroups + wg) * T::kDqTileBytes;
+  }
   __device__ __forceinline__ uint32_t lse(int stage) const { return base + T::kOffsetLse + stage * T::kBlockM * 4; }
   __device__ __forceinline__ uint32_t dsum(int stage) const { return base + T::kOffsetD + stage * T::kBlockM * 4; }
   __device__ __forceinline__ uint32_t kv_full() const { return base + T::kOffsetBarriers; }
   __device__ __forceinline__ uint32_t q_full(int stage) const { return kv_full() + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t q_empty(int stage) const { return kv_full() + 8 * (1 + T::kStages + stage); }
-  // The dQ writer warps' hand-offs (dq_writer.cuh), one pair per MMA warpgroup.
-  __device__ __forceinline__ uint32_t dq_full(int wg) const { return kv_full() + 8 * (1 + 2 * T::kStages + wg); }
-  __device__ __forceinline__ uint32_t dq_empty(int wg) const {
-    return kv_full() + 8 * (1 + 2 * T::kStages + T::kMmaWarpgroups + wg);
+  // The dQ writer warps' hand-offs (dq_writer.cuh), one pair per MMA warpgroup and sdQ buffer.
+  __device__ __forceinline__ uint32_t dq_full(int wg, int buffer) const {
+    return kv_full() + 8 * (1 + 2 * T::kStages + buffer * T::kMmaWarpgroups + wg);
+  }
+  __device__ __forceinline__ uint32_t dq_empty(int wg, int buffer) const {
+    return kv_full() + 8 * (1 + 2 * T::kStages + (T::kDqBuffers + buffer) * T::kMmaWarpgroups + wg);
   }
 
   __device__ __forceinline__ void init_barriers() const {
@@ -60,10 +65,12 @@ struct Sm90BwdSmem {
     }
     if constexpr (kSm90BwdDqWriter) {
 #pragma unroll
-      for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
-        sm90::mbarrier_init(dq_full(wg), 1);
-        sm90::mbarrier_init(dq_empty(wg), 1);
-      }
+      for (int b = 0; b < T::kDqBuffers; ++b)
+#pragma unroll
+        for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
+          sm90::mbarrier_init(dq_full(wg, b), 1);
+          sm90::mbarrier_init(dq_empty(wg, b), 1);
+        }
     }
     sm90::fence_barrier_init();
   }

@@ -9,12 +9,14 @@
 //   sQ[kStages], sdO[kStages]: (kBlockM, kSmemCols) each, kPanels panels of kBlockM rows (TMA)
 //   sdS[2]: dS^T (kBlockN keys, kBlockM queries), kBlockM / 64 panels of kBlockN rows, written
 //           by the MMA warpgroups, read by the dQ wgmma as an MN-major A operand
-//   sdQ[kMmaWarpgroups]: each warpgroup's (kBlockM, kDqN) fp32 dQ tile in accumulator order
-//        (layout.hpp: dq_tile_index), kDqTileBytes each, the bulk reduce-add's source (none at
-//        d = 256, which adds dQ atomically)
+//   sdQ[kDqBuffers][kMmaWarpgroups]: each warpgroup's (kBlockM, kDqN) fp32 dQ tile in
+//        accumulator order (layout.hpp: dq_tile_index), kDqTileBytes each, the bulk
+//        reduce-add's source (none at d = 256, which adds dQ atomically); step i uses buffer
+//        i % kDqBuffers (plan.hpp: sm90_backward_dq_buffers, 1 by default)
 //   sLse[kStages], sD[kStages]: kBlockM floats each (lse * log2 e with -inf -> +inf, and D =
 //           rowsum(dO * O); rows past the sequence +inf and 0, so they give P = 0, dS = 0)
-//   barriers: kv_full, q_full[kStages], q_empty[kStages], dq_full[2], dq_empty[2] (8 bytes each)
+//   barriers: kv_full, q_full[kStages], q_empty[kStages], dq_full[kDqBuffers][2],
+//           dq_empty[kDqBuffers][2] (8 bytes each)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -77,6 +79,7 @@ struct Sm90BackwardTraits {
   // The bulk reduce-add's dQ tiles fit only up to d = 128 (plan.hpp); d = 256 adds atomically.
   static constexpr bool kBulkDqFits = sm90_backward_bulk_dq_fits(kHeadDim);
   static constexpr uint32_t kDqTileBytes = sm90_backward_dq_tile_bytes(kHeadDim);
+  static constexpr int kDqBuffers = sm90_backward_dq_buffers(kHeadDim);  // sdQ buffers per warpgroup
   static_assert(kDqTileBytes == kBlockM * kDqN * 4, "one warpgroup's dQ tile");
 
   static constexpr int kPanels = kSmemCols / 64;
@@ -91,14 +94,15 @@ struct Sm90BackwardTraits {
   static constexpr uint32_t kOffsetDO = kOffsetQ + kStages * kSmemQ;
   static constexpr uint32_t kOffsetDS = kOffsetDO + kStages * kSmemQ;
   static constexpr uint32_t kOffsetDQ = kOffsetDS + 2 * kSmemDS;
-  static constexpr uint32_t kOffsetLse = kOffsetDQ + (kBulkDqFits ? kMmaWarpgroups * kDqTileBytes : 0);
+  static constexpr uint32_t kOffsetLse = kOffsetDQ + (kBulkDqFits ? kDqBuffers * kMmaWarpgroups * kDqTileBytes : 0);
   static constexpr uint32_t kOffsetD = kOffsetLse + kStages * kBlockM * 4;
   static constexpr uint32_t kOffsetBarriers = kOffsetD + kStages * kBlockM * 4;
   static constexpr int kSmemBytes = sm90_backward_smem_bytes(kBlocks, kHeadDim);
   static_assert(kOffsetDS % 1024 == 0 && kOffsetQ % 1024 == 0 && kOffsetDO % 1024 == 0, "swizzle atoms");
   static_assert(kOffsetDQ % 128 == 0 && kDqTileBytes % 128 == 0, "bulk copies: 16-byte aligned tiles");
   static_assert(kOffsetBarriers % 8 == 0, "mbarrier alignment");
-  static_assert(kOffsetBarriers + 8 * (1 + 2 * kStages + 2 * kMmaWarpgroups) + 1024 <= static_cast<uint32_t>(kSmemBytes),
+  static_assert(kOffsetBarriers + 8 * (1 + 2 * kStages + 2 * kDqBuffers * kMmaWarpgroups) + 1024 <=
+                    static_cast<uint32_t>(kSmemBytes),
                 "smem map");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 opt-in shared memory per block");
 
