@@ -2,8 +2,9 @@
 // tile_scheduler.hpp's tile orders, query-block ranges, full-tile ranges and deterministic ranks
 // against brute force over random masks, plan.hpp's orders; then a step-level model of the grid
 // (the kernel's tiles, walks and ranks, dq_writer.cuh's semaphore protocol with and without
-// late release, and the dQ writer warp's, counting at once and late) run with few and many
-// resident CTAs, dispatched in launch order as the hardware does.
+// late release, and the dQ writer warp's, counting at once and late, with one or two sdQ
+// buffers and counts seen some rounds late) run with few and many resident CTAs, dispatched in
+// launch order as the hardware does.
 //   - No schedule deadlocks: whatever fits on the device, some resident CTA can always move.
 //   - Every (batch, head, query block) receives its dQ adds in one order: ranks 0, 1, 2, ...
 //     (the semaphore's count is exactly the rank when a CTA adds).
@@ -403,14 +404,22 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
 
 // The same grid with the dQ writer warp (dq_writer.cuh: run_dq_writer, bulk mode): a CTA's MMA
 // warpgroups and its writer move apart. Each round the MMA side runs the GEMMs of its next step;
-// it stores that step's dQ tile once the writer has issued the previous step's adds (sdQ is
-// free: dq_empty), and only then goes on to the next step's GEMMs. The writer issues stored
-// steps in order, each when its turn has come; it counts a step's adds at once (the default:
-// they are performed before its next turn, latency taken as 0) or, with the late count
+// it stores that step's dQ tile once the writer has issued the step that last used the sdQ
+// buffer (dq_empty: with one buffer the previous step, with `buffers` of them step i - buffers),
+// and only then goes on to the next step's GEMMs. The writer issues stored steps in order, each
+// when its turn has come; it counts a step's adds at once (the default, and what each of the
+// deterministic kernels' several writers does) or, with the late count
 // (FASTATTN_SM90_BWD_WRITER_LATE_COUNT), after the next step's adds are issued (and the last
-// step's when the CTA ends). Within a round the stores and the issues are swept until none
-// moves.
-Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool late_count,
+// step's when the CTA ends). A count is seen `count_latency` rounds after it is made (0: in the
+// same round; the GPU's is the adds' completion, the fences and the release, and the poll that
+// sees it, a few steps' time at d = 64). Within a round the stores and the issues are swept until
+// none moves.
+struct WriterModel {
+  bool late_count = false;
+  int buffers = 1;        // sdQ buffers per warpgroup (plan.hpp: sm90_backward_dq_buffers)
+  int count_latency = 0;  // rounds until a count is seen
+};
+Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, const WriterModel& m,
                         std::optional<bool> shortest_first_ranks = std::nullopt) {
   struct Cta {
     cuda::Sm90BackwardWork w;
@@ -420,6 +429,14 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
     SemaphoreKey pending{-1, -1, -1};  // late count: issued, not yet counted
   };
   std::map<SemaphoreKey, int> count, adders;
+  std::vector<std::pair<std::int64_t, SemaphoreKey>> in_flight;  // (round seen, semaphore) of counts
+  auto add_count = [&](const SemaphoreKey& k, std::int64_t round) {
+    if (m.count_latency == 0) {
+      ++count[k];
+    } else {
+      in_flight.emplace_back(round + m.count_latency, k);
+    }
+  };
   Grid grid(s, order, shortest_first_ranks);
   Outcome out;
   std::vector<Cta> running;
@@ -428,6 +445,14 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
     if (running.empty()) continue;
     ++out.rounds;
     bool moved = false;
+    for (auto it = in_flight.begin(); it != in_flight.end();) {
+      if (it->first <= out.rounds) {
+        ++count[it->second];
+        it = in_flight.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (Cta& c : running) {
       if (c.gemms_done || c.gemm_step == c.w.steps) continue;
       c.gemms_done = true;
@@ -436,8 +461,8 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
     for (bool swept = true; swept;) {
       swept = false;
       for (Cta& c : running) {
-        // The MMA side stores its tile once the writer has issued every earlier step.
-        if (c.gemms_done && c.issued >= c.gemm_step) {
+        // The MMA side stores its tile once the writer has issued the buffer's previous step.
+        if (c.gemms_done && c.issued >= c.gemm_step - (m.buffers - 1)) {
           c.gemms_done = false;
           ++c.gemm_step;
           swept = moved = true;
@@ -448,11 +473,11 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
           const int rank = c.w.dq_rank(c.w.m_block(c.issued), s.block_m, s.block_n);
           if (count[k] >= rank) {
             if (count[k] != rank) out.out_of_order = true;
-            if (late_count) {
-              if (std::get<0>(c.pending) >= 0) ++count[c.pending];
+            if (m.late_count) {
+              if (std::get<0>(c.pending) >= 0) add_count(c.pending, out.rounds);
               c.pending = k;
             } else {
-              ++count[k];
+              add_count(k, out.rounds);
             }
             ++c.issued;
             swept = moved = true;
@@ -461,14 +486,28 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool 
       }
     }
     for (const Cta& c : running) out.idle += c.gemms_done || c.issued < c.gemm_step ? 1 : 0;
-    retire(running, [](const auto& c) { return c.issued == c.w.steps; }, late_count, count);
-    if (!moved) {
+    for (auto it = running.begin(); it != running.end();) {
+      if (it->issued == it->w.steps) {
+        if (m.late_count) add_count(it->pending, out.rounds);
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!moved && in_flight.empty()) {
       out.deadlock = true;
       return out;
     }
   }
+  for (const auto& [round, k] : in_flight) ++count[k];
   out.counts_wrong = counts_wrong(count, adders);
   return out;
+}
+Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool late_count,
+                        std::optional<bool> shortest_first_ranks = std::nullopt) {
+  WriterModel m;
+  m.late_count = late_count;
+  return simulate_writer(s, order, resident, m, shortest_first_ranks);
 }
 
 Shape square(int seqlen, int heads, std::int64_t right, int block_n = 128) {
@@ -526,6 +565,15 @@ TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder
           EXPECT_FALSE(wr.out_of_order) << "writer: trial " << trial << " order " << static_cast<int>(order);
           EXPECT_FALSE(wr.counts_wrong) << "writer: trial " << trial << " order " << static_cast<int>(order);
         }
+        // Two sdQ buffers and counts seen a round or two late (counting at once).
+        WriterModel m;
+        m.buffers = 2;
+        m.count_latency = 1 + trial % 2;
+        const Outcome wb = simulate_writer(s, order, resident, m);
+        ASSERT_FALSE(wb.deadlock) << "writer, 2 buffers: trial " << trial << " order " << static_cast<int>(order)
+                                  << " resident " << resident;
+        EXPECT_FALSE(wb.out_of_order) << "writer, 2 buffers: trial " << trial;
+        EXPECT_FALSE(wb.counts_wrong) << "writer, 2 buffers: trial " << trial;
       }
     }
   }
@@ -595,6 +643,35 @@ TEST(CudaSm90BackwardSchedule, AscendingAcrossHeadsWaitsLessThanHeadMajorWithout
   const Outcome head_major = simulate(s, Sm90TileOrder::head_major, 132, true);
   EXPECT_LT(across.idle * 4, head_major.idle);
   EXPECT_LT(across.rounds, head_major.rounds);
+}
+
+// The deterministic order without a mask, counts seen 1-4 rounds late (the GPU's count latency
+// is a few steps at d = 64): a key block that runs beside the one before it trails it by the
+// latency, but only the CTAs that start together pay it, once, and the waves' starts stagger, so
+// the grid ends at most a few rounds later (b2 h32 s4k, 64 pairs: 1024 rounds, +1..4; b1 h16,
+// 16 pairs: 256, +7..28). A second sdQ buffer changes no round here: the model's steps take one
+// round each, without the jitter a buffer absorbs. So the order cannot explain the deterministic
+// d = 64 row's loss on the GPU (0.74x, docs/cuda-sm90-backward.md "Two dQ writers").
+TEST(CudaSm90BackwardSchedule, CountLatencyCostsTheOrderFewRoundsWithoutAMask) {
+  for (const int pairs : {64, 16}) {
+    const Shape s = square(4096, pairs, -1);
+    const Sm90TileOrder order = cuda::sm90_tile_order(cuda::Sm90MaskShape{-1, -1, true, 4096, 4096}, 128, true);
+    const Outcome at_once = simulate_writer(s, order, 132, false);
+    ASSERT_FALSE(at_once.deadlock);
+    for (const int latency : {1, 2, 4}) {
+      for (const int buffers : {1, 2}) {
+        WriterModel m;
+        m.buffers = buffers;
+        m.count_latency = latency;
+        const Outcome o = simulate_writer(s, order, 132, m);
+        ASSERT_FALSE(o.deadlock) << pairs << " pairs, latency " << latency << ", buffers " << buffers;
+        EXPECT_FALSE(o.out_of_order);
+        EXPECT_GT(o.rounds, at_once.rounds) << pairs << " pairs, latency " << latency;
+        EXPECT_LE(o.rounds, at_once.rounds + 8 * latency) << pairs << " pairs, latency " << latency;
+        EXPECT_LE(o.rounds * 100, at_once.rounds * 112) << pairs << " pairs, latency " << latency;
+      }
+    }
+  }
 }
 
 }  // namespace
