@@ -191,6 +191,21 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
   if constexpr (kDeterministic) end_ordered_adds(turn, wg, t);
 }
 
+// The dQ writers' fences beside the semaphore (FASTATTN_SM90_BWD_WRITER_FENCES, a build knob for
+// an A/B: 1, the default, or 0). With 1 a fence.acq_rel.gpu follows the turn's acquire load and
+// precedes the count's release reduction; each compiles to a MEMBAR.GPU (with an L1
+// invalidation) on top of the one the release itself brings, and the writers' ERRBARs held 4.8%
+// of the deterministic d = 64 kernel's warp-state samples (ncu, twenty-fifth session). With 0
+// the acquire load and the release reduction order alone, as FlashAttention's deterministic
+// semaphore does (wait_eq: ld.acquire loop; arrive_inc: red.release): an acquire orders the
+// thread's later accesses after it, a release its earlier ones before it (PTX ISA, memory
+// consistency model), so the extra fence adds no order; the proxy fences stay, for the bulk
+// adds in the async proxy. Not yet timed: the default keeps them.
+#ifndef FASTATTN_SM90_BWD_WRITER_FENCES
+#define FASTATTN_SM90_BWD_WRITER_FENCES 1
+#endif
+constexpr bool kSm90DqWriterFences = FASTATTN_SM90_BWD_WRITER_FENCES != 0;
+
 // The dQ writer warp, deterministic: counts `adders` on the semaphore once all but kStillPending
 // of this thread's bulk groups are performed (not only read from sdQ), then releases them to the
 // next key block's acquire (generic and async proxies both ordered before the release). The
@@ -201,7 +216,7 @@ template <int kStillPending>
 __device__ __forceinline__ void count_bulk_adds(int* semaphore, int adders) {
   sm90::bulk_wait_group<kStillPending>();
   sm90::fence_proxy_async_global();
-  sm90::fence_acq_rel_gpu();
+  if constexpr (kSm90DqWriterFences) sm90::fence_acq_rel_gpu();
   sm90::add_release_gpu(semaphore, adders);
 }
 
@@ -368,7 +383,7 @@ __device__ __forceinline__ uint32_t dq_writer_token(int writer) {
 __device__ __forceinline__ void wait_for_turn_unless_first(const Sm90DqTurn& turn) {
   if (turn.rank == 0) return;
   wait_for_turn(turn);
-  sm90::fence_acq_rel_gpu();
+  if constexpr (kSm90DqWriterFences) sm90::fence_acq_rel_gpu();
   sm90::fence_proxy_async_global();
 }
 
