@@ -36,7 +36,7 @@
 //                2k..16k, causal at 2k; forward
 //   determinism  deterministic backward --runs times (default 2), dq/dk/dv compared bitwise;
 //                its cost; --det-shapes bar (default: issue 16's four shapes) or pairs (the same
-//                work at d 64 and 128 without a mask over 16 to 256 (batch, KV head) pairs)
+//                work per (batch, KV head) pair at d 64 and 128 without a mask, 16 to 256 pairs)
 // A call the library refuses (e.g. a backward before there is a CUDA backward kernel) becomes
 // an "error" row; a device error ends the mode (the context may be unusable), exit status 3.
 #include <cuda_runtime.h>

@@ -10,7 +10,7 @@
 namespace fastattn::bench {
 
 // Which shapes: bar, issue 16's four (the deterministic bar's); pairs, b1..b8 at d 64 (32 heads)
-// and d 128 (16 heads), s 4096, no mask: the same work per call over 32..256 (batch, KV head)
+// and d 128 (16 heads), s 4096, no mask: the same work per (batch, KV head) pair over 32..256
 // pairs, i.e. fewer or more CTAs of one pair resident at once (tag determinism_pairs).
 enum class DeterminismShapes { bar, pairs };
 // "bar" or "pairs"; anything else is an invalid_argument error naming the option.

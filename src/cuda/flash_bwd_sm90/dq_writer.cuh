@@ -196,11 +196,14 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
 // precedes the count's release reduction; each compiles to a MEMBAR.GPU (with an L1
 // invalidation) on top of the one the release itself brings, and the writers' ERRBARs held 4.8%
 // of the deterministic d = 64 kernel's warp-state samples (ncu, twenty-fifth session). With 0
-// the acquire load and the release reduction order alone, as FlashAttention's deterministic
-// semaphore does (wait_eq: ld.acquire loop; arrive_inc: red.release): an acquire orders the
-// thread's later accesses after it, a release its earlier ones before it (PTX ISA, memory
-// consistency model), so the extra fence adds no order; the proxy fences stay, for the bulk
-// adds in the async proxy. Not yet timed: the default keeps them.
+// the acquire load and the release reduction order alone: an acquire orders the thread's later
+// accesses after it, a release its earlier ones before it (PTX ISA, memory consistency model:
+// each is an acquire / release pattern by itself), so the extra fence adds no order; the proxy
+// fences stay, for the bulk adds in the async proxy. FlashAttention's deterministic semaphore
+// has one release and a bare acquire too (its CuTe DSL barrier: arrive_inc a red.release,
+// wait_eq an ld.acquire loop; CUTLASS's GenericBarrier: a fence then a relaxed red). The single
+// writer (FASTATTN_SM90_BWD_DQ_WRITERS=1) keeps its acquire-side fence either way, as measured.
+// Not yet timed: the default keeps the fences.
 #ifndef FASTATTN_SM90_BWD_WRITER_FENCES
 #define FASTATTN_SM90_BWD_WRITER_FENCES 1
 #endif
@@ -220,7 +223,7 @@ __device__ __forceinline__ void count_bulk_adds(int* semaphore, int adders) {
   sm90::add_release_gpu(semaphore, adders);
 }
 
-// Bulk mode: a thread's part of its warpgroup's dQ tile into sdQ[wg] (s_tile) in accumulator
+// Bulk mode: a thread's part of its warpgroup's dQ tile into its sdQ tile (s_tile) in accumulator
 // order (float4 stores, no bank conflict), fenced for the bulk copy that reads it.
 template <class T>
 __device__ __forceinline__ void store_dq_tile(const float (&acc_dq)[T::kDqN / 8][4], uint32_t s_tile, int t) {
@@ -236,9 +239,9 @@ __device__ __forceinline__ void store_dq_tile(const float (&acc_dq)[T::kDqN / 8]
 
 // Bulk mode, run by every thread of MMA warpgroup wg. Rows past the sequence go too: the tile
 // is this query block's alone, and the convert kernel reads only rows inside the sequence.
-// With the dQ writer warp (kSm90BwdDqWriter) the warpgroup only stores its tile in sdQ[wg] and
-// hands it over (dq_full[wg]); the step's writer adds it, and in deterministic mode waits for
-// the turn and counts the adds (run_dq_writer below).
+// With the dQ writer warp (kSm90BwdDqWriter) the warpgroup only stores its tile in the step's
+// sdQ buffer and hands it over (dq_full(wg, buffer)); the step's writer adds it, and in
+// deterministic mode waits for the turn and counts the adds (run_dq_writer below).
 template <class T, bool kDeterministic>
 __device__ __forceinline__ void add_dq_bulk(const float (&acc_dq)[T::kDqN / 8][4], const Sm90BwdSmem<T>& smem,
                                             const BackwardParams& p, const Sm90BackwardWork& w, const Sm90BwdStep& s,
@@ -323,7 +326,8 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // have read it. Deterministic mode: before the adds it waits for the turn, after them it counts
 // them on the semaphore once they are performed, so the MMA warpgroups never wait on a
 // semaphore: their step continues as soon as their tile is in sdQ, and they wait only if the
-// writer still reads it a step later. FlashAttention-3's backward has the same writer
+// writer still reads the buffer when they next use it (a step later with one sdQ buffer, two with
+// two). FlashAttention-3's backward has the same writer
 // (hopper/epilogue_bwd.hpp and its dQ writer warp); our semaphore protocol is the MMA
 // warpgroups' one above, moved here.
 //
@@ -336,8 +340,8 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // H100 (twenty-fourth session). With W writers, lane 0 of producer warps 1 .. W take steps
 // j, j + W, ...: one waits for its adds and its next turn while the others issue. A bulk group
 // can be waited for only by the thread that committed it, so each writer counts its own steps.
-// The sdQ hand-off stays in step order: with one sdQ buffer (plan.hpp: sm90_backward_dq_buffers,
-// the default) a writer waits for dq_full's phase i only after the writer of step i - 1 has seen
+// Each sdQ buffer's hand-offs stay in its steps' order: with one sdQ buffer (plan.hpp:
+// sm90_backward_dq_buffers, the default) a writer waits for dq_full's phase i only after the writer of step i - 1 has seen
 // phase i - 1 complete (dq_writer_token). Without that, its wait for phase i's parity could
 // return while phase i - 1 is still open (phase i - 2, of the same parity, has completed; at
 // step 1 it would return at once). And dq_full cannot complete phase i + 1 before this writer

@@ -88,7 +88,8 @@ constexpr bool sm90_backward_bulk_dq_fits(std::int64_t head_dim) { return head_d
 // two steps. Why: deterministic calls at d = 64 without a mask wait there (ncu, twenty-fifth
 // session, docs/cuda-sm90-backward.md "Two dQ writers"). d = 64 has the shared memory (about
 // 115 KiB with one buffer); d = 128 would pass 227 KiB. Not yet timed: the default stays 1.
-// Read by host code too (sm90_backward_smem_bytes): an A/B build sets it for every unit.
+// Every d = 64 kernel reserves the second buffer, the atomic ones too (131 KiB instead of 115):
+// an A/B must compare their times as well, not only bulk dQ's.
 #ifndef FASTATTN_SM90_BWD_DQ_BUFFERS
 #define FASTATTN_SM90_BWD_DQ_BUFFERS 1
 #endif

@@ -65,12 +65,13 @@ struct Sm90BwdSmem {
     }
     if constexpr (kSm90BwdDqWriter) {
 #pragma unroll
-      for (int b = 0; b < T::kDqBuffers; ++b)
+      for (int b = 0; b < T::kDqBuffers; ++b) {
 #pragma unroll
         for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) {
           sm90::mbarrier_init(dq_full(wg, b), 1);
           sm90::mbarrier_init(dq_empty(wg, b), 1);
         }
+      }
     }
     sm90::fence_barrier_init();
   }
