@@ -40,8 +40,9 @@
 #             (FASTATTN_CUDA_SM90_BWD_DQ=bulk), with atomic-tiles dQ
 #             (=atomic_tiles), head-major with atomic dQ
 #             (FASTATTN_CUDA_SM90_BWD_ORDER=head_major) and the sm80 backward
-#             (FASTATTN_CUDA_BWD_SM90=0), PyTorch SDPA's cuDNN and flash in the same job; rows
-#             in bench.jsonl
+#             (FASTATTN_CUDA_BWD_SM90=0), with PLAN_BULK=1 also bulk dQ in the plan's order
+#             (sm90-plan-bulkdq), PyTorch SDPA's cuDNN and flash in the same job; rows in
+#             bench.jsonl
 #   det       deterministic backward (sm90): dq/dk/dv bitwise equal over 10 runs, its speed
 #             against the default backward (det.jsonl); then (DET_AB=1, the default) the same
 #             with FASTATTN_CUDA_SM90_BWD_ORDER=head_major (det-headmajor.jsonl) and
@@ -200,6 +201,10 @@ variants+=",sm90-bulk:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BW
 variants+=",sm90-atomic-tiles:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic_tiles+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
 variants+=",sm90-headmajor:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=head_major"
 variants+=",sm80-bwd:FASTATTN_CUDA_BWD_SM90=0+FASTATTN_CUDA_SM90_BWD_DQ=atomic+FASTATTN_CUDA_SM90_BWD_ORDER=longest_first"
+# PLAN_BULK=1: bulk dQ in the plan's own order and groups (sm90-bulk above runs longest_first), the
+# A/B of the dQ rule: in the twenty-fourth session's call 5 (H100, longest_first, one run) bulk
+# ran 1.046-1.160x the speed of atomic_tiles on the d = 128 causal rows at s >= 8k and the GQA rows.
+[ "${PLAN_BULK:-0}" = 1 ] && variants+=",sm90-plan-bulkdq:$sm90+FASTATTN_CUDA_SM90_BWD_DQ=bulk+FASTATTN_CUDA_SM90_BWD_ORDER="
 # ONLY_VARIANTS (space-separated names, e.g. "sm90-default"): time those alone (a short call).
 if [ -n "${ONLY_VARIANTS:-}" ]; then
   kept=""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 # sm90-default: the library's own choices (no FASTATTN_CUDA_SM90_BWD_DQ), the bars' row.
 VARIANTS = ("sm90-default", "sm90-longest", "sm90-grouped", "sm90-atomic", "sm90-atomic-tiles", "sm90-bulk",
-            "sm90-headmajor", "sm80-bwd")
+            "sm90-headmajor", "sm80-bwd", "sm90-plan-bulkdq")
 # Tagged variants of extra builds (gpu-sm90-bwd.sh BUILD_VARIANTS: NAME-atomic, NAME-atomic-tiles,
 # NAME-bulk), found in bench.jsonl; each gets the A/B "NAME build vs default build" per dQ mode.
 MODES = ("atomic", "atomic-tiles", "bulk")
@@ -34,7 +34,9 @@ AB = (("bulk dQ vs atomic dQ", "sm90-atomic", "sm90-bulk", lambda k: True),
        lambda k: k[5]),
       ("grouped (FASTATTN_CUDA_SM90_BWD_ORDER) vs default order, causal rows", "sm90-default", "sm90-grouped",
        lambda k: k[5]),
-      ("sm90 backward (atomic) vs sm80 backward", "sm80-bwd", "sm90-atomic", lambda k: True))
+      ("sm90 backward (atomic) vs sm80 backward", "sm80-bwd", "sm90-atomic", lambda k: True),
+      # gpu-sm90-bwd.sh PLAN_BULK=1: bulk dQ in the plan's own order (sm90-bulk runs longest_first).
+      ("bulk dQ vs the plan's dQ, both in the plan's order", "sm90-default", "sm90-plan-bulkdq", lambda k: True))
 ANCHORS = ("cudnn", "flash")
 
 
