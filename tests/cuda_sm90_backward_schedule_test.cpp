@@ -326,12 +326,12 @@ bool counts_wrong(const std::map<SemaphoreKey, int>& count, const std::map<Semap
 }
 
 // Takes the CTAs that `finished` says are done out of `running`; with a late count (late) the
-// adds a CTA still holds back (its `pending` semaphore) are counted as it ends.
-template <class Cta, class Finished>
-void retire(std::vector<Cta>& running, Finished finished, bool late, std::map<SemaphoreKey, int>& count) {
+// adds a CTA still holds back (its `pending` semaphore) are counted as it ends, by `count_pending`.
+template <class Cta, class Finished, class CountPending>
+void retire(std::vector<Cta>& running, Finished finished, bool late, CountPending count_pending) {
   for (auto it = running.begin(); it != running.end();) {
     if (finished(*it)) {
-      if (late) ++count[it->pending];
+      if (late) count_pending(it->pending);
       it = running.erase(it);
     } else {
       ++it;
@@ -392,7 +392,8 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
       }
     }
     for (std::size_t r = 0; r < running.size(); ++r) out.idle += running[r].at_output ? 1 : 0;
-    retire(running, [](const auto& c) { return c.step == c.w.steps; }, late_release, count);
+    retire(running, [](const auto& c) { return c.step == c.w.steps; }, late_release,
+           [&count](const SemaphoreKey& k) { ++count[k]; });
     if (!moved) {
       out.deadlock = true;
       return out;
@@ -486,14 +487,8 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, const
       }
     }
     for (const Cta& c : running) out.idle += c.gemms_done || c.issued < c.gemm_step ? 1 : 0;
-    for (auto it = running.begin(); it != running.end();) {
-      if (it->issued == it->w.steps) {
-        if (m.late_count) add_count(it->pending, out.rounds);
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    retire(running, [](const auto& c) { return c.issued == c.w.steps; }, m.late_count,
+           [&](const SemaphoreKey& k) { add_count(k, out.rounds); });
     if (!moved && in_flight.empty()) {
       out.deadlock = true;
       return out;

@@ -381,13 +381,16 @@ __device__ __forceinline__ uint32_t dq_writer_token(int writer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(&token[writer]));
 }
 
-// The turn of a step with several writers: rank 0 (the first key block of the query block's order)
-// waits for nobody, so it skips the acquire's round trip and the fences (the single writer keeps
-// them, as measured).
-__device__ __forceinline__ void wait_for_turn_unless_first(const Sm90DqTurn& turn) {
-  if (turn.rank == 0) return;
+// A writer's wait for its step's turn, then the fences that order its bulk adds after the adds
+// it waited for. With several writers a turn of rank 0 (the first key block of the query
+// block's order) waits for nobody, so it skips the acquire's round trip and the fences, and
+// FASTATTN_SM90_BWD_WRITER_FENCES may drop the acq_rel fence; the single writer keeps both,
+// as measured (A/B builds).
+template <int kWriters>
+__device__ __forceinline__ void wait_for_writer_turn(const Sm90DqTurn& turn) {
+  if (kWriters > 1 && turn.rank == 0) return;
   wait_for_turn(turn);
-  if constexpr (kSm90DqWriterFences) sm90::fence_acq_rel_gpu();
+  if constexpr (kWriters == 1 || kSm90DqWriterFences) sm90::fence_acq_rel_gpu();
   sm90::fence_proxy_async_global();
 }
 
@@ -415,13 +418,7 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
     if constexpr (kDeterministic) {
       if (kWriters == 1 && !kSm90DqWriterLateCount && i > 0) count_bulk_adds<0>(pending, kAdders);
       const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
-      if constexpr (kWriters > 1) {
-        wait_for_turn_unless_first(turn);
-      } else {  // the single writer's protocol as measured (A/B builds)
-        wait_for_turn(turn);
-        sm90::fence_acq_rel_gpu();
-        sm90::fence_proxy_async_global();
-      }
+      wait_for_writer_turn<kWriters>(turn);
       current = turn.semaphore;
     }
     // Tokens: step i - 1's writer has seen dq_full's phase of step i - 1 (its step (i - 1) / W).
