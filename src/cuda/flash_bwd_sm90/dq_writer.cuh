@@ -192,7 +192,7 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
 }
 
 // The dQ writers' fences beside the semaphore (FASTATTN_SM90_BWD_WRITER_FENCES, a build knob for
-// an A/B: 1, the default, or 0). With 1 a fence.acq_rel.gpu follows the turn's acquire load and
+// the A/B: 0, the default, or 1). With 1 a fence.acq_rel.gpu follows the turn's acquire load and
 // precedes the count's release reduction; each compiles to a MEMBAR.GPU (with an L1
 // invalidation) on top of the one the release itself brings, and the writers' ERRBARs held 4.8%
 // of the deterministic d = 64 kernel's warp-state samples (ncu, twenty-fifth session). With 0
@@ -203,9 +203,12 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
 // has one release and a bare acquire too (its CuTe DSL barrier: arrive_inc a red.release,
 // wait_eq an ld.acquire loop; CUTLASS's GenericBarrier: a fence then a relaxed red). The single
 // writer (FASTATTN_SM90_BWD_DQ_WRITERS=1) keeps its acquire-side fence either way, as measured.
-// Not yet timed: the default keeps the fences.
+// Measured on an H100 (2026-12-06, twenty-sixth session, the two builds in one job, cuda_bench
+// determinism's four shapes): 0 took 0.978x the time of 1 (0.957-0.999x), its own default's
+// speed 0.750-1.081x against 0.738-1.083x; the six deterministic CudaSm90Backward tests passed
+// on it (bitwise over 10 runs, against float64).
 #ifndef FASTATTN_SM90_BWD_WRITER_FENCES
-#define FASTATTN_SM90_BWD_WRITER_FENCES 1
+#define FASTATTN_SM90_BWD_WRITER_FENCES 0
 #endif
 constexpr bool kSm90DqWriterFences = FASTATTN_SM90_BWD_WRITER_FENCES != 0;
 
@@ -384,7 +387,7 @@ __device__ __forceinline__ uint32_t dq_writer_token(int writer) {
 // A writer's wait for its step's turn, then the fences that order its bulk adds after the adds
 // it waited for. With several writers a turn of rank 0 (the first key block of the query
 // block's order) waits for nobody, so it skips the acquire's round trip and the fences, and
-// FASTATTN_SM90_BWD_WRITER_FENCES may drop the acq_rel fence; the single writer keeps both,
+// drops the acq_rel fence (unless FASTATTN_SM90_BWD_WRITER_FENCES=1); the single writer keeps both,
 // as measured (A/B builds).
 template <int kWriters>
 __device__ __forceinline__ void wait_for_writer_turn(const Sm90DqTurn& turn) {
