@@ -323,9 +323,10 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
     }
     // Right-bounded (causal) non-deterministic padded calls of more than kSm90GroupedPairs
-    // (batch, KV head) pairs: longest first within groups of that many pairs, however many pairs
-    // (GQA counts KV heads); deterministic and varlen calls, windows, calls without a mask and
-    // calls of 4 or fewer pairs keep one group.
+    // (batch, KV head) pairs, and deterministic padded calls of any mask: longest first (ascending
+    // key blocks) within groups of that many pairs, however many pairs (GQA counts KV heads);
+    // varlen calls, non-deterministic windows and calls without a mask (head-major) and calls of
+    // 4 or fewer pairs keep one group.
     ASSERT_EQ(cuda::kSm90GroupedPairs, 4);
     for (int batch : {2, 8}) {
       const cuda::BackwardPlan plan = cuda::plan_backward_sm90(128, batch, 16, 16, causal, false);
@@ -338,8 +339,13 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 5, 5, causal, false).sm90_tile_group, 4);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 4);
+    EXPECT_NE(cuda::describe_backward_sm90(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true), true)
+                  .find("low key blocks first across heads within groups of 4"),
+              std::string::npos);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 32, 4, causal, true).sm90_tile_group, 0);  // 4 pairs: one group
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);  // varlen
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true, 8 * 4096).sm90_tile_group, 0);
     const cuda::Sm90MaskShape sliding{1024, 0, true, 4096, 4096};
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
@@ -348,6 +354,10 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::head_major));
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_group, 0);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, true).sm90_tile_group, 4);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_order,
+              static_cast<int>(Sm90TileOrder::key_block_ascending));
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_group, 4);
     {
       const ScopedEnv spt("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("shortest_first"));  // non-det: the default
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 4);
@@ -357,12 +367,18 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 0);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);  // deterministic too
     }
     {
-      // grouped: the groups for windows too; still none for deterministic, varlen or unmasked calls.
+      // grouped: the groups for windows too; still none for varlen calls or unmasked
+      // non-deterministic ones (head-major).
       const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_group, 4);
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 4);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_order,
+                static_cast<int>(Sm90TileOrder::key_block_ascending));
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_group, 4);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true, 8 * 4096).sm90_tile_group, 0);  // varlen
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_group, 0);
     }
@@ -370,7 +386,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string("3"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 3);
       EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 2, 2, causal, false).sm90_tile_group, 0);  // 2 pairs: one group
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);  // deterministic
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 3);  // deterministic
       const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_group, 3);
       const ScopedEnv head_major("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("head_major"));

@@ -110,9 +110,10 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
   EXPECT_EQ(order(100, 5, true, 4096, 4096, true, true), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
-  // The groups of pairs (plan.hpp sm90_tile_group): a right bound only, non-deterministic,
-  // padded, more pairs than a group; FASTATTN_CUDA_SM90_BWD_ORDER=grouped adds the other
-  // longest-first orders, longest_first takes them away.
+  // The groups of pairs (plan.hpp sm90_tile_group): padded calls of more pairs than a group,
+  // non-deterministic ones with a right bound only, deterministic ones with any mask or none;
+  // FASTATTN_CUDA_SM90_BWD_ORDER=grouped adds the other longest-first orders, longest_first takes
+  // them away.
   using cuda::Sm90OrderSwitch;
   auto group = [](cuda::Sm90MaskShape m, Sm90OrderSwitch sw, bool deterministic, bool varlen, std::int64_t pairs) {
     return cuda::sm90_tile_group(m, cuda::sm90_tile_order(m, 128, deterministic), sw, deterministic, varlen, pairs, 4);
@@ -122,7 +123,13 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
   EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 5), 4);
   EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 256), 4);
   EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 4), 0);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, false, 256), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, false, 256), 4);
+  EXPECT_EQ(group(window, Sm90OrderSwitch::automatic, true, false, 256), 4);
+  EXPECT_EQ(group(left_only, Sm90OrderSwitch::automatic, true, false, 256), 4);
+  EXPECT_EQ(group(none, Sm90OrderSwitch::automatic, true, false, 256), 4);
+  EXPECT_EQ(group(none, Sm90OrderSwitch::automatic, true, false, 4), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, true, 256), 0);  // varlen
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, true, false, 256), 0);
   EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, true, 256), 0);
   EXPECT_EQ(group(causal, Sm90OrderSwitch::shortest_first, false, false, 256), 4);
   EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, false, false, 256), 0);
@@ -259,6 +266,7 @@ struct Shape {
   std::int64_t left = -1, right = -1;
   bool bottom_right = true;
   int block_m = 64, block_n = 128;
+  int group_pairs = 0;  // the tile order's groups of (batch, KV head) pairs (plan.hpp sm90_tile_group); 0: one
 };
 
 struct Outcome {
@@ -295,11 +303,12 @@ class Grid {
   template <class Cta>
   void fill(std::vector<Cta>& running, int resident, Outcome& out, std::map<SemaphoreKey, int>& adders) {
     while (static_cast<int>(running.size()) < resident && next_ < tiles_) {
-      const int b = cuda::sm90_backward_tile(next_, n_blocks_, s_.kv_heads, s_.batch, order_).batch;
+      const int b = cuda::sm90_backward_tile(next_, n_blocks_, s_.kv_heads, s_.batch, order_, s_.group_pairs).batch;
       Cta c;
       c.w = cuda::sm90_backward_work(next_, n_blocks_, s_.kv_heads, s_.batch, order_, s_.group,
                                      s_.len_q[static_cast<std::size_t>(b)], s_.len_k[static_cast<std::size_t>(b)],
-                                     s_.left, s_.right, s_.bottom_right, s_.block_m, s_.block_n, shortest_first_);
+                                     s_.left, s_.right, s_.bottom_right, s_.block_m, s_.block_n, shortest_first_,
+                                     s_.group_pairs);
       out.steps += c.w.steps;
       for (int i = 0; i < c.w.steps; ++i) ++adders[semaphore_key(c.w, i)];
       ++next_;
@@ -517,10 +526,11 @@ Shape square(int seqlen, int heads, std::int64_t right, int block_n = 128) {
 
 // Random masks, lengths (varlen with empty sequences), GQA and residency: never a deadlock,
 // never an add out of its order, in the plan's deterministic orders (the default, and shortest
-// first) and in head-major (FASTATTN_CUDA_SM90_BWD_ORDER=head_major), with and without late
-// release.
+// first; padded calls within groups of pairs) and in head-major
+// (FASTATTN_CUDA_SM90_BWD_ORDER=head_major), with and without late release.
 TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder) {
   std::mt19937 rng(11);
+  int grouped = 0;  // trials run in groups of pairs
   for (int trial = 0; trial < 250; ++trial) {
     Shape s;
     s.batch = 1 + static_cast<int>(rng() % 3);
@@ -542,10 +552,15 @@ TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder
       max_q = std::max(max_q, s.len_q[static_cast<std::size_t>(b)]);
       max_k = std::max(max_k, s.len_k[static_cast<std::size_t>(b)]);
     }
-    // The plan decides on the padded (longest) shape, as plan_backward_sm90 does for varlen.
+    // The plan decides on the padded (longest) shape, as plan_backward_sm90 does for varlen;
+    // padded calls in its groups of pairs, here of 1-3 pairs (of up to 6).
     const cuda::Sm90MaskShape shape{s.left, s.right, s.bottom_right, max_q, max_k};
+    const std::int64_t group_pairs = 1 + static_cast<std::int64_t>(rng() % 3);
     for (const Sm90TileOrder order : {cuda::sm90_tile_order(shape, s.block_n, true),
                                       cuda::sm90_tile_order(shape, s.block_n, true, true), Sm90TileOrder::head_major}) {
+      s.group_pairs = static_cast<int>(cuda::sm90_tile_group(shape, order, cuda::Sm90OrderSwitch::automatic, true, varlen,
+                                                             static_cast<std::int64_t>(s.batch) * s.kv_heads, group_pairs));
+      grouped += s.group_pairs > 0;
       for (const int resident : {1, 2, 5, 132}) {
         for (const bool late : {false, true}) {
           const Outcome o = simulate(s, order, resident, late);
@@ -572,6 +587,7 @@ TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder
       }
     }
   }
+  EXPECT_GT(grouped, 50);
 }
 
 // The negative control: ranks that do not match the launch order (shortest-first ranks under an

@@ -192,7 +192,7 @@ TEST_F(CudaSm90Backward, SmallShapesMatchFloat64) {
 }
 
 // Deterministic mode: right, and the same bits in 10 runs, with every dQ reduction; causal GQA
-// (the semaphores' ranks start at each query block's first key block) and a window.
+// (the semaphores' ranks start at each query block's first key block), a window, and groups of pairs.
 TEST_F(CudaSm90Backward, DeterministicIsBitwiseRepeatable) {
   for (const char* dq : {"atomic", "atomic_tiles", "bulk"}) {
     const ScopedEnv mode("FASTATTN_CUDA_SM90_BWD_DQ", std::string(dq));
@@ -201,7 +201,9 @@ TEST_F(CudaSm90Backward, DeterministicIsBitwiseRepeatable) {
       for (const std::string& text : {"b=2 sq=700 sk=900 h=4 hkv=2" + hd + " dtype=bf16 mask=causal det=1",
                                       "b=1 sq=1023 sk=1023 h=7 hkv=1" + hd + " dtype=f16 mask=causal det=1",
                                       "b=1 sq=600 sk=800 h=2 hkv=2" + hd + " dtype=bf16 mask=window wl=130 wr=20 det=1",
-                                      "b=1 sq=512 sk=2048 h=4 hkv=4" + hd + " dtype=bf16 mask=none det=1"}) {
+                                      "b=1 sq=512 sk=2048 h=4 hkv=4" + hd + " dtype=bf16 mask=none det=1",
+                                      // 9 (batch, KV head) pairs: groups of 4, 4 and 1 (plan.hpp sm90_tile_group)
+                                      "b=3 sq=300 sk=500 h=6 hkv=3" + hd + " dtype=bf16 mask=none det=1"}) {
         expect_sm90_backward(text);
         expect_bitwise_repeatable(text, std::string(dq) + " ");
       }
@@ -279,18 +281,21 @@ TEST_F(CudaSm90Backward, UncoveredPathsDeterministic) {
 }
 
 // Every deterministic order (flash_bwd_sm90/tile_scheduler.hpp, FASTATTN_CUDA_SM90_BWD_ORDER):
-// ascending key blocks across heads (the default), head-major and shortest first (descending
-// key blocks, ranks from the last): right and bitwise repeatable where a query block is added
-// to by many key blocks (causal, bottom-right with seqlen_q != seqlen_k, a two-sided window;
-// GQA).
+// ascending key blocks across heads (the default), head-major, shortest first (descending
+// key blocks, ranks from the last) and ascending within groups of 3 (batch, KV head) pairs
+// (grouped; 4 and 15 pairs, so the last group is partial): right and bitwise repeatable where a
+// query block is added to by many key blocks (causal, bottom-right with seqlen_q != seqlen_k, a
+// two-sided window, none; GQA).
 TEST_F(CudaSm90Backward, DeterministicOrdersMatchFloat64AndRepeat) {
-  for (const char* order : {"longest_first", "head_major", "shortest_first"}) {
+  const ScopedEnv pairs("FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS", std::string("3"));
+  for (const char* order : {"longest_first", "head_major", "shortest_first", "grouped"}) {
     const ScopedEnv o("FASTATTN_CUDA_SM90_BWD_ORDER", std::string(order));
     for (int d : dims_) {
       const std::string hd = " d=" + std::to_string(d) + " dtype=bf16 det=1";
       for (const std::string& text : {"b=2 sq=1000 sk=1000 h=4 hkv=2" + hd + " mask=causal",
                                       "b=1 sq=700 sk=1500 h=2 hkv=1" + hd + " mask=causal align=bottom_right",
-                                      "b=1 sq=900 sk=900 h=2 hkv=2" + hd + " mask=window wl=200 wr=50"}) {
+                                      "b=1 sq=900 sk=900 h=2 hkv=2" + hd + " mask=window wl=200 wr=50",
+                                      "b=3 sq=700 sk=700 h=10 hkv=5" + hd + " mask=none"}) {
         expect_sm90_backward(text);
         expect_bitwise_repeatable(text, std::string(order) + ": ");
       }

@@ -258,12 +258,22 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // (1.017/1.019 against the order before, min 0.975/0.981). Sliding windows, left-bounded windows
 // and varlen calls keep longest first (not measured).
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
-// only for key blocks launched before it. Every mask launches ascending key blocks across all
-// (batch, KV head) pairs (longest first for a right bound, as above), so that the key blocks of
+// only for key blocks launched before it. Every mask launches ascending key blocks, within
+// groups of kSm90GroupedPairs (batch, KV head) pairs for padded calls of more pairs
+// (sm90_tile_group below; longest first for a right bound, as above), so that the key blocks of
 // one head that run at once, each about a step behind the one before on their shared query
-// blocks, are a few (about the SMs / the heads) instead of all of them (head-major, the order
-// of calls without a mask before the fifteenth session: key block n of a head started about n
-// steps late). FASTATTN_CUDA_SM90_BWD_ORDER=shortest_first launches right-bounded deterministic
+// blocks, are a few (about the SMs / the pairs in a group) instead of all of them (head-major,
+// the order of calls without a mask before the fifteenth session: key block n of a head started
+// about n steps late). The groups keep a group's Q, dO and fp32 dQ in L2 (d = 128, s4k: 4 MiB a
+// pair); across all pairs the CTAs resident at once read every pair's, from memory once the
+// pairs' bytes pass L2. Measured on an H100 (twenty-sixth session, cuda_bench determinism, two
+// alternating rounds, one job): against one group of all pairs, groups of 4 took 0.78x the time
+// on the bar shapes' d = 64 row (b2 h32 s4k: 1.81 against 2.33 ms; the non-deterministic
+// default's 1.74-1.75 ms), 0.94x on d = 128 (b2 h16), 0.98x causal, and 0.52-0.59x from 4
+// (batch, head) pairs' b4 up (--det-shapes pairs: b8 h16 d128 5.45-5.50 against 10.56 ms, the
+// default's 5.39-5.53); groups of 8 within 3% of 4, of 16 up to 1.18x slower than 4 at d = 64.
+// FASTATTN_CUDA_SM90_BWD_ORDER=longest_first runs one group (the order before, for the A/B).
+// FASTATTN_CUDA_SM90_BWD_ORDER=shortest_first launches right-bounded deterministic
 // calls from the last key block instead (FlashAttention-3's order; no key block waits on its
 // shared query blocks, but the longest run last): an A/B, off by default, because the step
 // model (cuda_sm90_backward_schedule_test.cpp) finishes multi-head causal grids later that way.
@@ -291,7 +301,7 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
 // off ((batch, KV head)-major for every call: the A/B measurement of the order, and in
 // deterministic mode the order calls without a mask took before the fifteenth session);
 // shortest_first, the default order except right-bounded deterministic calls (above); grouped,
-// the groups for every non-deterministic padded longest-first call, windows included (an A/B).
+// the groups for every padded longest-first call, windows included (an A/B).
 constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
 enum class Sm90OrderSwitch { automatic, longest_first, head_major, shortest_first, grouped };
 inline Sm90OrderSwitch sm90_order_switch() {
@@ -322,18 +332,19 @@ constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t blo
   if (last > first) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
 }
-// The pairs per group of a call's longest-first order (above), 0 for one group of all:
-// non-deterministic padded calls (deterministic ranks assume one group; varlen kernels do not
-// read the group: it added to their spills, kernel.cuh) with a right bound only, or with any
-// mask under FASTATTN_CUDA_SM90_BWD_ORDER=grouped; longest_first: one group always (head_major
-// has no groups).
+// The pairs per group of a call's longest-first order (above), 0 for one group of all, for
+// padded calls (varlen kernels do not read the group: it added to their spills, kernel.cuh):
+// deterministic calls with any mask or none (within a group a key block is still launched after
+// the key blocks ranked before it, tile_scheduler.hpp), non-deterministic ones with a right
+// bound only, or under FASTATTN_CUDA_SM90_BWD_ORDER=grouped with any mask (an A/B; calls without
+// a mask are head-major); longest_first: one group always (head_major has no groups).
 // pairs: batch * num_kv_heads (a tile's CTA serves a KV head's whole group of query heads).
 constexpr std::int64_t sm90_tile_group(const Sm90MaskShape& m, Sm90TileOrder order, Sm90OrderSwitch order_switch,
                                        bool deterministic, bool varlen, std::int64_t pairs,
                                        std::int64_t group_pairs) {
-  if (deterministic || varlen || order == Sm90TileOrder::head_major || group_pairs >= pairs) return 0;
-  if (order_switch == Sm90OrderSwitch::grouped) return group_pairs;
+  if (varlen || order == Sm90TileOrder::head_major || group_pairs >= pairs) return 0;
   if (order_switch == Sm90OrderSwitch::longest_first) return 0;
+  if (deterministic || order_switch == Sm90OrderSwitch::grouped) return group_pairs;
   return m.window_right >= 0 && m.window_left < 0 ? group_pairs : 0;  // automatic, shortest_first
 }
 

@@ -4,7 +4,9 @@
 //
 // Grid: 1-D, one CTA per tile, in the order of plan.hpp's Sm90TileOrder (longest first for
 // causal, low key blocks seeing the most query blocks; causal calls of more than 4 (batch, KV
-// head) pairs within groups of 4 pairs, plan.hpp sm90_tile_group). Not persistent: CTAs are
+// head) pairs within groups of 4 pairs, plan.hpp sm90_tile_group; deterministic calls of more
+// than 4 pairs within groups of 4 too, where a key block is still launched after those ranked
+// before it). Not persistent: CTAs are
 // scheduled by the hardware in launch order, which deterministic mode relies on (below).
 //
 // A CTA walks, for each query head of its KV head (GQA: dK and dV summed over them), the query
