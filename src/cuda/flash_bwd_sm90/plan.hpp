@@ -155,6 +155,13 @@ static_assert(sm90_backward_smem_bytes(sm90_backward_blocks(128), 128, 2) + 1024
 // d = 64 / 128 (below). The rule
 // was derived on the build that recomputes the CTA's work each step; with the work in shared
 // memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda-sm90-backward.md).
+// Since the twenty-sixth session d = 128 takes bulk with a right bound too (causal; not with a
+// left bound, a sliding window, which no run timed): on an H100 with the dQ writer warp and the
+// work in shared memory, bulk in the plan's own order ran issue 16's seven d = 128 causal rows
+// at s >= 2k at 0.993-1.069x atomic_tiles' speed, backward alone (geomean 1.034x; s512 / s1k
+// 0.988x / 1.002x; bench/results/nvidia-h100-session26-2026-12-06, call 2), and in the
+// twenty-fourth session's call 5 (longest first for every call) at 1.046-1.160x on the s >= 8k
+// and GQA rows. Not yet run on the H200.
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 // The dQ writer warp (FASTATTN_SM90_BWD_DQ_WRITER, default 1; 0 builds the old path for an
 // A/B): in bulk mode lane 0 of the producer warpgroup's warp 1 (and in deterministic kernels of
@@ -189,10 +196,11 @@ constexpr bool kSm90BwdDqWriter = FASTATTN_SM90_BWD_DQ_WRITER != 0;
 static_assert(FASTATTN_SM90_BWD_DQ_WRITERS >= 1 && FASTATTN_SM90_BWD_DQ_WRITERS <= 3,
               "FASTATTN_SM90_BWD_DQ_WRITERS: 1, 2 or 3");
 constexpr int sm90_dq_writers(bool deterministic) { return deterministic ? FASTATTN_SM90_BWD_DQ_WRITERS : 1; }
-constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool masked, bool deterministic = false) {
+// left_bounded: a window with a left bound (sliding; window_left >= 0).
+constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool left_bounded, bool deterministic = false) {
   if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
   if (deterministic && kSm90BwdDqWriter) return Sm90DqReduction::bulk;
-  return head_dim == 128 && !masked ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
+  return head_dim == 128 && !left_bounded ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
 }
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
 // The mode FASTATTN_CUDA_SM90_BWD_DQ forces, or `by_default` (sm90_dq_default) when it is unset.
@@ -415,8 +423,7 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
-  const bool masked = mask.window_left >= 0 || mask.window_right >= 0;
-  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, masked, deterministic));
+  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, mask.window_left >= 0, deterministic));
   if (dq == Sm90DqReduction::bulk && !sm90_backward_bulk_dq_fits(head_dim)) dq = Sm90DqReduction::atomic;
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;
