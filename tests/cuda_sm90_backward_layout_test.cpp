@@ -410,8 +410,8 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
                  "FASTATTN_CUDA_SM90_BWD_ORDER");
   }
   {
-    // Unset: the measured rule (plan.hpp sm90_dq_default), bulk for d = 128 without a left bound
-    // (no mask, causal), atomic_tiles for the rest of d = 64 / 128, atomic for d = 96 / 256 (not
+    // Unset: the measured rule (plan.hpp sm90_dq_default), bulk for d = 128 without a mask or
+    // causal, atomic_tiles for the rest of d = 64 / 128 (windows), atomic for d = 96 / 256 (not
     // timed).
     const ScopedEnv unset("FASTATTN_CUDA_SM90_BWD_DQ", std::nullopt);
     const cuda::Sm90MaskShape none{-1, -1, true, 1000, 1000}, causal{-1, 0, true, 1000, 1000};
@@ -420,8 +420,10 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, none, false).sm90_dq, bulk);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, none, true).sm90_dq, bulk);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_dq, bulk);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{-1, 0, false, 1000, 1000}, false).sm90_dq,
+              bulk);  // causal, top-left
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{-1, 64, true, 1000, 1000}, false).sm90_dq,
-              bulk);
+              tiles);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{64, 64, true, 1000, 1000}, false).sm90_dq,
               tiles);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, cuda::Sm90MaskShape{64, -1, true, 1000, 1000}, false).sm90_dq,

@@ -202,7 +202,8 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
 // fences stay, for the bulk adds in the async proxy. FlashAttention's deterministic semaphore
 // has one release and a bare acquire too (its CuTe DSL barrier: arrive_inc a red.release,
 // wait_eq an ld.acquire loop; CUTLASS's GenericBarrier: a fence then a relaxed red). The single
-// writer (FASTATTN_SM90_BWD_DQ_WRITERS=1) keeps its acquire-side fence either way, as measured.
+// writer (FASTATTN_SM90_BWD_DQ_WRITERS=1) keeps its acquire-side fence either way, as measured;
+// its count's fence follows the knob (count_bulk_adds; not run with 0).
 // Measured on an H100 (2026-12-06, twenty-sixth session, the two builds in one job, cuda_bench
 // determinism's four shapes): 0 took 0.978x the time of 1 (0.957-0.999x), its own default's
 // speed 0.750-1.081x against 0.738-1.083x; the six deterministic CudaSm90Backward tests passed

@@ -155,8 +155,8 @@ static_assert(sm90_backward_smem_bytes(sm90_backward_blocks(128), 128, 2) + 1024
 // d = 64 / 128 (below). The rule
 // was derived on the build that recomputes the CTA's work each step; with the work in shared
 // memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda-sm90-backward.md).
-// Since the twenty-sixth session d = 128 takes bulk with a right bound too (causal; not with a
-// left bound, a sliding window, which no run timed): on an H100 with the dQ writer warp and the
+// Since the twenty-sixth session d = 128 takes bulk for causal calls too (a right bound of 0 and
+// no left bound; not for other windows, which no run timed; varlen calls as padded ones): on an H100 with the dQ writer warp and the
 // work in shared memory, bulk in the plan's own order ran issue 16's seven d = 128 causal rows
 // at s >= 2k at 0.993-1.069x atomic_tiles' speed, backward alone (geomean 1.034x; s512 / s1k
 // 0.988x / 1.002x; bench/results/nvidia-h100-session26-2026-12-06, call 2), and in the
@@ -196,11 +196,11 @@ constexpr bool kSm90BwdDqWriter = FASTATTN_SM90_BWD_DQ_WRITER != 0;
 static_assert(FASTATTN_SM90_BWD_DQ_WRITERS >= 1 && FASTATTN_SM90_BWD_DQ_WRITERS <= 3,
               "FASTATTN_SM90_BWD_DQ_WRITERS: 1, 2 or 3");
 constexpr int sm90_dq_writers(bool deterministic) { return deterministic ? FASTATTN_SM90_BWD_DQ_WRITERS : 1; }
-// left_bounded: a window with a left bound (sliding; window_left >= 0).
-constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool left_bounded, bool deterministic = false) {
+// causal_or_none: no mask, or causal (window_left < 0, window_right 0) in either alignment.
+constexpr Sm90DqReduction sm90_dq_default(std::int64_t head_dim, bool causal_or_none, bool deterministic = false) {
   if (head_dim != 64 && head_dim != 128) return Sm90DqReduction::atomic;
   if (deterministic && kSm90BwdDqWriter) return Sm90DqReduction::bulk;
-  return head_dim == 128 && !left_bounded ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
+  return head_dim == 128 && causal_or_none ? Sm90DqReduction::bulk : Sm90DqReduction::atomic_tiles;
 }
 constexpr const char* kSm90BwdDqEnv = "FASTATTN_CUDA_SM90_BWD_DQ";
 // The mode FASTATTN_CUDA_SM90_BWD_DQ forces, or `by_default` (sm90_dq_default) when it is unset.
@@ -268,18 +268,23 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks, within
 // groups of kSm90GroupedPairs (batch, KV head) pairs for padded calls of more pairs
-// (sm90_tile_group below; longest first for a right bound, as above), so that the key blocks of
-// one head that run at once, each about a step behind the one before on their shared query
-// blocks, are a few (about the SMs / the pairs in a group) instead of all of them (head-major,
-// the order of calls without a mask before the fifteenth session: key block n of a head started
-// about n steps late). The groups keep a group's Q, dO and fp32 dQ in L2 (d = 128, s4k: 4 MiB a
-// pair); across all pairs the CTAs resident at once read every pair's, from memory once the
-// pairs' bytes pass L2. Measured on an H100 (twenty-sixth session, cuda_bench determinism, two
-// alternating rounds, one job): against one group of all pairs, groups of 4 took 0.78x the time
-// on the bar shapes' d = 64 row (b2 h32 s4k: 1.81 against 2.33 ms; the non-deterministic
-// default's 1.74-1.75 ms), 0.94x on d = 128 (b2 h16), 0.98x causal, and 0.52-0.59x from 4
-// (batch, head) pairs' b4 up (--det-shapes pairs: b8 h16 d128 5.45-5.50 against 10.56 ms, the
-// default's 5.39-5.53); groups of 8 within 3% of 4, of 16 up to 1.18x slower than 4 at d = 64.
+// (sm90_tile_group below; longest first for a right bound, as above). Each key block runs about
+// a step behind the one before it on their shared query blocks where they are resident together
+// (head-major, the order of calls without a mask before the fifteenth session: key block n of a
+// head started about n steps late). Across all pairs (the order from the fifteenth session to
+// the twenty-sixth) only a few of a pair's key blocks are resident at once (about the SMs / the
+// pairs), so little of that wait; but the CTAs resident at once read every pair's Q, dO and fp32
+// dQ, from memory once those pass L2 (4 MiB a pair at d = 128, s4k; 2 MiB at d = 64). Groups of 4
+// pairs bring the wait back (at s4k all 32 of a pair's key blocks are resident: the step model,
+// which has no L2, ends causal grids 1-17% and unmasked ones up to 8% later in groups of 4) and
+// keep the group's bytes in L2, which on the GPU is worth far more. Measured on an H100
+// (twenty-sixth session, cuda_bench determinism, two alternating rounds, one job): against one
+// group of all pairs, groups of 4 took 0.78x the time on the bar shapes' d = 64 row (b2 h32 s4k:
+// 1.81 against 2.33 ms; the non-deterministic default's 1.74-1.75 ms), 0.94x on d = 128 (b2
+// h16), 0.98x causal, 0.52-0.59x at b4 / b8 d = 64 and b8 d = 128 and 0.75-0.77x at b4 d = 128
+// (--det-shapes pairs: b8 h16 d128 5.45-5.50 against 10.56 ms, the default's 5.39-5.66), but
+// 1.03-1.04x at b1 h16 d128 (16 pairs); groups of 8 within 3.5% of 4 either way, of 16 up to
+// 1.18x slower than 4 at d = 64.
 // FASTATTN_CUDA_SM90_BWD_ORDER=longest_first runs one group (the order before, for the A/B).
 // FASTATTN_CUDA_SM90_BWD_ORDER=shortest_first launches right-bounded deterministic
 // calls from the last key block instead (FlashAttention-3's order; no key block waits on its
@@ -423,7 +428,8 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
   plan.path = ForwardPath::sm90;
   plan.blocks = BackwardBlocks{b.block_m, b.block_n, b.threads / 32, 0, 0, 0, b.stages, false};
   plan.num_splits = 1;
-  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, mask.window_left >= 0, deterministic));
+  const bool causal_or_none = mask.window_left < 0 && mask.window_right <= 0;
+  Sm90DqReduction dq = sm90_dq_reduction(sm90_dq_default(head_dim, causal_or_none, deterministic));
   if (dq == Sm90DqReduction::bulk && !sm90_backward_bulk_dq_fits(head_dim)) dq = Sm90DqReduction::atomic;
   plan.sm90_dq = static_cast<int>(dq);
   plan.sm90_warpgroup_split = b.split == Sm90BwdWarpgroupSplit::columns ? 1 : 0;

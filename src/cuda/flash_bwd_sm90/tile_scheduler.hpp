@@ -50,7 +50,8 @@ struct Sm90BackwardTile {
 // or, with group_pairs in (0, pairs), within groups of that many pairs, one group after the other
 // (the last group may be smaller): key block n of a group's pairs, then n + 1, ... Grouped, the
 // CTAs resident at once share fewer pairs' Q and dO, which can then stay in L2, while each
-// group's long key blocks still run first (plan.hpp: sm90_tile_group, 4 pairs for causal calls).
+// group's long key blocks still run first (plan.hpp: sm90_tile_group, 4 pairs for causal calls
+// and for deterministic calls of any mask).
 FASTATTN_HD Sm90BackwardTile sm90_backward_tile(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
                                                 int group_pairs = 0) {
   Sm90BackwardTile tile;
