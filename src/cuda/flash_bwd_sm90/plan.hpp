@@ -156,12 +156,12 @@ static_assert(sm90_backward_smem_bytes(sm90_backward_blocks(128), 128, 2) + 1024
 // was derived on the build that recomputes the CTA's work each step; with the work in shared
 // memory (work_slot.cuh) forced bulk gains some causal rows too (docs/cuda-sm90-backward.md).
 // Since the twenty-sixth session d = 128 takes bulk for causal calls too (a right bound of 0 and
-// no left bound; not for other windows, which no run timed; varlen calls as padded ones): on an H100 with the dQ writer warp and the
-// work in shared memory, bulk in the plan's own order ran issue 16's seven d = 128 causal rows
-// at s >= 2k at 0.993-1.069x atomic_tiles' speed, backward alone (geomean 1.034x; s512 / s1k
-// 0.988x / 1.002x; bench/results/nvidia-h100-session26-2026-12-06, call 2), and in the
-// twenty-fourth session's call 5 (longest first for every call) at 1.046-1.160x on the s >= 8k
-// and GQA rows. Not yet run on the H200.
+// no left bound; not for other windows, which no run timed; varlen calls as padded ones): on an
+// H100 with the dQ writer warp and the work in shared memory, bulk in the plan's own order ran
+// issue 16's seven d = 128 causal rows at s >= 2k at 0.993-1.069x atomic_tiles' speed, backward
+// alone (geomean 1.034x; s512 / s1k 0.988x / 1.002x; bench/results/nvidia-h100-session26-2026-12-06,
+// call 2), and in the twenty-fourth session's call 5 (longest first for every call) at
+// 1.046-1.160x on the s >= 8k and GQA rows. Not yet run on the H200.
 enum class Sm90DqReduction : int { atomic = 0, bulk = 1, atomic_tiles = 2 };  // BackwardPlan::sm90_dq
 // The dQ writer warp (FASTATTN_SM90_BWD_DQ_WRITER, default 1; 0 builds the old path for an
 // A/B): in bulk mode lane 0 of the producer warpgroup's warp 1 (and in deterministic kernels of
