@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -114,6 +116,14 @@ std::optional<double> kv_read_gbs(const perf::BenchResult& r) {
   return kv_bytes(r.shape) / r.timing.median_s / 1e9;
 }
 
+// Whether a row's K+V fit the CPU's last-level cache (0: size unknown, never): the bench fills
+// K and V before timing, so such a row reads them from that cache, and its "% read" against the
+// memory read probe (a 512 MiB buffer) is not a memory figure.
+bool kv_fits_last_level_cache(const perf::BenchShape& s, std::int64_t last_level_cache_bytes, Backend backend) {
+  return backend == Backend::cpu && last_level_cache_bytes > 0 &&
+         kv_bytes(s) <= static_cast<double>(last_level_cache_bytes);
+}
+
 std::string kernel_name(const perf::BenchResult& r) {
   std::string name = r.kernel.kernel;
   if (r.kernel_backward) name += " + " + r.kernel_backward->kernel;
@@ -166,7 +176,7 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, Backend backend,
   return outcomes;  // the bar is cleared here, before anything is printed
 }
 
-perf::Table make_table(const std::vector<Outcome>& outcomes,
+perf::Table make_table(const std::vector<Outcome>& outcomes, std::int64_t last_level_cache_bytes, Backend backend,
                        const std::map<int, perf::Peaks>& peaks) {
   perf::Table table;
   using Align = perf::Table::Align;
@@ -188,8 +198,10 @@ perf::Table make_table(const std::vector<Outcome>& outcomes,
     if (const auto it = peaks.find(row.threads); it != peaks.end()) {
       const perf::PeakRef ref = perf::peak_for(it->second, row.shape.dtype, r.kernel.isa);
       if (ref.gflops > 0) percent = perf::format_fixed(100.0 * r.gflops / ref.gflops, 1);
-      if (kv && it->second.mem_read_gbs && *it->second.mem_read_gbs > 0)
+      if (kv && it->second.mem_read_gbs && *it->second.mem_read_gbs > 0) {
         kv_percent = perf::format_fixed(100.0 * *kv / *it->second.mem_read_gbs, 1);
+        if (kv_fits_last_level_cache(row.shape, last_level_cache_bytes, backend)) kv_percent += "*";
+      }
     }
     table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
                    std::to_string(r.threads), perf::format_seconds(r.timing.median_s),
@@ -341,8 +353,16 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
   const std::vector<Outcome> outcomes = run_rows(rows, backend, timing);
   if (!a.no_peaks) peaks = measure_peaks_for(cpu, a.threads, peaks);
 
-  const perf::Table table = make_table(outcomes, peaks);
+  const perf::Table table = make_table(outcomes, cpu.last_level_cache_bytes, backend, peaks);
   fmt::print("{}", a.markdown ? table.markdown() : table.text());
+  const bool any_cached = std::any_of(outcomes.begin(), outcomes.end(), [&](const Outcome& o) {
+    return o.result && kv_read_gbs(*o.result) &&
+           kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
+  });
+  if (any_cached && !peaks.empty())
+    fmt::print("* K+V fit this CPU's last-level cache ({:.0f} MiB) and stay there from the fill: "
+               "% read compares a cache read with the memory read probe, not memory with memory\n",
+               static_cast<double>(cpu.last_level_cache_bytes) / 1048576.0);
   for (const auto& [t, p] : peaks)
     fmt::print(
         "peaks on {} threads (best of before and after): fp32 FMA {:.1f} GFLOP/s, {}{}\n", t,
@@ -369,6 +389,8 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
       results.back()["kv_read_gbs"] = *kv;
       if (it != peaks.end() && it->second.mem_read_gbs)
         results.back()["kv_read_percent_of_mem_read"] = 100.0 * *kv / *it->second.mem_read_gbs;
+      results.back()["kv_fits_last_level_cache"] =
+          kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
     }
   }
   if (!a.json_path.empty()) {

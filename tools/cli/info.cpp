@@ -80,6 +80,9 @@ int run_info(const InfoArgs& args, int argc, const char* const* argv) {
   fmt::print("\ncpu\n");
   row("model", cpu.model.empty() ? "unknown" : cpu.model);
   row("logical cpus", std::to_string(cpu.logical_cpus));
+  row("last-level cache", cpu.last_level_cache_bytes > 0
+                              ? fmt::format("{:.0f} MiB", static_cast<double>(cpu.last_level_cache_bytes) / 1048576.0)
+                              : std::string("unknown"));
   row("avx2 / fma / f16c",
       fmt::format("{} / {} / {}", yes_no(cpu.avx2), yes_no(cpu.fma), yes_no(cpu.f16c)));
   row("avx512f", yes_no(cpu.avx512f));

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,7 +38,43 @@ std::uint64_t read_xcr0() {
 }
 #endif
 
+// The highest-level cache of cpu0 in /sys/devices/system/cpu/cpu0/cache/index*/ (level, size);
+// 0 where there is no such directory (not Linux, or a VM that hides it).
+std::int64_t read_last_level_cache_bytes() {
+  int best_level = 0;
+  std::int64_t best_bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(level_file >> level) || !(size_file >> size)) continue;
+    const std::int64_t bytes = parse_cache_size(size);
+    if (level > best_level || (level == best_level && bytes > best_bytes)) {
+      best_level = level;
+      best_bytes = bytes;
+    }
+  }
+  return best_bytes;
+}
+
 }  // namespace
+
+std::int64_t parse_cache_size(std::string_view text) {
+  std::int64_t value = 0;
+  std::size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (std::int64_t{1} << 40)) return 0;  // no cache is that large: not a size
+    value = value * 10 + (text[i] - '0');
+  }
+  if (i == 0) return 0;
+  const std::string_view unit = text.substr(i);
+  if (unit.empty()) return value;
+  if (unit == "K") return value << 10;
+  if (unit == "M") return value << 20;
+  if (unit == "G") return value << 30;
+  return 0;
+}
 
 std::vector<std::string> CpuFeatures::present() const {
   std::vector<std::string> names;
@@ -54,6 +92,7 @@ std::vector<std::string> CpuFeatures::present() const {
 CpuFeatures detect_cpu_features() {
   CpuFeatures f;
   f.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
+  f.last_level_cache_bytes = read_last_level_cache_bytes();
 #ifdef FASTATTN_PERF_X86
   const Regs leaf0 = cpuid(0);
   char vendor[13] = {};

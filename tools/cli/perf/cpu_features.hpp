@@ -1,7 +1,9 @@
 // cpu_features.hpp — what the CPU this process runs on can do (CPUID + OS state support).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fastattn::perf {
@@ -12,6 +14,9 @@ struct CpuFeatures {
   std::string vendor;  // "GenuineIntel", "AuthenticAMD", ...
   std::string model;   // CPUID brand string, e.g. "AMD EPYC 7B13"
   int logical_cpus = 0;
+  // Size of the highest cache level (Linux sysfs, cpu0's caches); 0 when unknown. Read so that
+  // benchmarks can say when a working set fits it (a K+V that stays in L3 is not a memory read).
+  std::int64_t last_level_cache_bytes = 0;
 
   bool avx2 = false;
   bool fma = false;
@@ -32,5 +37,9 @@ struct CpuFeatures {
 };
 
 CpuFeatures detect_cpu_features();
+
+// A sysfs cache size ("32K", "307200K", "2M", "1G", or a plain byte count) in bytes; 0 when the
+// text is not one.
+std::int64_t parse_cache_size(std::string_view text);
 
 }  // namespace fastattn::perf

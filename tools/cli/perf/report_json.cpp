@@ -39,6 +39,7 @@ nlohmann::json to_json(const CpuFeatures& cpu) {
   return {{"vendor", cpu.vendor},
           {"model", cpu.model},
           {"logical_cpus", cpu.logical_cpus},
+          {"last_level_cache_bytes", cpu.last_level_cache_bytes},
           {"features", cpu.present()}};
 }
 
