@@ -14,7 +14,7 @@ TEST(PerfCacheSize, ParsesSysfsSizes) {
   EXPECT_EQ(parse_cache_size("2M"), std::int64_t{2} << 20);
   EXPECT_EQ(parse_cache_size("1G"), std::int64_t{1} << 30);
   EXPECT_EQ(parse_cache_size("4096"), 4096);
-  for (const char* bad : {"", "K", "12Q", "12KB", "-4K", " 4K", "99999999999999999999K"})
+  for (const char* bad : {"", "K", "12Q", "12KB", "-4K", " 4K", "99999999999999999999K", "9000000000G", "9000000000000M"})
     EXPECT_EQ(parse_cache_size(bad), 0) << "'" << bad << "'";
 }
 

@@ -118,9 +118,10 @@ std::optional<double> kv_read_gbs(const perf::BenchResult& r) {
 
 // Whether a row's K+V fit the CPU's last-level cache (0: size unknown, never): the bench fills
 // K and V before timing, so such a row reads them from that cache, and its "% read" against the
-// memory read probe (a 512 MiB buffer) is not a memory figure.
+// memory read probe (a 512 MiB buffer) is not a memory figure. CPU rows only (`--backend cpu`
+// or auto on the CPU); the reference backend reads K and V in its own way (float64).
 bool kv_fits_last_level_cache(const perf::BenchShape& s, std::int64_t last_level_cache_bytes, Backend backend) {
-  return backend == Backend::cpu && last_level_cache_bytes > 0 &&
+  return (backend == Backend::cpu || backend == Backend::automatic) && last_level_cache_bytes > 0 &&
          kv_bytes(s) <= static_cast<double>(last_level_cache_bytes);
 }
 
@@ -355,11 +356,13 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
 
   const perf::Table table = make_table(outcomes, cpu.last_level_cache_bytes, backend, peaks);
   fmt::print("{}", a.markdown ? table.markdown() : table.text());
+  // The footnote goes with the table's marks (a row with K+V read rate, a read peak, in the cache).
   const bool any_cached = std::any_of(outcomes.begin(), outcomes.end(), [&](const Outcome& o) {
-    return o.result && kv_read_gbs(*o.result) &&
-           kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
+    const auto it = peaks.find(o.row.threads);
+    return o.result && kv_read_gbs(*o.result) && it != peaks.end() && it->second.mem_read_gbs &&
+           *it->second.mem_read_gbs > 0 && kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
   });
-  if (any_cached && !peaks.empty())
+  if (any_cached)
     fmt::print("* K+V fit this CPU's last-level cache ({:.0f} MiB) and stay there from the fill: "
                "% read compares a cache read with the memory read probe, not memory with memory\n",
                static_cast<double>(cpu.last_level_cache_bytes) / 1048576.0);
@@ -389,8 +392,11 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
       results.back()["kv_read_gbs"] = *kv;
       if (it != peaks.end() && it->second.mem_read_gbs)
         results.back()["kv_read_percent_of_mem_read"] = 100.0 * *kv / *it->second.mem_read_gbs;
+      // null: the cache size is unknown (no sysfs entry).
       results.back()["kv_fits_last_level_cache"] =
-          kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
+          cpu.last_level_cache_bytes > 0
+              ? nlohmann::json(kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend))
+              : nlohmann::json(nullptr);
     }
   }
   if (!a.json_path.empty()) {

@@ -69,11 +69,9 @@ std::int64_t parse_cache_size(std::string_view text) {
   }
   if (i == 0) return 0;
   const std::string_view unit = text.substr(i);
-  if (unit.empty()) return value;
-  if (unit == "K") return value << 10;
-  if (unit == "M") return value << 20;
-  if (unit == "G") return value << 30;
-  return 0;
+  const int shift = unit.empty() ? 0 : unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : -1;
+  if (shift < 0 || value > ((std::int64_t{1} << 40) >> shift)) return 0;  // over 1 TiB: not a cache
+  return value << shift;
 }
 
 std::vector<std::string> CpuFeatures::present() const {
