@@ -125,6 +125,17 @@ bool kv_fits_last_level_cache(const perf::BenchShape& s, std::int64_t last_level
          kv_bytes(s) <= static_cast<double>(last_level_cache_bytes);
 }
 
+// A forward row's K+V read rate as a % of the memory read peak measured for its thread count
+// (the row's --threads value, the peaks' key); nullopt without a rate (other passes) or a
+// positive read peak. The table, its footnote and the JSON all take it from here.
+std::optional<double> kv_percent_of_read(const perf::BenchResult& r, int threads,
+                                         const std::map<int, perf::Peaks>& peaks) {
+  const std::optional<double> kv = kv_read_gbs(r);
+  const auto it = peaks.find(threads);
+  if (!kv || it == peaks.end() || !it->second.mem_read_gbs || *it->second.mem_read_gbs <= 0) return std::nullopt;
+  return 100.0 * *kv / *it->second.mem_read_gbs;
+}
+
 std::string kernel_name(const perf::BenchResult& r) {
   std::string name = r.kernel.kernel;
   if (r.kernel_backward) name += " + " + r.kernel_backward->kernel;
@@ -199,10 +210,10 @@ perf::Table make_table(const std::vector<Outcome>& outcomes, std::int64_t last_l
     if (const auto it = peaks.find(row.threads); it != peaks.end()) {
       const perf::PeakRef ref = perf::peak_for(it->second, row.shape.dtype, r.kernel.isa);
       if (ref.gflops > 0) percent = perf::format_fixed(100.0 * r.gflops / ref.gflops, 1);
-      if (kv && it->second.mem_read_gbs && *it->second.mem_read_gbs > 0) {
-        kv_percent = perf::format_fixed(100.0 * *kv / *it->second.mem_read_gbs, 1);
-        if (kv_fits_last_level_cache(row.shape, last_level_cache_bytes, backend)) kv_percent += "*";
-      }
+    }
+    if (const std::optional<double> read = kv_percent_of_read(r, row.threads, peaks)) {
+      kv_percent = perf::format_fixed(*read, 1);
+      if (kv_fits_last_level_cache(row.shape, last_level_cache_bytes, backend)) kv_percent += "*";
     }
     table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
                    std::to_string(r.threads), perf::format_seconds(r.timing.median_s),
@@ -356,11 +367,10 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
 
   const perf::Table table = make_table(outcomes, cpu.last_level_cache_bytes, backend, peaks);
   fmt::print("{}", a.markdown ? table.markdown() : table.text());
-  // The footnote goes with the table's marks (a row with K+V read rate, a read peak, in the cache).
+  // The footnote goes with the table's marks.
   const bool any_cached = std::any_of(outcomes.begin(), outcomes.end(), [&](const Outcome& o) {
-    const auto it = peaks.find(o.row.threads);
-    return o.result && kv_read_gbs(*o.result) && it != peaks.end() && it->second.mem_read_gbs &&
-           *it->second.mem_read_gbs > 0 && kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
+    return o.result && kv_percent_of_read(*o.result, o.row.threads, peaks) &&
+           kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
   });
   if (any_cached)
     fmt::print("* K+V fit this CPU's last-level cache ({:.0f} MiB) and stay there from the fill: "
@@ -390,8 +400,8 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
     if (const std::optional<double> kv = kv_read_gbs(*o.result)) {
       results.back()["kv_bytes"] = kv_bytes(o.row.shape);
       results.back()["kv_read_gbs"] = *kv;
-      if (it != peaks.end() && it->second.mem_read_gbs)
-        results.back()["kv_read_percent_of_mem_read"] = 100.0 * *kv / *it->second.mem_read_gbs;
+      if (const std::optional<double> read = kv_percent_of_read(*o.result, o.row.threads, peaks))
+        results.back()["kv_read_percent_of_mem_read"] = *read;
       // null: the cache size is unknown (no sysfs entry).
       results.back()["kv_fits_last_level_cache"] =
           cpu.last_level_cache_bytes > 0
