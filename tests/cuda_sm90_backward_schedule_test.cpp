@@ -334,7 +334,7 @@ bool counts_wrong(const std::map<SemaphoreKey, int>& count, const std::map<Semap
   return false;
 }
 
-// Takes the CTAs that `finished` says are done out of `running`; with a late count (late) the
+// Takes the CTAs that `finished` says are done out of `running`; with late release (late) the
 // adds a CTA still holds back (its `pending` semaphore) are counted as it ends, by `count_pending`.
 template <class Cta, class Finished, class CountPending>
 void retire(std::vector<Cta>& running, Finished finished, bool late, CountPending count_pending) {
@@ -417,15 +417,13 @@ Outcome simulate(const Shape& s, Sm90TileOrder order, int resident, bool late_re
 // it stores that step's dQ tile once the writer has issued the step that last used the sdQ
 // buffer (dq_empty: with one buffer the previous step, with `buffers` of them step i - buffers),
 // and only then goes on to the next step's GEMMs. The writer issues stored steps in order, each
-// when its turn has come; it counts a step's adds at once (the default, and what each of the
-// deterministic kernels' several writers does) or, with the late count
-// (FASTATTN_SM90_BWD_WRITER_LATE_COUNT), after the next step's adds are issued (and the last
-// step's when the CTA ends). A count is seen `count_latency` rounds after it is made (0: in the
+// when its turn has come and counts its adds at once (the single writer before its next turn,
+// each of the deterministic kernels' several writers after its step; the model does not tell
+// them apart). A count is seen `count_latency` rounds after it is made (0: in the
 // same round; the GPU's is the adds' completion, the fences and the release, and the poll that
 // sees it, a few steps' time at d = 64). Within a round the stores and the issues are swept until
 // none moves.
 struct WriterModel {
-  bool late_count = false;
   int buffers = 1;        // sdQ buffers per warpgroup (plan.hpp: sm90_backward_dq_buffers)
   int count_latency = 0;  // rounds until a count is seen
 };
@@ -436,7 +434,6 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, const
     int gemm_step = 0;       // the MMA side's next step
     bool gemms_done = false;  // its GEMMs ran, its tile waits for sdQ
     int issued = 0;          // the writer's steps issued
-    SemaphoreKey pending{-1, -1, -1};  // late count: issued, not yet counted
   };
   std::map<SemaphoreKey, int> count, adders;
   std::vector<std::pair<std::int64_t, SemaphoreKey>> in_flight;  // (round seen, semaphore) of counts
@@ -483,12 +480,7 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, const
           const int rank = c.w.dq_rank(c.w.m_block(c.issued), s.block_m, s.block_n);
           if (count[k] >= rank) {
             if (count[k] != rank) out.out_of_order = true;
-            if (m.late_count) {
-              if (std::get<0>(c.pending) >= 0) add_count(c.pending, out.rounds);
-              c.pending = k;
-            } else {
-              add_count(k, out.rounds);
-            }
+            add_count(k, out.rounds);
             ++c.issued;
             swept = moved = true;
           }
@@ -496,8 +488,8 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, const
       }
     }
     for (const Cta& c : running) out.idle += c.gemms_done || c.issued < c.gemm_step ? 1 : 0;
-    retire(running, [](const auto& c) { return c.issued == c.w.steps; }, m.late_count,
-           [&](const SemaphoreKey& k) { add_count(k, out.rounds); });
+    running.erase(std::remove_if(running.begin(), running.end(), [](const Cta& c) { return c.issued == c.w.steps; }),
+                  running.end());
     if (!moved && in_flight.empty()) {
       out.deadlock = true;
       return out;
@@ -506,12 +498,6 @@ Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, const
   for (const auto& [round, k] : in_flight) ++count[k];
   out.counts_wrong = counts_wrong(count, adders);
   return out;
-}
-Outcome simulate_writer(const Shape& s, Sm90TileOrder order, int resident, bool late_count,
-                        std::optional<bool> shortest_first_ranks = std::nullopt) {
-  WriterModel m;
-  m.late_count = late_count;
-  return simulate_writer(s, order, resident, m, shortest_first_ranks);
 }
 
 Shape square(int seqlen, int heads, std::int64_t right, int block_n = 128) {
@@ -568,13 +554,13 @@ TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder
                                    << resident << " late " << late;
           EXPECT_FALSE(o.out_of_order) << "trial " << trial << " order " << static_cast<int>(order);
           EXPECT_FALSE(o.counts_wrong) << "trial " << trial << " order " << static_cast<int>(order);
-          // The dQ writer warp's protocol, counting at once and late.
-          const Outcome wr = simulate_writer(s, order, resident, late);
-          ASSERT_FALSE(wr.deadlock) << "writer: trial " << trial << " order " << static_cast<int>(order)
-                                    << " resident " << resident << " late count " << late;
-          EXPECT_FALSE(wr.out_of_order) << "writer: trial " << trial << " order " << static_cast<int>(order);
-          EXPECT_FALSE(wr.counts_wrong) << "writer: trial " << trial << " order " << static_cast<int>(order);
         }
+        // The dQ writer warp's protocol.
+        const Outcome wr = simulate_writer(s, order, resident, WriterModel{});
+        ASSERT_FALSE(wr.deadlock) << "writer: trial " << trial << " order " << static_cast<int>(order)
+                                  << " resident " << resident;
+        EXPECT_FALSE(wr.out_of_order) << "writer: trial " << trial << " order " << static_cast<int>(order);
+        EXPECT_FALSE(wr.counts_wrong) << "writer: trial " << trial << " order " << static_cast<int>(order);
         // Two sdQ buffers and a count latency of one or two rounds (counting at once).
         WriterModel m;
         m.buffers = 2;
@@ -599,12 +585,10 @@ TEST(CudaSm90BackwardSchedule, RanksAgainstTheLaunchOrderDeadlock) {
   EXPECT_TRUE(simulate(s, Sm90TileOrder::key_block_descending, 2, true, false).deadlock);
   EXPECT_FALSE(simulate(s, Sm90TileOrder::key_block_ascending, 2, true).deadlock);
   EXPECT_FALSE(simulate(s, Sm90TileOrder::key_block_descending, 2, true).deadlock);
-  for (const bool late : {false, true}) {
-    EXPECT_TRUE(simulate_writer(s, Sm90TileOrder::key_block_ascending, 2, late, true).deadlock) << late;
-    EXPECT_TRUE(simulate_writer(s, Sm90TileOrder::key_block_descending, 2, late, false).deadlock) << late;
-    EXPECT_FALSE(simulate_writer(s, Sm90TileOrder::key_block_ascending, 2, late).deadlock) << late;
-    EXPECT_FALSE(simulate_writer(s, Sm90TileOrder::key_block_descending, 2, late).deadlock) << late;
-  }
+  EXPECT_TRUE(simulate_writer(s, Sm90TileOrder::key_block_ascending, 2, WriterModel{}, true).deadlock);
+  EXPECT_TRUE(simulate_writer(s, Sm90TileOrder::key_block_descending, 2, WriterModel{}, false).deadlock);
+  EXPECT_FALSE(simulate_writer(s, Sm90TileOrder::key_block_ascending, 2, WriterModel{}).deadlock);
+  EXPECT_FALSE(simulate_writer(s, Sm90TileOrder::key_block_descending, 2, WriterModel{}).deadlock);
   // Two sdQ buffers and a count latency keep the control's power.
   WriterModel m;
   m.buffers = 2;
@@ -679,7 +663,7 @@ TEST(CudaSm90BackwardSchedule, CountLatencyCostsTheOrderFewRoundsWithoutAMask) {
   for (const int pairs : {64, 16}) {
     const Shape s = square(4096, pairs, -1);
     const Sm90TileOrder order = cuda::sm90_tile_order(cuda::Sm90MaskShape{-1, -1, true, 4096, 4096}, 128, true);
-    const Outcome at_once = simulate_writer(s, order, 132, false);
+    const Outcome at_once = simulate_writer(s, order, 132, WriterModel{});
     ASSERT_FALSE(at_once.deadlock);
     for (const int latency : {1, 2, 4}) {
       std::int64_t one_buffer_rounds = -1;

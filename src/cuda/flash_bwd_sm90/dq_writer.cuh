@@ -213,15 +213,14 @@ __device__ __forceinline__ void add_dq_atomic_tiles(const float (&acc_dq)[T::kDq
 #endif
 constexpr bool kSm90DqWriterFences = FASTATTN_SM90_BWD_WRITER_FENCES != 0;
 
-// The dQ writer warp, deterministic: counts `adders` on the semaphore once all but kStillPending
-// of this thread's bulk groups are performed (not only read from sdQ), then releases them to the
+// The dQ writer warp, deterministic: counts `adders` on the semaphore once this thread's bulk
+// groups are performed (not only read from sdQ), then releases them to the
 // next key block's acquire (generic and async proxies both ordered before the release). The
 // MMA warpgroups' bulk path (builds without the writer) keeps its own copy of these four lines,
 // so that build's SASS stays the one measured (moved into this function, ptxas reorders the
 // load of pending_dq_semaphore).
-template <int kStillPending>
 __device__ __forceinline__ void count_bulk_adds(int* semaphore, int adders) {
-  sm90::bulk_wait_group<kStillPending>();
+  sm90::bulk_wait_group<0>();
   sm90::fence_proxy_async_global();
   if constexpr (kSm90DqWriterFences) sm90::fence_acq_rel_gpu();
   sm90::add_release_gpu(semaphore, adders);
@@ -355,24 +354,11 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // (cuda_sm90_backward_schedule_test.cpp) models one writer, whose waits between CTAs these
 // writers do not add to (argued here, not modelled). Measured: plan.hpp sm90_dq_writers.
 //
-// When a single writer counts step i's adds (FASTATTN_SM90_BWD_WRITER_LATE_COUNT, a build knob
-// for the A/B, default 0; with several writers each counts its step at once):
-//   0  at the top of step i + 1, before its turn: the writer waits until step i's adds are
-//      performed, then for the next turn, in sequence.
-//   1  after step i + 1's adds are issued (bulk_wait_group<1>: all but the newest group
-//      complete): the wait for step i's adds overlaps the wait for step i + 1's turn, and the
-//      next key block in step i's query-block order sees them that much later. No cycle: a
-//      CTA that holds step i's count waits only for key blocks ranked before it, which rank
-//      before it on every query block (ranks order key blocks the same way on each), so none
-//      of them waits for this count.
-//   Timed on an H100 (2026-12-06, docs/cuda-sm90-backward.md "The dQ writer warp"): 1 made the
-//   deterministic backward 1-5% slower on three of four rows (the fourth even), so 0 stays.
-#ifndef FASTATTN_SM90_BWD_WRITER_LATE_COUNT
-#define FASTATTN_SM90_BWD_WRITER_LATE_COUNT 0
-#endif
-constexpr bool kSm90DqWriterLateCount = FASTATTN_SM90_BWD_WRITER_LATE_COUNT != 0;
-static_assert(!kSm90DqWriterLateCount || FASTATTN_SM90_BWD_DQ_WRITERS == 1,
-              "FASTATTN_SM90_BWD_WRITER_LATE_COUNT=1 is a single writer's protocol");
+// A single writer counts step i's adds at the top of step i + 1, before its turn: it waits until
+// step i's adds are performed, then for the next turn, in sequence. (Counting them after step
+// i + 1's adds are issued, so that the two waits overlap, was a build knob until the
+// twenty-seventh session: on an H100 it made the deterministic backward 1-5% slower on three of
+// four rows, the fourth even; docs/cuda-sm90-backward.md "The dQ writer warp".)
 
 // Several writers: token[j] is the hand-off to writer j. The writer before it in the ring
 // (j - 1 mod W) arrives on it once it has seen dq_full's phase of its step, so its k-th arrival
@@ -402,11 +388,10 @@ __device__ __forceinline__ void wait_for_writer_turn(const Sm90DqTurn& turn) {
 template <class T, bool kDeterministic, int kWriters>
 __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const BackwardParams& p,
                                               const Sm90BackwardWork& w, int writer) {
-  static_assert(kWriters == 1 || (kWriters <= kMaxDqWriters && kDeterministic && !kSm90DqWriterLateCount),
-                "several dQ writers: deterministic kernels only, at most kMaxDqWriters, no late count");
+  static_assert(kWriters == 1 || (kWriters <= kMaxDqWriters && kDeterministic),
+                "several dQ writers: deterministic kernels only, at most kMaxDqWriters");
   if (w.steps <= writer) return;
-  // Deterministic: the semaphore whose adds are issued and not yet counted (with the late count,
-  // of the previous step while the current one's are issued).
+  // Deterministic: the semaphore whose adds are issued and not yet counted.
   int* pending = nullptr;
   constexpr int kAdders = T::kMmaWarpgroups;  // one adder per MMA warpgroup's tile
   constexpr int kBuffers = T::kDqBuffers;
@@ -420,7 +405,7 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
   for (int i = writer; i < w.steps; i += kWriters) {
     int* current = nullptr;
     if constexpr (kDeterministic) {
-      if (kWriters == 1 && !kSm90DqWriterLateCount && i > 0) count_bulk_adds<0>(pending, kAdders);
+      if (kWriters == 1 && i > 0) count_bulk_adds(pending, kAdders);
       const Sm90DqTurn turn = dq_turn<T>(p, w, cursor.head, cursor.m_block, T::kMmaWarpgroups);
       wait_for_writer_turn<kWriters>(turn);
       current = turn.semaphore;
@@ -440,20 +425,17 @@ __device__ __forceinline__ void run_dq_writer(const Sm90BwdSmem<T>& smem, const 
     }
     sm90::bulk_commit_group();
     if constexpr (kTokens) sm90::mbarrier_arrive(dq_writer_token(writer + 1 < kWriters ? writer + 1 : 0));
-    if constexpr (kDeterministic && kSm90DqWriterLateCount) {
-      if (i > 0) count_bulk_adds<1>(pending, kAdders);  // all but step i's group
-    }
     pending = current;
     sm90::bulk_wait_group_read<0>();
 #pragma unroll
     for (int wg = 0; wg < T::kMmaWarpgroups; ++wg) sm90::mbarrier_arrive(smem.dq_empty(wg, buffer));
     // Several writers: this step's count now, while the others issue the next steps.
-    if constexpr (kWriters > 1) count_bulk_adds<0>(pending, kAdders);
+    if constexpr (kWriters > 1) count_bulk_adds(pending, kAdders);
 #pragma unroll
     for (int k = 0; k < kWriters; ++k) cursor.advance(w);
   }
   if constexpr (kDeterministic && kWriters == 1) {
-    count_bulk_adds<0>(pending, kAdders);
+    count_bulk_adds(pending, kAdders);
   } else if constexpr (!kDeterministic) {
     sm90::bulk_wait_group<0>();  // complete before the CTA exits
   }
