@@ -11,6 +11,10 @@
 #          FASTATTN_CPU_DECODE_SPLITS = each of SPLITS, in SPLIT_ROUNDS alternating rounds.
 #   ab     only with OLD_BIN set (a CLI of the previous tree): the same row from OLD_BIN and
 #          FASTATTN_BIN in ROUNDS alternating rounds.
+#   past_llc  the row at PAST_LLC_KEYS keys (default 131072: 512 MiB of K+V, past any L3 of
+#          that host, where 32768 keys' 128 MiB may fit one), `--page-size -1,0`, ROUNDS runs.
+# Before the stages: the host's caches (lscpu, sysfs) into caches.txt, since a row whose K+V
+# fit the last-level cache reads from it, not from memory (`fastattn bench` marks it with *).
 # Every step runs under `timeout`; the whole job stops starting steps after BUDGET_S.
 #
 # Device call, after the merge (the CLI built on the device from /work/main):
@@ -18,8 +22,8 @@
 # Environment: FASTATTN_BIN (default build/sm90/tools/cli/fastattn), STAGES (default
 # "bar splits"), ROUNDS (3), SPLITS ("32"), SPLIT_ROUNDS (2), MIN_TIME (0.3), BUDGET_S (90),
 # OLD_BIN. Expected time with the defaults: ~60-80 s (info ~5 s, bar ~35 s, splits ~25 s).
-# $OUT gets: summary.txt, info.txt, decode-bar/issue19.json + bar.log, splits-*.json,
-# ab-*.json.
+# $OUT gets: summary.txt, info.txt, caches.txt, decode-bar/issue19.json + bar.log, splits-*.json,
+# ab-*.json, past_llc-*.json.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
@@ -41,12 +45,23 @@ RUN_RESERVE_S=${RUN_RESERVE_S:-2}
 . "$root/tools/dev/lib.sh"
 export OMP_NUM_THREADS=16
 
-shape=(--batch 1 --heads 32 --kv-heads 8 --head-dim 128 --seqlen-q 1 --seqlen-k 32768 --dtype bf16 --causal
-       --threads 16 --min-time "$min_time")
+# decode_shape KEYS: the bar row's arguments over KEYS cached keys, into the array `shape`.
+decode_shape() {
+  shape=(--batch 1 --heads 32 --kv-heads 8 --head-dim 128 --seqlen-q 1 --seqlen-k "$1" --dtype bf16 --causal
+         --threads 16 --min-time "$min_time")
+}
+decode_shape 32768
 if [ ! -x "$bin" ]; then echo "no CLI at $bin (FASTATTN_BIN)"; exit 2; fi
 note "host: $(getconf _NPROCESSORS_ONLN) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); CLI $bin"
 timeout 20 "$bin" info --threads 16 > "$out/info.txt" 2>&1
-grep -iE "memory read|cpu|isa" "$out/info.txt" | head -6
+grep -iE "memory read|cpu|isa|cache" "$out/info.txt" | head -7
+{
+  lscpu | grep -E "Model name|cache"
+  for c in /sys/devices/system/cpu/cpu0/cache/index*; do
+    echo "L$(cat "$c/level") $(cat "$c/type") $(cat "$c/size"), shared with CPUs $(cat "$c/shared_cpu_list")"
+  done
+} > "$out/caches.txt" 2>&1
+cat "$out/caches.txt"
 
 if has bar; then
   run bar 45 "$python" bench/server_cpu.py --fastattn "$bin" --threads 16 --suite issue19 --rows 0 \
@@ -71,12 +86,20 @@ if has ab && [ -n "${OLD_BIN:-}" ]; then
     bench_row "ab-new-r$r" "$bin"
   done
 fi
+if has past_llc; then
+  decode_shape "${PAST_LLC_KEYS:-131072}"
+  for r in $(seq 1 "$rounds"); do
+    run "past_llc-r$r" 40 "$bin" bench --page-size -1,0 "${shape[@]}" --json "$out/past_llc-r$r.json" \
+      > "$out/past_llc-r$r.log" 2>&1
+    grep -E "^b1|peaks" "$out/past_llc-r$r.log" | sed "s/^/  past_llc-r$r: /"
+  done
+fi
 # Per row and setting: median and range over the rounds of the time and % of read.
 python3 - "$out" <<'PY'
 import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 rows = {}
-for path in sorted(glob.glob(f"{out}/splits-*.json") + glob.glob(f"{out}/ab-*.json")):
+for path in sorted(glob.glob(f"{out}/splits-*.json") + glob.glob(f"{out}/ab-*.json") + glob.glob(f"{out}/past_llc-*.json")):
     name = re.sub(r"-r\d+$", "", os.path.basename(path)[:-5])
     for res in json.load(open(path))["results"]:
         rows.setdefault((name, res["shape"]["label"]), []).append(
