@@ -2,8 +2,8 @@
 // tile_scheduler.hpp's tile orders, query-block ranges, full-tile ranges and deterministic ranks
 // against brute force over random masks, plan.hpp's orders; then a step-level model of the grid
 // (the kernel's tiles, walks and ranks, dq_writer.cuh's semaphore protocol with and without
-// late release, and the dQ writer warp's, counting at once and late, with one or two sdQ
-// buffers and a count latency of some rounds) run with few and many resident CTAs, dispatched
+// late release, and the dQ writer warp's, counting at once, with one or two sdQ buffers and a
+// count latency of some rounds) run with few and many resident CTAs, dispatched
 // in launch order as the hardware does.
 //   - No schedule deadlocks: whatever fits on the device, some resident CTA can always move.
 //   - Every (batch, head, query block) receives its dQ adds in one order: ranks 0, 1, 2, ...

@@ -9,7 +9,7 @@
 #      pairs (FASTATTN_CUDA_SM90_BWD_ORDER=longest_first), ~30 s;
 #   3. issue 17: the CPU decode bar on the host's 16 cores, gpu-host-decode.sh stages bar, splits
 #      and past_llc (kv 32k beside PyTorch CPU SDPA, the host's caches, three runs at kv 128k,
-#      whose 512 MiB of K+V pass any L3 of that host), ~150 s (HOST=0 skips);
+#      whose 512 MiB of K+V pass any L3 of that host), ~150 s (HOST_DECODE=0 skips);
 #   4. issue 15: gpu-sm90-ab.sh's forward sweep beside cuDNN, two rounds, with what is left
 #      (more than 90 s).
 # Device call: carry ["build/debs"]; command `OUT=$OUT bash tools/dev/gpu-h200-bars.sh`.
@@ -26,24 +26,24 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 
 OUT=$out/bwd STAGES="build bench det mem" HEAD_DIMS="64;128" \
   TARGETS="fastattn_gpu_tests fastattn_cuda_bench fastattn_cli" DET_ORDERS="" DET_AB=0 PLAN_BULK=0 \
-  BUDGET_S=${BWD_S:-300} bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
+  BUDGET_S=$((${BWD_S:-300} < limit ? ${BWD_S:-300} : limit)) bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
 echo "[$SECONDS s] backward"; grep -E "vs cuDNN|determinism|memory|rc=" "$out/bwd/summary.txt" | head -30
 
 bench=build/sm90/bench/cuda/fastattn_cuda_bench
 if [ -x "$bench" ]; then
   for name in default onegroup; do
-    order=""; [ $name = onegroup ] && order=FASTATTN_CUDA_SM90_BWD_ORDER=longest_first
-    env FASTATTN_CUDA_BWD_SM90=1 $order timeout 40 $bench determinism --det-shapes pairs --runs 3 --warmup 3 \
+    order=(-u FASTATTN_CUDA_SM90_BWD_ORDER); [ $name = onegroup ] && order=(FASTATTN_CUDA_SM90_BWD_ORDER=longest_first)
+    env -u FASTATTN_CUDA_SM90_BWD_DQ -u FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS "${order[@]}" FASTATTN_CUDA_BWD_SM90=1 timeout 40 $bench determinism --det-shapes pairs --runs 3 --warmup 3 \
       --repeats 20 --max-seconds 1 > "$out/bwd/pairs-$name.jsonl" 2>> "$out/bwd/pairs.err"
     echo "[$SECONDS s] determinism pairs, $name: rc=$?"
   done
 fi
 
 cli=build/sm90/tools/cli/fastattn
-if [ "${HOST:-1}" = 1 ] && [ -x "$cli" ] && [ $((limit - SECONDS)) -gt 150 ]; then
+if [ "${HOST_DECODE:-1}" = 1 ] && [ -x "$cli" ] && [ $((limit - SECONDS)) -gt 150 ]; then
   OUT=$out/host FASTATTN_BIN=$cli STAGES="bar splits past_llc" BUDGET_S=150 bash tools/dev/gpu-host-decode.sh \
     > /dev/null 2>&1
-  grep -E "L3|L2 cache" "$out/host/caches.txt"; tail -9 "$out/host/summary.txt"
+  grep -E "L3|L2 cache" "$out/host/caches.txt"; grep -E "^(splits|past_llc)|^\| decode" "$out/host/summary.txt"
   echo "[$SECONDS s] host"
 fi
 
@@ -53,4 +53,7 @@ if [ $left -gt 90 ]; then
     BUDGET_S=$left bash tools/dev/gpu-sm90-ab.sh > /dev/null 2>&1
   echo "[$SECONDS s] forward"; tail -8 "$out/fwd/summary.txt"
 fi
-cd "$out" && tar czf bars.tgz bwd host fwd 2>/dev/null && rm -rf bwd host fwd
+cd "$out" || exit 2
+dirs=()
+for d in bwd host fwd; do [ -d "$d" ] && dirs+=("$d"); done
+((${#dirs[@]})) && tar czf bars.tgz "${dirs[@]}" && rm -rf "${dirs[@]}"

@@ -11,8 +11,9 @@
 #          FASTATTN_CPU_DECODE_SPLITS = each of SPLITS, in SPLIT_ROUNDS alternating rounds.
 #   ab     only with OLD_BIN set (a CLI of the previous tree): the same row from OLD_BIN and
 #          FASTATTN_BIN in ROUNDS alternating rounds.
-#   past_llc  the row at PAST_LLC_KEYS keys (default 131072: 512 MiB of K+V, past any L3 of
-#          that host, where 32768 keys' 128 MiB may fit one), `--page-size -1,0`, ROUNDS runs.
+#   past_llc  the row at PAST_LLC_KEYS keys (default 131072: 512 MiB of K+V, past the L3 of a
+#          one-socket host, where 32768 keys' 128 MiB may fit one), `--page-size -1,0`, ROUNDS
+#          runs (~10 s each: give BUDGET_S room beyond the default 90).
 # Before the stages: the host's caches (lscpu, sysfs) into caches.txt, since a row whose K+V
 # fit the last-level cache reads from it, not from memory (`fastattn bench` marks it with *).
 # Every step runs under `timeout`; the whole job stops starting steps after BUDGET_S.
