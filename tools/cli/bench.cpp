@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -188,9 +187,16 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, Backend backend,
   return outcomes;  // the bar is cleared here, before anything is printed
 }
 
-perf::Table make_table(const std::vector<Outcome>& outcomes, std::int64_t last_level_cache_bytes, Backend backend,
-                       const std::map<int, perf::Peaks>& peaks) {
+// The results table, and whether a row's % read is marked as a cache read (the footnote's cue).
+struct BenchTable {
   perf::Table table;
+  bool cache_marked = false;
+};
+
+BenchTable make_table(const std::vector<Outcome>& outcomes, std::int64_t last_level_cache_bytes, Backend backend,
+                      const std::map<int, perf::Peaks>& peaks) {
+  BenchTable out;
+  perf::Table& table = out.table;
   using Align = perf::Table::Align;
   for (const char* h : {"shape", "mask", "pass", "thr"}) table.add_column(h);
   for (const char* h : {"time", "GFLOP/s", "% peak", "KV GB/s", "% read", "tensors", "+peak mem"})
@@ -213,7 +219,10 @@ perf::Table make_table(const std::vector<Outcome>& outcomes, std::int64_t last_l
     }
     if (const std::optional<double> read = kv_percent_of_read(r, row.threads, peaks)) {
       kv_percent = perf::format_fixed(*read, 1);
-      if (kv_fits_last_level_cache(row.shape, last_level_cache_bytes, backend)) kv_percent += "*";
+      if (kv_fits_last_level_cache(row.shape, last_level_cache_bytes, backend)) {
+        kv_percent += "*";
+        out.cache_marked = true;
+      }
     }
     table.add_row({row.shape.label(), row.shape.mask_label(), perf::to_string(row.pass),
                    std::to_string(r.threads), perf::format_seconds(r.timing.median_s),
@@ -221,7 +230,7 @@ perf::Table make_table(const std::vector<Outcome>& outcomes, std::int64_t last_l
                    perf::format_bytes(static_cast<double>(r.tensor_bytes)),
                    perf::format_bytes(static_cast<double>(r.peak_extra_bytes)), kernel_name(r)});
   }
-  return table;
+  return out;
 }
 
 }  // namespace
@@ -365,14 +374,9 @@ int run_bench(BenchArgs a, int argc, const char* const* argv) {
   const std::vector<Outcome> outcomes = run_rows(rows, backend, timing);
   if (!a.no_peaks) peaks = measure_peaks_for(cpu, a.threads, peaks);
 
-  const perf::Table table = make_table(outcomes, cpu.last_level_cache_bytes, backend, peaks);
-  fmt::print("{}", a.markdown ? table.markdown() : table.text());
-  // The footnote goes with the table's marks.
-  const bool any_cached = std::any_of(outcomes.begin(), outcomes.end(), [&](const Outcome& o) {
-    return o.result && kv_percent_of_read(*o.result, o.row.threads, peaks) &&
-           kv_fits_last_level_cache(o.row.shape, cpu.last_level_cache_bytes, backend);
-  });
-  if (any_cached)
+  const BenchTable made = make_table(outcomes, cpu.last_level_cache_bytes, backend, peaks);
+  fmt::print("{}", a.markdown ? made.table.markdown() : made.table.text());
+  if (made.cache_marked)  // the footnote goes with the table's marks
     fmt::print("* K+V fit this CPU's last-level cache ({:.0f} MiB) and stay there from the fill: "
                "% read compares a cache read with the memory read probe, not memory with memory\n",
                static_cast<double>(cpu.last_level_cache_bytes) / 1048576.0);

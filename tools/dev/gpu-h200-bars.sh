@@ -3,14 +3,13 @@
 # measure, in order of what each issue lacks (H200 starts have been rare; each stage is capped
 # by what is left of LIMIT_S, and a call brings back at most 8 files, so $OUT gets one tarball):
 #   1. issue 16: gpu-sm90-bwd.sh stages build, bench, det, mem (the backward's 27 rows with
-#      today's defaults beside SDPA's cuDNN and flash, the deterministic bar, memory per token),
-#      BWD_S seconds (default 300; build ~70 s);
-#   2. issue 16: `cuda_bench determinism --det-shapes pairs`, default against one group of all
-#      pairs (FASTATTN_CUDA_SM90_BWD_ORDER=longest_first), ~30 s;
-#   3. issue 17: the CPU decode bar on the host's 16 cores, gpu-host-decode.sh stages bar, splits
+#      today's defaults beside SDPA's cuDNN and flash, the deterministic bar, memory per token;
+#      DET_PAIRS: `cuda_bench determinism --det-shapes pairs`, default against one group of all
+#      pairs), BWD_S seconds (default 300; build ~70 s);
+#   2. issue 17: the CPU decode bar on the host's 16 cores, gpu-host-decode.sh stages bar, splits
 #      and past_llc (kv 32k beside PyTorch CPU SDPA, the host's caches, three runs at kv 128k,
 #      whose 512 MiB of K+V pass any L3 of that host), ~150 s (HOST_DECODE=0 skips);
-#   4. issue 15: gpu-sm90-ab.sh's forward sweep beside cuDNN, two rounds, with what is left
+#   3. issue 15: gpu-sm90-ab.sh's forward sweep beside cuDNN, two rounds, with what is left
 #      (more than 90 s).
 # Device call: carry ["build/debs"]; command `OUT=$OUT bash tools/dev/gpu-h200-bars.sh`.
 # On an H100 the same runs are A/B and correctness figures, not the bars.
@@ -25,19 +24,9 @@ limit=${LIMIT_S:-570}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 
 OUT=$out/bwd STAGES="build bench det mem" HEAD_DIMS="64;128" \
-  TARGETS="fastattn_gpu_tests fastattn_cuda_bench fastattn_cli" DET_ORDERS="" DET_AB=0 PLAN_BULK=0 \
+  TARGETS="fastattn_gpu_tests fastattn_cuda_bench fastattn_cli" DET_ORDERS="longest_first" DET_AB=0 DET_PAIRS=1 PLAN_BULK=0 \
   BUDGET_S=$((${BWD_S:-300} < limit ? ${BWD_S:-300} : limit)) bash tools/dev/gpu-sm90-bwd.sh > /dev/null 2>&1
 echo "[$SECONDS s] backward"; grep -E "vs cuDNN|determinism|memory|rc=" "$out/bwd/summary.txt" | head -30
-
-bench=build/sm90/bench/cuda/fastattn_cuda_bench
-if [ -x "$bench" ]; then
-  for name in default onegroup; do
-    order=(-u FASTATTN_CUDA_SM90_BWD_ORDER); [ $name = onegroup ] && order=(FASTATTN_CUDA_SM90_BWD_ORDER=longest_first)
-    env -u FASTATTN_CUDA_SM90_BWD_DQ -u FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS "${order[@]}" FASTATTN_CUDA_BWD_SM90=1 timeout 40 $bench determinism --det-shapes pairs --runs 3 --warmup 3 \
-      --repeats 20 --max-seconds 1 > "$out/bwd/pairs-$name.jsonl" 2>> "$out/bwd/pairs.err"
-    echo "[$SECONDS s] determinism pairs, $name: rc=$?"
-  done
-fi
 
 cli=build/sm90/tools/cli/fastattn
 if [ "${HOST_DECODE:-1}" = 1 ] && [ -x "$cli" ] && [ $((limit - SECONDS)) -gt 150 ]; then

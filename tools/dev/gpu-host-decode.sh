@@ -14,7 +14,7 @@
 #   past_llc  the row at PAST_LLC_KEYS keys (default 131072: 512 MiB of K+V, past the L3 of a
 #          one-socket host, where 32768 keys' 128 MiB may fit one), `--page-size -1,0`, ROUNDS
 #          runs (~10 s each: give BUDGET_S room beyond the default 90).
-# Before the stages: the host's caches (lscpu, sysfs) into caches.txt, since a row whose K+V
+# Before the stages: the host's caches (lscpu) into caches.txt, since a row whose K+V
 # fit the last-level cache reads from it, not from memory (`fastattn bench` marks it with *).
 # Every step runs under `timeout`; the whole job stops starting steps after BUDGET_S.
 #
@@ -56,12 +56,8 @@ if [ ! -x "$bin" ]; then echo "no CLI at $bin (FASTATTN_BIN)"; exit 2; fi
 note "host: $(getconf _NPROCESSORS_ONLN) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); CLI $bin"
 timeout 20 "$bin" info --threads 16 > "$out/info.txt" 2>&1
 grep -iE "memory read|cpu|isa|cache" "$out/info.txt" | head -7
-{
-  lscpu | grep -E "Model name|cache"
-  for c in /sys/devices/system/cpu/cpu0/cache/index*; do
-    echo "L$(cat "$c/level") $(cat "$c/type") $(cat "$c/size"), shared with CPUs $(cat "$c/shared_cpu_list")"
-  done
-} > "$out/caches.txt" 2>&1
+# info.txt has the last-level cache the CLI reads (cpu0's, sysfs); lscpu adds every level's total.
+lscpu | grep -E "Model name|cache" > "$out/caches.txt" 2>&1
 cat "$out/caches.txt"
 
 if has bar; then
