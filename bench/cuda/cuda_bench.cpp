@@ -2,7 +2,7 @@
 // events (warm-up, >= 20 timed calls, median), bf16, one JSON object per line on stdout.
 //
 //   cuda_bench MODE [--passes fwd,bwd,fwdbwd] [--warmup N] [--repeats N] [--max-seconds S] [--runs N]
-//                   [--det-shapes bar|pairs]
+//                   [--det-shapes bar|pairs|pairs_varlen]
 //              [--variants NAME:VAR=VALUE+VAR=VALUE,NAME:...]
 //
 // --variants times each pass of each shape once per variant, on the same tensors, one after the
@@ -37,6 +37,7 @@
 //   determinism  deterministic backward --runs times (default 2), dq/dk/dv compared bitwise;
 //                its cost; --det-shapes bar (default: issue 16's four shapes) or pairs (the same
 //                work per (batch, KV head) pair at d 64 and 128 without a mask, 16 to 256 pairs)
+//                or pairs_varlen (those tensors as one varlen batch of equal sequences)
 // A call the library refuses (e.g. a backward before there is a CUDA backward kernel) becomes
 // an "error" row; a device error ends the mode (the context may be unusable), exit status 3.
 #include <cuda_runtime.h>

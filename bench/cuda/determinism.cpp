@@ -41,9 +41,30 @@ double max_abs_diff_bf16(const Bytes& a, const Bytes& b) {
   return worst;
 }
 
+// cu_seqlens on the device for the varlen rows (nothing allocated for n = 0).
+class DeviceOffsets {
+ public:
+  explicit DeviceOffsets(std::int64_t n) : n_(n) {
+    if (n > 0) perf::cuda::check(cudaMalloc(&data_, static_cast<std::size_t>(n) * 4), "cudaMalloc");
+  }
+  ~DeviceOffsets() { cudaFree(data_); }
+  DeviceOffsets(const DeviceOffsets&) = delete;
+  DeviceOffsets& operator=(const DeviceOffsets&) = delete;
+  void upload(const std::vector<std::int32_t>& host) {
+    perf::cuda::check(cudaMemcpy(data_, host.data(), static_cast<std::size_t>(n_) * 4, cudaMemcpyHostToDevice),
+                      "cudaMemcpy (cu_seqlens)");
+  }
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  std::int64_t n_;
+};
+
 struct Case {
   perf::BenchShape shape;
   const char* tag;
+  bool varlen = false;  // the padded tensors read as one varlen batch of `batch` equal sequences
 };
 
 std::vector<Case> cases(DeterminismShapes shapes) {
@@ -59,11 +80,13 @@ std::vector<Case> cases(DeterminismShapes shapes) {
     x.causal = causal;
     return x;
   };
-  if (shapes == DeterminismShapes::pairs) {
+  if (shapes == DeterminismShapes::pairs || shapes == DeterminismShapes::pairs_varlen) {
+    const bool varlen = shapes == DeterminismShapes::pairs_varlen;
+    const char* tag = varlen ? "determinism_pairs_varlen" : "determinism_pairs";
     std::vector<Case> out;
     for (std::int64_t b : {1, 2, 4, 8}) {
-      out.push_back({make(b, 4096, 32, 32, 64, false), "determinism_pairs"});
-      out.push_back({make(b, 4096, 16, 16, 128, false), "determinism_pairs"});
+      out.push_back({make(b, 4096, 32, 32, 64, false), tag, varlen});
+      out.push_back({make(b, 4096, 16, 16, 128, false), tag, varlen});
     }
     return out;
   }
@@ -80,7 +103,9 @@ std::vector<Case> cases(DeterminismShapes shapes) {
 DeterminismShapes parse_determinism_shapes(const std::string& text) {
   if (text == "bar") return DeterminismShapes::bar;
   if (text == "pairs") return DeterminismShapes::pairs;
-  throw Error(ErrorCode::invalid_argument, "cuda_bench: --det-shapes expected bar or pairs, got '" + text + "'");
+  if (text == "pairs_varlen") return DeterminismShapes::pairs_varlen;
+  throw Error(ErrorCode::invalid_argument,
+              "cuda_bench: --det-shapes expected bar, pairs or pairs_varlen, got '" + text + "'");
 }
 
 void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs, DeterminismShapes shapes) {
@@ -91,6 +116,24 @@ void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs
       AttentionOptions options;
       options.backend = Backend::cuda;
       options.causal = c.shape.causal;
+      // Varlen: [b, s, h, d] read as [b * s, h, d] (the same bytes) with cu_seqlens 0, s, 2s, ...;
+      // lse becomes [h, b * s] (its buffer has that many floats).
+      DeviceOffsets cu_seqlens(c.varlen ? c.shape.batch + 1 : 0);
+      if (c.varlen) {
+        const std::int64_t b = c.shape.batch, s = c.shape.seqlen_q, h = c.shape.heads, hkv = c.shape.kv_heads,
+                           d = c.shape.head_dim;
+        std::vector<std::int32_t> offsets(static_cast<std::size_t>(b + 1));
+        for (std::int64_t i = 0; i <= b; ++i) offsets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * s);
+        cu_seqlens.upload(offsets);
+        auto tokens = [&](TensorView& x, std::int64_t heads) {
+          x = make_tensor(x.data, x.dtype, {b * s, heads, d}, x.device);
+        };
+        for (TensorView* x : {&t.q, &t.out, &t.dout, &t.dq}) tokens(*x, h);
+        for (TensorView* x : {&t.k, &t.v, &t.dk, &t.dv}) tokens(*x, hkv);
+        t.lse = make_tensor(t.lse.data, DType::f32, {h, b * s}, t.lse.device);
+        options.cu_seqlens_q = options.cu_seqlens_k = make_tensor(cu_seqlens.data(), DType::i32, {b + 1}, t.q.device);
+        options.max_seqlen_q = options.max_seqlen_k = s;
+      }
       fastattn::forward(t.q, t.k, t.v, t.out, t.lse, options);
       auto backward_once = [&](bool deterministic) {
         options.deterministic = deterministic;
