@@ -322,11 +322,11 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 2, 16, 16, causal, false).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
     }
-    // Right-bounded (causal) non-deterministic padded calls of more than kSm90GroupedPairs
-    // (batch, KV head) pairs, and deterministic padded calls of any mask: longest first (ascending
+    // Right-bounded (causal) non-deterministic calls of more than kSm90GroupedPairs (batch, KV
+    // head) pairs, and deterministic calls of any mask, padded or varlen: longest first (ascending
     // key blocks) within groups of that many pairs, however many pairs (GQA counts KV heads);
-    // varlen calls, non-deterministic windows and calls without a mask (head-major) and calls of
-    // 4 or fewer pairs keep one group.
+    // non-deterministic windows and calls without a mask (head-major) and calls of 4 or fewer
+    // pairs keep one group.
     ASSERT_EQ(cuda::kSm90GroupedPairs, 4);
     for (int batch : {2, 8}) {
       const cuda::BackwardPlan plan = cuda::plan_backward_sm90(128, batch, 16, 16, causal, false);
@@ -344,8 +344,8 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
                   .find("low key blocks first across heads within groups of 4"),
               std::string::npos);
     EXPECT_EQ(cuda::plan_backward_sm90(128, 1, 32, 4, causal, true).sm90_tile_group, 0);  // 4 pairs: one group
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);  // varlen
-    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true, 8 * 4096).sm90_tile_group, 0);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 4);  // varlen
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true, 8 * 4096).sm90_tile_group, 4);
     const cuda::Sm90MaskShape sliding{1024, 0, true, 4096, 4096};
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
@@ -358,6 +358,8 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_order,
               static_cast<int>(Sm90TileOrder::key_block_ascending));
     EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_group, 4);
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true, 8 * 4096).sm90_tile_group, 4);  // varlen
+    EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false, 8 * 4096).sm90_tile_group, 0);  // head-major
     {
       const ScopedEnv spt("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("shortest_first"));  // non-det: the default
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false).sm90_tile_group, 4);
@@ -370,7 +372,7 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true).sm90_tile_group, 0);  // deterministic too
     }
     {
-      // grouped: the groups for windows too; still none for varlen calls or unmasked
+      // grouped: the groups for windows too, varlen calls included; still none for unmasked
       // non-deterministic ones (head-major).
       const ScopedEnv grouped("FASTATTN_CUDA_SM90_BWD_ORDER", std::string("grouped"));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false).sm90_tile_group, 4);
@@ -378,8 +380,8 @@ TEST(CudaSm90BackwardPlan, SwitchesAndScratch) {
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_order,
                 static_cast<int>(Sm90TileOrder::key_block_ascending));
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, true).sm90_tile_group, 4);
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true, 8 * 4096).sm90_tile_group, 0);  // varlen
-      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, false, 8 * 4096).sm90_tile_group, 0);
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, causal, true, 8 * 4096).sm90_tile_group, 4);  // varlen
+      EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, sliding, false, 8 * 4096).sm90_tile_group, 4);
       EXPECT_EQ(cuda::plan_backward_sm90(128, 8, 16, 16, unmasked, false).sm90_tile_group, 0);
     }
     {

@@ -311,12 +311,12 @@ TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder
       max_k = std::max(max_k, s.len_k[static_cast<std::size_t>(b)]);
     }
     // The plan decides on the padded (longest) shape, as plan_backward_sm90 does for varlen;
-    // padded calls in its groups of pairs, here of 1-3 pairs (of up to 6).
+    // calls (varlen too) in its groups of pairs, here of 1-3 pairs (of up to 6).
     const cuda::Sm90MaskShape shape{s.left, s.right, s.bottom_right, max_q, max_k};
     const std::int64_t group_pairs = 1 + static_cast<std::int64_t>(rng() % 3);
     for (const Sm90TileOrder order : {cuda::sm90_tile_order(shape, s.block_n, true),
                                       cuda::sm90_tile_order(shape, s.block_n, true, true), Sm90TileOrder::head_major}) {
-      s.group_pairs = static_cast<int>(cuda::sm90_tile_group(shape, order, cuda::Sm90OrderSwitch::automatic, true, varlen,
+      s.group_pairs = static_cast<int>(cuda::sm90_tile_group(shape, order, cuda::Sm90OrderSwitch::automatic, true,
                                                              static_cast<std::int64_t>(s.batch) * s.kv_heads, group_pairs));
       grouped += s.group_pairs > 0;
       for (const int resident : {1, 2, 5, 132}) {

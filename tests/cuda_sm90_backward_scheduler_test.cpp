@@ -96,35 +96,33 @@ TEST(CudaSm90BackwardScheduler, TileOrdersAreBijectionsAndLongestFirst) {
   EXPECT_EQ(order(100, 5, true, 4096, 4096, true, true), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, false), Sm90TileOrder::key_block_descending);
   EXPECT_EQ(order(5, 100, true, 4096, 4096, true), Sm90TileOrder::key_block_ascending);
-  // The groups of pairs (plan.hpp sm90_tile_group): padded calls of more pairs than a group,
+  // The groups of pairs (plan.hpp sm90_tile_group): calls of more pairs than a group (varlen too),
   // non-deterministic ones with a right bound only, deterministic ones with any mask or none;
   // FASTATTN_CUDA_SM90_BWD_ORDER=grouped adds the other longest-first orders, longest_first takes
   // them away.
   using cuda::Sm90OrderSwitch;
-  auto group = [](cuda::Sm90MaskShape m, Sm90OrderSwitch sw, bool deterministic, bool varlen, std::int64_t pairs) {
-    return cuda::sm90_tile_group(m, cuda::sm90_tile_order(m, 128, deterministic), sw, deterministic, varlen, pairs, 4);
+  auto group = [](cuda::Sm90MaskShape m, Sm90OrderSwitch sw, bool deterministic, std::int64_t pairs) {
+    return cuda::sm90_tile_group(m, cuda::sm90_tile_order(m, 128, deterministic), sw, deterministic, pairs, 4);
   };
   const cuda::Sm90MaskShape causal{-1, 0, true, 4096, 4096}, window{1024, 0, true, 4096, 4096},
       left_only{100, -1, true, 4096, 4096}, none{-1, -1, true, 4096, 4096};
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 5), 4);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 256), 4);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, false, 4), 0);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, false, 256), 4);
-  EXPECT_EQ(group(window, Sm90OrderSwitch::automatic, true, false, 256), 4);
-  EXPECT_EQ(group(left_only, Sm90OrderSwitch::automatic, true, false, 256), 4);
-  EXPECT_EQ(group(none, Sm90OrderSwitch::automatic, true, false, 256), 4);
-  EXPECT_EQ(group(none, Sm90OrderSwitch::automatic, true, false, 4), 0);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, true, 256), 0);  // varlen
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, true, false, 256), 0);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, true, 256), 0);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::shortest_first, false, false, 256), 4);
-  EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, false, false, 256), 0);
-  EXPECT_EQ(group(window, Sm90OrderSwitch::automatic, false, false, 256), 0);
-  EXPECT_EQ(group(left_only, Sm90OrderSwitch::automatic, false, false, 256), 0);
-  EXPECT_EQ(group(window, Sm90OrderSwitch::grouped, false, false, 256), 4);
-  EXPECT_EQ(group(left_only, Sm90OrderSwitch::grouped, false, false, 256), 4);
-  EXPECT_EQ(group(none, Sm90OrderSwitch::grouped, false, false, 256), 0);  // head-major
-  EXPECT_EQ(group(cuda::Sm90MaskShape{-1, 0, true, 100, 100}, Sm90OrderSwitch::automatic, false, false, 256), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, 5), 4);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, 256), 4);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, false, 4), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::automatic, true, 256), 4);
+  EXPECT_EQ(group(window, Sm90OrderSwitch::automatic, true, 256), 4);
+  EXPECT_EQ(group(left_only, Sm90OrderSwitch::automatic, true, 256), 4);
+  EXPECT_EQ(group(none, Sm90OrderSwitch::automatic, true, 256), 4);
+  EXPECT_EQ(group(none, Sm90OrderSwitch::automatic, true, 4), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, true, 256), 0);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::shortest_first, false, 256), 4);
+  EXPECT_EQ(group(causal, Sm90OrderSwitch::longest_first, false, 256), 0);
+  EXPECT_EQ(group(window, Sm90OrderSwitch::automatic, false, 256), 0);
+  EXPECT_EQ(group(left_only, Sm90OrderSwitch::automatic, false, 256), 0);
+  EXPECT_EQ(group(window, Sm90OrderSwitch::grouped, false, 256), 4);
+  EXPECT_EQ(group(left_only, Sm90OrderSwitch::grouped, false, 256), 4);
+  EXPECT_EQ(group(none, Sm90OrderSwitch::grouped, false, 256), 0);  // head-major
+  EXPECT_EQ(group(cuda::Sm90MaskShape{-1, 0, true, 100, 100}, Sm90OrderSwitch::automatic, false, 256), 0);
   // Windows near INT64_MAX (unbounded in effect) do not overflow.
   EXPECT_EQ(order(std::numeric_limits<std::int64_t>::max(), 0, true, 4096, 4096, false),
             Sm90TileOrder::key_block_ascending);

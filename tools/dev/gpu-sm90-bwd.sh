@@ -51,7 +51,8 @@
 #             sm90_bwd_summary.py prints their A/B; with DET_PAIRS=1 also --det-shapes pairs
 #             (b1-b8 at s4k, 3 runs) with the default order (pairs.jsonl) and each of DET_ORDERS
 #             (pairs-ORDER.jsonl, e.g. DET_ORDERS=longest_first: one group of all pairs), and
-#             --det-shapes pairs_varlen (pairs-varlen.jsonl: the same tensors as a varlen batch)
+#             the same for --det-shapes pairs_varlen (pairs-varlen.jsonl, pairs-varlen-ORDER.jsonl:
+#             the same tensors as one varlen batch of equal sequences)
 #   mem       b1 h16 d128 causal backward at seqlen 32k/64k/128k: tensors + scratch bytes per
 #             token (mem.jsonl); after bench/det/mem, tools/dev/sm90_bwd_summary.py judges the
 #             bars (geomeans and minimums vs cuDNN) into sm90_bwd_summary.json
@@ -229,15 +230,15 @@ if has det; then
   # DET_PAIRS=1: the speed over the batch too (--det-shapes pairs, b1-b8 at s4k; 3 runs), the
   # default (pairs.jsonl) and each order of DET_ORDERS (pairs-ORDER.jsonl), even with DET_AB=0.
   if [ "${DET_PAIRS:-0}" = 1 ]; then
-    for order in default ${DET_ORDERS-head_major shortest_first}; do
-      env=""; name=pairs
-      [ "$order" = default ] || { env="FASTATTN_CUDA_SM90_BWD_ORDER=$order"; name="pairs-${order//_/}"; }
-      run "det_$name" 40 bash -c "$env '$bench' determinism --det-shapes pairs --runs 3 $timing \
-          > '$out/$name.jsonl' 2>> '$out/bench.err'"
+    # pairs_varlen: the same tensors as one varlen batch of equal sequences.
+    for shapes in pairs pairs_varlen; do
+      for order in default ${DET_ORDERS-head_major shortest_first}; do
+        env=""; name=${shapes//_/-}
+        [ "$order" = default ] || { env="FASTATTN_CUDA_SM90_BWD_ORDER=$order"; name="$name-${order//_/}"; }
+        run "det_$name" 40 bash -c "$env '$bench' determinism --det-shapes $shapes --runs 3 $timing \
+            > '$out/$name.jsonl' 2>> '$out/bench.err'"
+      done
     done
-    # The same tensors as one varlen batch (varlen kernels run one group of all pairs).
-    run det_pairs_varlen 40 bash -c "'$bench' determinism --det-shapes pairs_varlen --runs 3 $timing \
-        > '$out/pairs-varlen.jsonl' 2>> '$out/bench.err'"
   fi
   # The deterministic orders' A/B (tile_scheduler.hpp): head-major (the order of calls without
   # a mask before the fifteenth session) and shortest first (DET_AB=0 skips them and the variant

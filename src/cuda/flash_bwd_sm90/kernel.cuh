@@ -66,14 +66,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     unsigned tile = blockIdx.x;
     asm volatile("" : "+r"(tile));
     if constexpr (T::kVarlen) {
-      // Varlen calls run one group (plan.hpp: sm90_tile_group groups padded calls only; read here, the
-      // group's arithmetic added 16-20 bytes to the varlen kernels' spills).
-      const int batch = sm90_backward_tile(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order).batch;
-      const int q_start = p.cu_seqlens_q[batch], k_start = p.cu_seqlens_k[batch];
-      Sm90BackwardWork w = sm90_backward_work(
-          tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.group_size, p.cu_seqlens_q[batch + 1] - q_start,
-          p.cu_seqlens_k[batch + 1] - k_start, p.window_left, p.window_right, p.bottom_right, T::kBlockM, T::kBlockN,
-          shortest_first);
+      // The tile once (its batch picks the sequence), then its work on that sequence's lengths.
+      const Sm90BackwardTile owned =
+          sm90_backward_tile(tile, n_blocks, p.num_kv_heads, p.batch, p.sm90_tile_order, p.sm90_tile_group);
+      const int q_start = p.cu_seqlens_q[owned.batch], k_start = p.cu_seqlens_k[owned.batch];
+      Sm90BackwardWork w = sm90_backward_work(owned, p.group_size, p.cu_seqlens_q[owned.batch + 1] - q_start,
+                                              p.cu_seqlens_k[owned.batch + 1] - k_start, p.window_left,
+                                              p.window_right, p.bottom_right, T::kBlockM, T::kBlockN, shortest_first);
       w.q_start = q_start;
       w.k_start = k_start;
       return w;

@@ -250,7 +250,7 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // is exactly longest first; left-bounded only: non-decreasing, descending. Two-sided windows:
 // the end whose clamp cuts less goes first. Where the first and last key block weigh the same
 // (no mask, or one key block), the (batch, head)-major order keeps one head's Q and dO hot in L2
-// for its key blocks. Padded non-deterministic calls with a right bound only (causal) and more
+// for its key blocks. Non-deterministic calls with a right bound only (causal) and more
 // than kSm90GroupedPairs (batch, KV head) pairs run longest first within groups of that many
 // pairs (sm90_tile_group below): longest first over all pairs runs key block n of every pair at
 // once, so each resident CTA streams another head's Q and dO from memory. Measured on an H100
@@ -263,11 +263,12 @@ inline bool sm90_backward_opted_in() { return sm90_backward_switch().on; }
 // 32/8, MHA s16k), where the other sizes moved some row by 8-21% in that run (not all of it
 // reproduced in later calls: identical plans timed twice in one call read up to 25% apart on a
 // single forward+backward row). Groups of 4 had the best forward+backward geometric mean
-// (1.017/1.019 against the order before, min 0.975/0.981). Sliding windows, left-bounded windows
-// and varlen calls keep longest first (not measured).
+// (1.017/1.019 against the order before, min 0.975/0.981). Sliding windows and left-bounded
+// windows keep longest first (not measured). Varlen calls take the groups too since the
+// twenty-eighth session (their grid: the longest sequence's key blocks for every pair).
 // Deterministic mode orders by its dQ adds instead (tile_scheduler.hpp): a key block may wait
 // only for key blocks launched before it. Every mask launches ascending key blocks, within
-// groups of kSm90GroupedPairs (batch, KV head) pairs for padded calls of more pairs
+// groups of kSm90GroupedPairs (batch, KV head) pairs for calls of more pairs
 // (sm90_tile_group below; longest first for a right bound, as above). Each key block runs about
 // a step behind the one before it on their shared query blocks where they are resident together
 // (head-major, the order of calls without a mask before the fifteenth session: key block n of a
@@ -314,7 +315,7 @@ constexpr std::int64_t sm90_key_block_rows(const Sm90MaskShape& m, std::int64_t 
 // off ((batch, KV head)-major for every call: the A/B measurement of the order, and in
 // deterministic mode the order calls without a mask took before the fifteenth session);
 // shortest_first, the default order except right-bounded deterministic calls (above); grouped,
-// the groups for every padded longest-first call, windows included (an A/B).
+// the groups for every longest-first call, windows included (an A/B).
 constexpr const char* kSm90BwdOrderEnv = "FASTATTN_CUDA_SM90_BWD_ORDER";
 enum class Sm90OrderSwitch { automatic, longest_first, head_major, shortest_first, grouped };
 inline Sm90OrderSwitch sm90_order_switch() {
@@ -345,17 +346,18 @@ constexpr Sm90TileOrder sm90_tile_order(const Sm90MaskShape& m, std::int64_t blo
   if (last > first) return Sm90TileOrder::key_block_descending;
   return Sm90TileOrder::head_major;
 }
-// The pairs per group of a call's longest-first order (above), 0 for one group of all, for
-// padded calls (varlen kernels do not read the group: it added to their spills, kernel.cuh):
+// The pairs per group of a call's longest-first order (above), 0 for one group of all:
 // deterministic calls with any mask or none (within a group a key block is still launched after
 // the key blocks ranked before it, tile_scheduler.hpp), non-deterministic ones with a right
 // bound only, or under FASTATTN_CUDA_SM90_BWD_ORDER=grouped with any mask (an A/B; calls without
 // a mask are head-major); longest_first: one group always (head_major has no groups).
 // pairs: batch * num_kv_heads (a tile's CTA serves a KV head's whole group of query heads).
+// Varlen calls too, since the twenty-eighth session: one group of all pairs made a varlen batch's
+// deterministic backward 0.54-0.58x the default's speed at 128-256 pairs (H100,
+// bench/results/nvidia-h100-session28-2026-12-06), as padded calls were before their groups.
 constexpr std::int64_t sm90_tile_group(const Sm90MaskShape& m, Sm90TileOrder order, Sm90OrderSwitch order_switch,
-                                       bool deterministic, bool varlen, std::int64_t pairs,
-                                       std::int64_t group_pairs) {
-  if (varlen || order == Sm90TileOrder::head_major || group_pairs >= pairs) return 0;
+                                       bool deterministic, std::int64_t pairs, std::int64_t group_pairs) {
+  if (order == Sm90TileOrder::head_major || group_pairs >= pairs) return 0;
   if (order_switch == Sm90OrderSwitch::longest_first) return 0;
   if (deterministic || order_switch == Sm90OrderSwitch::grouped) return group_pairs;
   return m.window_right >= 0 && m.window_left < 0 ? group_pairs : 0;  // automatic, shortest_first
@@ -439,8 +441,8 @@ inline BackwardPlan plan_backward_sm90(std::int64_t head_dim, std::int64_t batch
           ? Sm90TileOrder::head_major
           : sm90_tile_order(mask, b.block_n, deterministic, order == Sm90OrderSwitch::shortest_first);
   plan.sm90_tile_order = static_cast<int>(tile_order);
-  plan.sm90_tile_group = static_cast<int>(sm90_tile_group(mask, tile_order, order, deterministic, total_q_tokens >= 0,
-                                                          batch * num_kv_heads, sm90_group_pairs()));
+  plan.sm90_tile_group =
+      static_cast<int>(sm90_tile_group(mask, tile_order, order, deterministic, batch * num_kv_heads, sm90_group_pairs()));
   const bool varlen = total_q_tokens >= 0;
   const std::int64_t total_q = varlen ? total_q_tokens : batch * seqlen_q;
   plan.d_sum_bytes = scratch_align(static_cast<std::size_t>(num_heads * total_q) * sizeof(float));

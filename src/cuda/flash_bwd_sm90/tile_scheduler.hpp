@@ -171,11 +171,10 @@ struct Sm90StepCursor {
   }
 };
 
-FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
-                                                int group_size, int len_q, int len_k, std::int64_t window_left,
-                                                std::int64_t window_right, bool bottom_right, int block_m,
-                                                int block_n, bool shortest_first, int group_pairs = 0) {
-  const Sm90BackwardTile tile = sm90_backward_tile(t, n_blocks, kv_heads, batch, order, group_pairs);
+// The work of the CTA that owns `tile` (varlen: len_q / len_k are its sequence's).
+FASTATTN_HD Sm90BackwardWork sm90_backward_work(const Sm90BackwardTile& tile, int group_size, int len_q, int len_k,
+                                                std::int64_t window_left, std::int64_t window_right,
+                                                bool bottom_right, int block_m, int block_n, bool shortest_first) {
   Sm90BackwardWork w;
   w.n_block = tile.n_block;
   w.kv_head = tile.kv_head;
@@ -202,6 +201,15 @@ FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, in
   w.full_m_end = static_cast<int>(full.hi < r.m_end ? full.hi : r.m_end);
   w.steps = (r.m_end - r.m_begin) * group_size;
   return w;
+}
+
+// The work of grid tile t (padded calls: every sequence len_q / len_k long).
+FASTATTN_HD Sm90BackwardWork sm90_backward_work(std::int64_t t, int n_blocks, int kv_heads, int batch, int order,
+                                                int group_size, int len_q, int len_k, std::int64_t window_left,
+                                                std::int64_t window_right, bool bottom_right, int block_m,
+                                                int block_n, bool shortest_first, int group_pairs = 0) {
+  return sm90_backward_work(sm90_backward_tile(t, n_blocks, kv_heads, batch, order, group_pairs), group_size, len_q,
+                            len_k, window_left, window_right, bottom_right, block_m, block_n, shortest_first);
 }
 
 }  // namespace fastattn::cuda
