@@ -284,7 +284,7 @@ Shape square(int seqlen, int heads, std::int64_t right, int block_n = 128) {
 
 // Random masks, lengths (varlen with empty sequences), GQA and residency: never a deadlock,
 // never an add out of its order, in the plan's deterministic orders (the default, and shortest
-// first; padded calls within groups of pairs) and in head-major
+// first; calls within groups of pairs, varlen too) and in head-major
 // (FASTATTN_CUDA_SM90_BWD_ORDER=head_major), with and without late release.
 TEST(CudaSm90BackwardSchedule, DeterministicOrdersNeverDeadlockAndAddInRankOrder) {
   std::mt19937 rng(11);

@@ -120,6 +120,9 @@ void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs
       // lse becomes [h, b * s] (its buffer has that many floats).
       DeviceOffsets cu_seqlens(c.varlen ? c.shape.batch + 1 : 0);
       if (c.varlen) {
+        if (c.shape.seqlen_q != c.shape.seqlen_k) {  // one cu_seqlens for q and k below
+          throw Error(ErrorCode::invalid_argument, "determinism: varlen shapes need seqlen_q == seqlen_k");
+        }
         const std::int64_t b = c.shape.batch, s = c.shape.seqlen_q, h = c.shape.heads, hkv = c.shape.kv_heads,
                            d = c.shape.head_dim;
         std::vector<std::int32_t> offsets(static_cast<std::size_t>(b + 1));

@@ -13,7 +13,7 @@ namespace fastattn::bench {
 // and d 128 (16 heads), s 4096, no mask: the same work per (batch, KV head) pair over 32..256
 // pairs, i.e. fewer or more CTAs of one pair resident at once (tag determinism_pairs);
 // pairs_varlen, the same tensors as one varlen batch of b equal sequences (tag
-// determinism_pairs_varlen: varlen kernels run deterministic calls in one group of all pairs).
+// determinism_pairs_varlen: varlen calls in the padded calls' groups of pairs).
 enum class DeterminismShapes { bar, pairs, pairs_varlen };
 // "bar", "pairs" or "pairs_varlen"; anything else is an invalid_argument error naming the option.
 DeterminismShapes parse_determinism_shapes(const std::string& text);
