@@ -88,6 +88,13 @@ std::vector<Case> cases(DeterminismShapes shapes) {
       out.push_back({make(b, 4096, 32, 32, 64, false), tag, varlen});
       out.push_back({make(b, 4096, 16, 16, 128, false), tag, varlen});
     }
+    // Varlen causal too: its non-deterministic default takes the causal calls' groups.
+    if (varlen) {
+      for (std::int64_t b : {2, 8}) {
+        out.push_back({make(b, 4096, 32, 32, 64, true), tag, varlen});
+        out.push_back({make(b, 4096, 16, 16, 128, true), tag, varlen});
+      }
+    }
     return out;
   }
   // MHA at both head dims, causal and not, and GQA (dK/dV summed over a group of 8 heads,
