@@ -2,8 +2,8 @@
 // (gpu_sm90_backward_test.cpp, gpu_sm90_backward_varlen_dims_test.cpp): the fixture, which skips
 // unless the device's path is sm90 and opts in with FASTATTN_CUDA_BWD_SM90=1, and the two
 // checks: a case against float64 on the sm90 backward, and deterministic mode's bits over 10
-// runs. In a named namespace, not an anonymous one: gtest wants one fixture type per suite name
-// across the test binary's files.
+// runs. Outside an anonymous namespace, as gpu_sm90_support.hpp's: gtest wants one fixture type
+// per suite name across the test binary's files.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include "reference/reference.hpp"
 #include "test_support.hpp"
 
-namespace fastattn::testing::sm90_backward {
+namespace fastattn::testing {
 
 class CudaSm90Backward : public GpuTest {
  protected:
@@ -66,4 +66,4 @@ inline void expect_bitwise_repeatable(const std::string& text, const std::string
   }
 }
 
-}  // namespace fastattn::testing::sm90_backward
+}  // namespace fastattn::testing

@@ -42,10 +42,6 @@
 namespace fastattn::testing {
 namespace {
 
-using sm90_backward::CudaSm90Backward;
-using sm90_backward::expect_bitwise_repeatable;
-using sm90_backward::expect_sm90_backward;
-
 // The odd shapes for one head dim and dtype.
 std::vector<std::string> odd_shapes(int d, const char* dtype) {
   const std::string t = " d=" + std::to_string(d) + " dtype=" + dtype;

@@ -31,10 +31,6 @@
 namespace fastattn::testing {
 namespace {
 
-using sm90_backward::CudaSm90Backward;
-using sm90_backward::expect_bitwise_repeatable;
-using sm90_backward::expect_sm90_backward;
-
 // d = 96 and d = 256 (written without a GPU; kSm90BackwardHeadDims can drop either): a smaller
 // set than d = 64 / 128 (the float64 reference and the naive bound cost more per element),
 // covering what is their own. d = 96: tiles padded to 128 columns (TMA zero-fills 96..127, the
