@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench_rows.hpp"
+#include "device_array.hpp"
 #include "device_tensors.hpp"
 
 namespace fastattn::bench {
@@ -40,26 +41,6 @@ double max_abs_diff_bf16(const Bytes& a, const Bytes& b) {
   }
   return worst;
 }
-
-// cu_seqlens on the device for the varlen rows (nothing allocated for n = 0).
-class DeviceOffsets {
- public:
-  explicit DeviceOffsets(std::int64_t n) : n_(n) {
-    if (n > 0) perf::cuda::check(cudaMalloc(&data_, static_cast<std::size_t>(n) * 4), "cudaMalloc");
-  }
-  ~DeviceOffsets() { cudaFree(data_); }
-  DeviceOffsets(const DeviceOffsets&) = delete;
-  DeviceOffsets& operator=(const DeviceOffsets&) = delete;
-  void upload(const std::vector<std::int32_t>& host) {
-    perf::cuda::check(cudaMemcpy(data_, host.data(), static_cast<std::size_t>(n_) * 4, cudaMemcpyHostToDevice),
-                      "cudaMemcpy (cu_seqlens)");
-  }
-  void* data() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-  std::int64_t n_;
-};
 
 struct Case {
   perf::BenchShape shape;
@@ -125,7 +106,7 @@ void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs
       options.causal = c.shape.causal;
       // Varlen: [b, s, h, d] read as [b * s, h, d] (the same bytes) with cu_seqlens 0, s, 2s, ...;
       // lse becomes [h, b * s] (its buffer has that many floats).
-      DeviceOffsets cu_seqlens(c.varlen ? c.shape.batch + 1 : 0);
+      DeviceArray cu_seqlens(c.varlen ? static_cast<std::size_t>(c.shape.batch + 1) * 4 : 0);
       if (c.varlen) {
         if (c.shape.seqlen_q != c.shape.seqlen_k) {  // one cu_seqlens for q and k below
           throw Error(ErrorCode::invalid_argument, "determinism: varlen shapes need seqlen_q == seqlen_k");
@@ -134,14 +115,15 @@ void run_determinism_mode(const perf::cuda::EventTimingOptions& timing, int runs
                            d = c.shape.head_dim;
         std::vector<std::int32_t> offsets(static_cast<std::size_t>(b + 1));
         for (std::int64_t i = 0; i <= b; ++i) offsets[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * s);
-        cu_seqlens.upload(offsets);
+        perf::cuda::check(cudaMemcpy(cu_seqlens.data, offsets.data(), cu_seqlens.bytes, cudaMemcpyHostToDevice),
+                          "cudaMemcpy (cu_seqlens)");
         auto tokens = [&](TensorView& x, std::int64_t heads) {
           x = make_tensor(x.data, x.dtype, {b * s, heads, d}, x.device);
         };
         for (TensorView* x : {&t.q, &t.out, &t.dout, &t.dq}) tokens(*x, h);
         for (TensorView* x : {&t.k, &t.v, &t.dk, &t.dv}) tokens(*x, hkv);
         t.lse = make_tensor(t.lse.data, DType::f32, {h, b * s}, t.lse.device);
-        options.cu_seqlens_q = options.cu_seqlens_k = make_tensor(cu_seqlens.data(), DType::i32, {b + 1}, t.q.device);
+        options.cu_seqlens_q = options.cu_seqlens_k = make_tensor(cu_seqlens.data, DType::i32, {b + 1}, t.q.device);
         options.max_seqlen_q = options.max_seqlen_k = s;
       }
       fastattn::forward(t.q, t.k, t.v, t.out, t.lse, options);

@@ -17,10 +17,6 @@ namespace fastattn::bench {
 
 using perf::cuda::check;
 
-DeviceArray::DeviceArray(std::size_t n) : bytes(n) {
-  check(cudaMalloc(&data, std::max<std::size_t>(n, 16)), "cudaMalloc");
-}
-
 KVSlice kv_slice(int tensor, std::size_t bytes) {  // tensor 0: K, 1: V
   static void* blocks[2] = {nullptr, nullptr};
   static std::size_t block_bytes = 0;

@@ -1,4 +1,4 @@
-// kv_cache_rows.hpp — what kv_cache_bench's rows share: device memory that outlives a row, the
+// kv_cache_rows.hpp — what kv_cache_bench's rows share: K/V memory that outlives a row, the
 // shapes and their JSON fields, the warm timing, and the KV-cache kernel's row (run_paged_row:
 // contiguous or paged cache, a forced ring / load / combine, or replayed from a CUDA graph),
 // which most modes time. kv_cache_bench.cpp holds forward()'s rows and the modes.
@@ -15,19 +15,11 @@
 #include "bench_rows.hpp"
 #include "cuda/inference/kv_cache.hpp"
 #include "cuda_timing.hpp"
+#include "device_array.hpp"
 
 namespace fastattn::bench {
 
 constexpr double kMaxKvBytes = 40e9;  // K+V of one shape; the H200 has 141 GB
-
-struct DeviceArray {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-  explicit DeviceArray(std::size_t n);
-  ~DeviceArray() { cudaFree(data); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-};
 
 // K and V of every row come from two allocations made once, at the first row (each half of
 // kMaxKvBytes), as a framework's caching allocator hands a long-lived block out again: with a
