@@ -470,6 +470,44 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   expect_error([&] { cuda::plan_forward(plain); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_D64_TILE");
 }
 
+// Two-CTA clusters sharing the K/V loads (plan.hpp: sm90_cluster), compiled only in builds with
+// FASTATTN_SM90_KV_MULTICAST=1 and at d = 128: padded calls without a mask or soft-cap on the
+// head dim's own tiles, persistent in per-(head, batch) sections with the ordered overlap loop,
+// and an even number of query blocks. FASTATTN_CUDA_SM90_CLUSTER=0 turns it off; a bad value
+// names the variable whether or not the call could be served.
+TEST(CudaForwardPath, Sm90ClusterRule) {
+  const cuda::ForwardShape served = hopper_shape(8, 16, 2048, 2048, 128);  // 16 query blocks, 16 key tiles
+  cuda::ForwardShape causal = served, capped = served, varlen = served;
+  causal.window_right = 0;
+  capped.softcap = true;
+  varlen.varlen = true;
+  varlen.total_k = 8 * 2048;
+  const bool compiled = cuda::sm90_cluster_compiled(128);
+  const cuda::ForwardPlan p = cuda::plan_forward(served);
+  ASSERT_EQ(p.path, ForwardPath::sm90) << p.sm90_declined;
+  EXPECT_EQ(p.sm90_cluster, compiled);
+  EXPECT_EQ(cuda::describe_plan(p).find("two-CTA clusters") != std::string::npos, compiled) << cuda::describe_plan(p);
+  for (const int d : {64, 96, 256}) EXPECT_FALSE(cuda::sm90_cluster_compiled(d)) << d;
+  // 15 query blocks; a mask, a soft-cap, varlen; the wide key tile (8k keys); other head dims.
+  for (const cuda::ForwardShape& s : {hopper_shape(8, 16, 1920, 1920, 128), causal, capped, varlen,
+                                      hopper_shape(2, 16, 8192, 8192, 128), hopper_shape(8, 16, 2048, 2048, 64),
+                                      hopper_shape(8, 16, 2048, 2048, 96)}) {
+    EXPECT_FALSE(cuda::plan_forward(s).sm90_cluster) << cuda::describe_plan(cuda::plan_forward(s));
+  }
+  for (const auto& [var, value] : {std::pair{cuda::kSm90SchedulerEnv, "grid"}, std::pair{cuda::kSm90SectionsEnv, "l2"},
+                                   std::pair{cuda::kSm90WgOrderEnv, "0"}, std::pair{cuda::kSm90ClusterEnv, "0"}}) {
+    const ScopedEnv env(var, value);
+    EXPECT_FALSE(cuda::plan_forward(served).sm90_cluster) << var << "=" << value;
+  }
+  {
+    const ScopedEnv on(cuda::kSm90ClusterEnv, "1");
+    EXPECT_EQ(cuda::plan_forward(served).sm90_cluster, compiled);
+    EXPECT_FALSE(cuda::plan_forward(causal).sm90_cluster);  // "1" serves no more calls than unset
+  }
+  const ScopedEnv bad(cuda::kSm90ClusterEnv, "2");
+  expect_error([&] { cuda::plan_forward(causal); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_CLUSTER");
+}
+
 // Which CMake architecture lists hold code a device runs (forward_path.hpp: archs_run_on):
 // SASS for the same major version and a lower or equal minor, PTX for any newer device.
 TEST(CudaForwardPath, ArchitectureListRunsOnDevice) {

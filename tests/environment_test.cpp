@@ -48,7 +48,8 @@ TEST(Environment, NamesEveryVariable) {
                                           "FASTATTN_CUDA_KV_LOAD", "FASTATTN_CUDA_KV_PDL",
                                           "FASTATTN_CUDA_SM90_BLOCK_N", "FASTATTN_CUDA_SM90_WG_ORDER",
                                           "FASTATTN_CUDA_SM90_TMA_STORE", "FASTATTN_CUDA_SM90_SECTIONS",
-                                          "FASTATTN_CUDA_SM90_D64_TILE", "FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS"};
+                                          "FASTATTN_CUDA_SM90_D64_TILE", "FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS",
+                                          "FASTATTN_CUDA_SM90_CLUSTER"};
   ASSERT_EQ(names.size(), kEnvVarCount);
   for (std::size_t i = 0; i < kEnvVarCount; ++i) {
     const auto var = static_cast<EnvVar>(i);

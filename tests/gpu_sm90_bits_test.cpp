@@ -8,7 +8,9 @@
 //   * the epilogue's TMA store against the stores from registers;
 //   * the grid, persistent and dynamic tile schedulers (FASTATTN_CUDA_SM90_SCHEDULER), padded and
 //     varlen, each also against float64;
-//   * the ordered GEMM issue (FASTATTN_CUDA_SM90_WG_ORDER), d = 64's narrow tile among them.
+//   * the ordered GEMM issue (FASTATTN_CUDA_SM90_WG_ORDER), d = 64's narrow tile among them;
+//   * two-CTA clusters sharing the K/V loads (FASTATTN_CUDA_SM90_CLUSTER; builds with
+//     FASTATTN_SM90_KV_MULTICAST=1 only), also against float64.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -298,6 +300,41 @@ TEST_F(CudaSm90, OrderedIssueGivesTheSameBits) {
     EXPECT_NE(bits.choices[1].reason.find("narrow tile"), std::string::npos) << bits.choices[1].describe();
     expect_same_bits(bits, std::string("d=64 narrow tile ") + scheduler);
   }
+}
+
+// Two-CTA clusters sharing the K/V loads (plan.hpp: sm90_cluster) change which CTA loads which
+// half of a K/V tile, not the arithmetic: the same bits as the kernel without them (padded
+// without a mask, the calls they serve; causal and varlen calls must not take them), and right
+// against float64: a partial key tile, a partial last query block, one key, GQA, more tiles than
+// CTAs (several per persistent CTA); an odd number of query blocks runs unclustered.
+TEST_F(CudaSm90, ClustersGiveTheSameBits) {
+  if (!cuda::sm90_cluster_compiled(128) || std::find(dims_.begin(), dims_.end(), 128) == dims_.end()) {
+    GTEST_SKIP() << "no two-CTA cluster kernel in this build (FASTATTN_SM90_KV_MULTICAST=1, d = 128)";
+  }
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  const std::vector<EnvSetting> settings = {{{"FASTATTN_CUDA_SM90_CLUSTER", "0"}},
+                                            {{"FASTATTN_CUDA_SM90_CLUSTER", "1"}}};
+  for (const bool varlen : {false, true}) {
+    for (const bool causal : {false, true}) {
+      const SettingBits bits(128, varlen, causal, settings);
+      ASSERT_EQ(bits.out.size(), 2u);
+      const std::string what = std::string(varlen ? "varlen" : "padded") + (causal ? " causal" : "");
+      EXPECT_EQ(bits.choices[0].reason.find("two-CTA clusters"), std::string::npos) << bits.choices[0].describe();
+      EXPECT_EQ(bits.choices[1].reason.find("two-CTA clusters") != std::string::npos, !varlen && !causal)
+          << what << ": " << bits.choices[1].describe();
+      EXPECT_EQ(bits.out[0], bits.out[1]) << what;
+    }
+  }
+  auto expect_clustered = [](const std::string& text, bool clustered) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.forward_choice.reason.find("two-CTA clusters") != std::string::npos, clustered)
+        << text << "\n" << r.forward_choice.describe();
+  };
+  expect_clustered("b=2 sq=256 sk=77 h=4 hkv=2 d=128 dtype=bf16", true);
+  expect_clustered("b=2 sq=1000 sk=1023 h=5 hkv=5 d=128 dtype=f16", true);
+  expect_clustered("b=1 sq=4096 sk=1 h=40 hkv=8 d=128 dtype=bf16", true);
+  expect_clustered("b=2 sq=300 sk=500 h=2 hkv=1 d=128 dtype=bf16", false);
 }
 
 }  // namespace

@@ -392,6 +392,7 @@ void forward(const AttentionProblem& call, const ForwardPlan& plan) {
     sm90.sections = plan.sm90_sections;
     sm90.tma_store = plan.sm90_tma_store;
     sm90.multiprocessors = plan.multiprocessors;
+    sm90.cluster = plan.sm90_cluster;
     if (plan.sm90_scheduler == Sm90Scheduler::dynamic) sm90.tile_counter = scratch.data();  // plan.hpp
     if (p.dtype == DType::bf16) {
       forward_sm90<__nv_bfloat16>(f, sm90, p.head_dim, stream);

@@ -95,6 +95,7 @@ struct ForwardPlan {
   bool sm90_overlap = false;  // sm90 plans: softmax overlapped with the next GEMMs (plan.hpp)
   int sm90_exp2_poly_every = 0;  // sm90 plans: 1 n8 fragment in N of the softmax's exponentials on the FMA pipe (0: none)
   bool sm90_wg_order = false;  // sm90 overlap plans: the consumer warpgroups issue GEMMs in turn
+  bool sm90_cluster = false;   // sm90 plans: two-CTA clusters sharing the K/V loads (plan.hpp)
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   Sm90Sections sm90_sections = Sm90Sections::l2_half;        // sm90 persistent plans: the order's sections
   bool sm90_tma_store = false;                               // sm90 plans: O by TMA store where possible
@@ -222,6 +223,9 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
     plan.workspace_bytes = kSm90TileCounterBytes;  // its tile counter, zeroed per launch
     plan.sm90_wg_order = false;                    // no ordered dynamic kernel is compiled
   }
+  plan.sm90_cluster = sm90_cluster({s.head_dim, block_n == 0 && block_m == 0, masked, s.varlen, s.softcap,
+                                    plan.sm90_overlap, plan.sm90_wg_order, plan.sm90_scheduler, plan.sm90_sections,
+                                    m_blocks});
   const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
   plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
   return plan;
@@ -340,6 +344,8 @@ inline std::string describe_plan(const ForwardPlan& plan) {
                                           : std::string()) +
            (plan.sm90_wg_order ? ", the consumer warpgroups alternating their GEMM issue" : "") +
            (plan.sm90_tma_store ? ", O by TMA store from shared memory" : "") +
+           (plan.sm90_cluster ? ", two-CTA clusters (query blocks 2j, 2j + 1) sharing each K/V tile by TMA multicast"
+                              : "") +
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent

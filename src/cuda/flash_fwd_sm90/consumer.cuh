@@ -30,6 +30,7 @@
 #include "cuda/flash_fwd_sm90/producer.cuh"
 #include "cuda/flash_fwd_sm90/tile_scheduler.cuh"
 #include "cuda/sm80/mma.cuh"
+#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/mbarrier.cuh"
 #include "cuda/sm90/warpgroup.cuh"
 #include "cuda/sm90/wgmma.cuh"
@@ -104,6 +105,23 @@ __device__ __forceinline__ void issue_pv(float (&acc_o)[T::kNTilesO][4], const u
     sm90::mma_rs_tb<T::kHeadDimTile, E>(acc_o, a[kp], desc_v, 1);
   }
   sm90::warpgroup_commit();
+}
+
+// Releases a K or V stage once this thread waited for the warpgroup's wgmma that read it
+// (producer.cuh: sm90_kv_empty_arrivals). Two-CTA clusters (kCluster): the stage is filled in
+// both CTAs by both producers, so each consumer warpgroup arrives once on the barrier of each
+// CTA (lane r of its first warp on rank r's). kSm90ElectedRelease: one arrival per consumer
+// warpgroup, on this CTA's barrier (plan.hpp says why one thread may). Otherwise every
+// consumer thread arrives.
+template <bool kCluster>
+__device__ __forceinline__ void release_kv_stage(uint32_t bar, int warp_in_wg, int lane) {
+  if constexpr (kCluster) {
+    if (warp_in_wg == 0 && lane < kSm90ClusterSize) sm90::mbarrier_arrive_cluster(bar, static_cast<uint32_t>(lane));
+  } else if constexpr (kSm90ElectedRelease) {
+    if (warp_in_wg == 0 && lane == 0) sm90::mbarrier_arrive(bar);
+  } else {
+    sm90::mbarrier_arrive(bar);
+  }
 }
 
 // Named barrier 1: the consumer warpgroups, after zeroing V rows past a varlen sequence's end.
@@ -223,7 +241,9 @@ __device__ __forceinline__ void rescale_o(Sm90ConsumerState<T>& st, const float 
 //          while the P V runs, wait for it, release V_{i-1}, rescale O, pack P_i; last, O += P V of the
 //          last tile. O is rescaled to tile i's max only after P_{i-1} V_{i-1} landed in it.
 // kVarlen: cu_seqlens batches (kernel.cuh); the padded kernels compile without the V-tail code.
-template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false>
+// kCluster: the CTA is one of a two-CTA cluster whose producers fill each other's stages
+// (plan.hpp: sm90_cluster); only the stages' release differs (release_kv_stage).
+template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false, bool kCluster = false>
 __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem<T>& smem, const ForwardParams& p,
                                         const Sm90TileWork& w, Sm90PipelineCount& count, int wg, int warp_in_wg,
                                         int lane) {
@@ -266,7 +286,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       issue_qk<T, kOverlap>(acc_s[0], smem.q(), smem.k(stage), wg);
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(acc_s[0]);
-      sm90::mbarrier_arrive(smem.k_empty(stage));
+      release_kv_stage<kCluster>(smem.k_empty(stage), warp_in_wg, lane);
       if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
       if (softmax_tile<T, kSoftcap>(st, acc_s, rescale, p, w, m, tile(i), lane)) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
@@ -279,7 +299,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
-      sm90::mbarrier_arrive(smem.v_empty(stage));
+      release_kv_stage<kCluster>(smem.v_empty(stage), warp_in_wg, lane);
     }
   } else {
     // sm90_left_half_first_tile: this warpgroup's rows (those before len_q: the others are not
@@ -321,7 +341,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(acc_s[0]);
     }
-    sm90::mbarrier_arrive(smem.k_empty(stage_of(0)));
+    release_kv_stage<kCluster>(smem.k_empty(stage_of(0)), warp_in_wg, lane);
     if (tiles == 1) sm90::mbarrier_arrive(smem.q_empty());
     if (left_half) {
       if constexpr (kLeftHalf) softmax_left_half<T, kSoftcap>(st, acc_left, a, p, w, m, tile(0), lane);
@@ -355,7 +375,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       if constexpr (kWgOrder) wg_order_pass_turn(wg);
       sm90::warpgroup_wait<1>();  // S_i landed; P_{i-1} V_{i-1} may still run
       sm90::fence_registers(acc_s[0]);
-      sm90::mbarrier_arrive(smem.k_empty(stage));
+      release_kv_stage<kCluster>(smem.k_empty(stage), warp_in_wg, lane);
       if (i == tiles - 1) sm90::mbarrier_arrive(smem.q_empty());
       // The wide tile serves unmasked calls only (plan.hpp), where tile 0 (the last key tile)
       // is the only one that can be partial.
@@ -363,7 +383,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
       sm90::warpgroup_wait<0>();
       sm90::fence_registers(st.acc_o[0]);
       sm90::fence_registers(a);
-      sm90::mbarrier_arrive(smem.v_empty(prev));
+      release_kv_stage<kCluster>(smem.v_empty(prev), warp_in_wg, lane);
       if (moved) rescale_o(st, rescale);
       pack_p<T>(a, acc_s[0]);
     }
@@ -377,7 +397,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     sm90::warpgroup_wait<0>();
     sm90::fence_registers(st.acc_o[0]);
     sm90::fence_registers(a);
-    sm90::mbarrier_arrive(smem.v_empty(last));
+    release_kv_stage<kCluster>(smem.v_empty(last), warp_in_wg, lane);
   }
   count.kv += tiles;
   count.q += 1;

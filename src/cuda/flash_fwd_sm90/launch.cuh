@@ -6,6 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -118,6 +121,66 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   return s;
 }
 
+// Two-CTA clusters (plan.hpp: sm90_cluster; kernel.cuh kCluster): the ordered overlap kernel
+// without soft-cap, padded, launched with a cluster dimension of (2, 1, 1) on a persistent grid
+// of whole clusters, at most as many as the device can hold at once (with one CTA per SM, two
+// SMs of one GPC each: cudaOccupancyMaxActiveClusters). The plan asked for an even number of
+// query blocks, so the tile count is even and both CTAs of a cluster take as many tiles, 2j and
+// 2j + 1 (tile_scheduler.cuh's persistent numbering with one (head, batch) per section).
+template <class T>
+void launch_forward_sm90_cluster(const ForwardParams& p, const Sm90ForwardSetup& s, cudaStream_t stream) {
+  if constexpr (sm90_cluster_compiled(T::kHeadDim) && T::kBlockN == 128 && T::kConsumerWarpgroups == 2 &&
+                !T::kNarrowD64 && !T::kUnmaskedCallsOnly) {
+    if (s.varlen || s.softcap || !s.overlap || !s.wg_order || !s.schedule.persistent || s.schedule.section_hb != 1 ||
+        s.schedule.m_blocks % kSm90ClusterSize != 0) {
+      throw Error(ErrorCode::internal, "cuda forward (sm90): a two-CTA cluster launch the plan should not have made (" +
+                                           s.name + ")");
+    }
+    auto kernel = flash_forward_sm90_kernel<T, false, true, false, true, true>;
+    const std::string name = s.name + " in two-CTA clusters";
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
+          "cudaFuncSetAttribute", name);
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kSm90ClusterSize;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = s.grid;
+    config.blockDim = dim3(T::kThreads);
+    config.dynamicSmemBytes = T::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    // Asked once per device (a driver query per call would add host time to every call), for a
+    // grid of one cluster as CUTLASS does (KernelHardwareInfo::query_device_max_active_clusters).
+    constexpr int kMaxDevices = 64;
+    static std::array<std::atomic<int>, kMaxDevices> max_clusters{};  // 0: not asked yet
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice", name);
+    int clusters = device >= 0 && device < kMaxDevices ? max_clusters[static_cast<std::size_t>(device)].load() : 0;
+    if (clusters == 0) {
+      config.gridDim = dim3(kSm90ClusterSize);
+      check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "cudaOccupancyMaxActiveClusters", name);
+      if (device >= 0 && device < kMaxDevices && clusters > 0) max_clusters[static_cast<std::size_t>(device)] = clusters;
+    }
+    if (clusters < 1) {
+      throw Error(ErrorCode::unsupported, "cuda forward (sm90): the device holds no cluster of two CTAs of " + name +
+                                              " (" + std::to_string(T::kSmemBytes) + " bytes of shared memory each)");
+    }
+    const int64_t ctas = std::min<int64_t>(s.grid.x, int64_t{kSm90ClusterSize} * clusters);
+    config.gridDim = dim3(static_cast<unsigned>(ctas / kSm90ClusterSize * kSm90ClusterSize));
+    check(cudaLaunchKernelEx(&config, kernel, p, s.schedule, s.map_q, s.map_k, s.map_v, s.map_o,
+                             s.tma_store_o ? 1 : 0),
+          "cudaLaunchKernelEx", name);
+    check_launch(name);
+  } else {
+    (void)p;
+    (void)stream;
+    throw Error(ErrorCode::internal, "cuda forward (sm90): no two-CTA cluster kernel is compiled for " + s.name);
+  }
+}
+
 // One traits' launch (the head dim's key tile or the wide one).
 template <class T>
 void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
@@ -135,6 +198,7 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
     }
   }
   const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
+  if (choice.cluster) return launch_forward_sm90_cluster<T>(p, s, stream);
   auto kernel = sm90_forward_kernel<T, false>(s.softcap, s.overlap, s.wg_order);
   if constexpr (T::kVarlenKernels) {  // none compiled for the wide and narrow tiles, nor with kSm90Varlen off
     if (s.varlen) kernel = sm90_forward_kernel<T, true>(s.softcap, s.overlap, s.wg_order);

@@ -337,6 +337,58 @@ inline Sm90Scheduler sm90_scheduler(std::int64_t average_key_tiles, bool overlap
                                    by_rule);
 }
 
+// One arrival per consumer warpgroup on a K/V stage's empty barrier (consumer.cuh:
+// release_kv_stage), from one thread once the warpgroup's wgmma that read the stage completed,
+// in place of one arrival per consumer thread. A wgmma is one operation of the whole warpgroup,
+// so one thread's wait for it covers the warpgroup's reads; CUTLASS's PipelineTmaAsync counts
+// consumer arrivals per warpgroup, and FlashAttention's CuTe-DSL forward found the per-thread
+// arrivals slower, "especially hdim 128 causal" (its PipelineTmaAsyncNoCluster). Build knob
+// FASTATTN_SM90_ELECTED_RELEASE (default 0: every consumer thread arrives, as before; 1 for A/B
+// builds, not yet timed on a GPU). The clustered kernels below always release this way.
+#ifndef FASTATTN_SM90_ELECTED_RELEASE
+#define FASTATTN_SM90_ELECTED_RELEASE 0
+#endif
+constexpr bool kSm90ElectedRelease = FASTATTN_SM90_ELECTED_RELEASE != 0;
+
+// Two-CTA clusters sharing the K/V loads (issue 15's "2-CTA clusters with K/V multicast where
+// they measure faster"; FA3 runs ClusterM = 2 at d >= 128 without a mask when the query blocks
+// are even in number, hopper/flash_fwd_launch_template.h). The two CTAs of a cluster run query
+// blocks 2j and 2j + 1 of one (head, batch), so they visit the same key tiles: each CTA's
+// producer loads one of the two 64-column panels of every K and V tile and multicasts it into
+// both CTAs' shared memory (producer.cuh), which halves the K/V bytes the L2 sends to the SMs; a
+// stage is refilled only once the consumers of both CTAs released it (consumer.cuh). Served:
+// d = 128 on its own tiles (not the wide key tile), padded, without a mask (every query block
+// sees every key tile) or soft-cap, the overlap loop with the ordered issue under the
+// persistent scheduler in per-(head, batch) sections (tile numbers 2j and 2j + 1, which the
+// cluster's CTAs take, are then one pair's query blocks: tile_scheduler.cuh), and an even number
+// of query blocks. Build knob FASTATTN_SM90_KV_MULTICAST (default 0: not compiled; 1 for A/B
+// builds, not yet timed on a GPU); where compiled, the plan takes it for the calls it serves
+// unless FASTATTN_CUDA_SM90_CLUSTER=0.
+#ifndef FASTATTN_SM90_KV_MULTICAST
+#define FASTATTN_SM90_KV_MULTICAST 0
+#endif
+constexpr int kSm90ClusterSize = 2;
+constexpr bool sm90_cluster_compiled(std::int64_t head_dim) { return FASTATTN_SM90_KV_MULTICAST != 0 && head_dim == 128; }
+struct Sm90ClusterCall {
+  std::int64_t head_dim;
+  bool own_tiles;  // the head dim's query and key tiles (not the wide or the narrow one)
+  bool masked, varlen, softcap;
+  bool overlap, wg_order;
+  Sm90Scheduler scheduler;
+  Sm90Sections sections;
+  std::int64_t m_blocks;  // query blocks per (head, batch)
+};
+constexpr bool sm90_cluster_serves(const Sm90ClusterCall& c) {
+  return sm90_cluster_compiled(c.head_dim) && c.own_tiles && !c.masked && !c.varlen && !c.softcap && c.overlap &&
+         c.wg_order && c.scheduler == Sm90Scheduler::persistent && c.sections == Sm90Sections::per_pair &&
+         c.m_blocks % kSm90ClusterSize == 0;
+}
+constexpr const char* kSm90ClusterEnv = "FASTATTN_CUDA_SM90_CLUSTER";
+// The variable is checked for every sm90 call (a bad value throws), also those it cannot serve.
+inline bool sm90_cluster(const Sm90ClusterCall& c) {
+  return env_switch(EnvVar::cuda_sm90_cluster, "1", "0", true) && sm90_cluster_serves(c);
+}
+
 // Varlen batches (cu_seqlens_q / cu_seqlens_k, packed [total_tokens, heads, d]) on the sm90
 // kernels: tensor maps over the packed tokens, each tile's sequence bounds read from
 // cu_seqlens, the key tail masked, the epilogue bounded to the sequence (tile_scheduler.cuh,
@@ -355,6 +407,7 @@ struct Sm90LaunchChoice {
   Sm90Sections sections = Sm90Sections::l2_half;  // persistent, dynamic: the numbering's sections
   bool tma_store = false;  // the epilogue's TMA store (the plan checked the tile, the call and out's layout)
   int multiprocessors = 1;  // persistent, dynamic: the grid
+  bool cluster = false;     // two-CTA clusters sharing the K/V loads (sm90_cluster)
   // dynamic: kSm90TileCounterBytes of device scratch for the tile counter (the launcher zeroes
   // it on the call's stream); null otherwise.
   void* tile_counter = nullptr;

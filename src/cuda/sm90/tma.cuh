@@ -24,6 +24,20 @@ __device__ __forceinline__ void tma_load_4d(uint32_t smem_dst, const CUtensorMap
       : "memory");
 }
 
+// The same box into the same shared-memory offset of every CTA of the cluster named in
+// `cta_mask` (bit i: rank i), each CTA's bytes counted on the mbarrier at offset `bar` of that
+// CTA (multicast; sm_90). Each receiving CTA's barrier must expect the bytes (arrive_expect_tx
+// by its own producer); the complete_tx may reach it before that arrival, which the barrier's
+// transaction count allows within a phase.
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t smem_dst, const CUtensorMap* map, uint32_t bar,
+                                                      uint16_t cta_mask, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%4, %5, %6, %7}], [%2], %3;\n" ::"r"(smem_dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
 // The other direction: a box from shared memory to global memory, in the issuing thread's bulk
 // async-group (bulk_reduce.cuh: bulk_commit_group, bulk_wait_group_read before the shared memory
 // is written again, bulk_wait_group before the CTA exits). Elements outside the tensor's bounds
