@@ -90,39 +90,23 @@ struct Sm90Smem {
 };
 
 // A (rows, kHeadDim) tile: kPanels boxes of (64 columns, rows), side by side in shared memory.
-template <class T>
-__device__ __forceinline__ void tma_load_tile(uint32_t smem, uint32_t panel_bytes, const CUtensorMap* map,
-                                              uint32_t bar, int row0, int head, int batch) {
-#pragma unroll
-  for (int panel = 0; panel < T::kPanels; ++panel) {
-    sm90::tma_load_4d(smem + panel * panel_bytes, map, bar, panel * 64, row0, head, batch);
-  }
-}
-
-// The producer's wait for a K/V stage's release. Two-CTA clusters: the other CTA's consumers
-// arrive on it too (release at cluster scope), so the wait acquires at cluster scope.
-template <bool kCluster>
-__device__ __forceinline__ void wait_kv_empty(uint32_t bar, uint32_t parity) {
-  if constexpr (kCluster) {
-    sm90::mbarrier_wait_cluster(bar, parity);
-  } else {
-    sm90::mbarrier_wait(bar, parity);
-  }
-}
-
-// Two-CTA clusters (plan.hpp: sm90_cluster): CTA `rank` loads the panels p with p % 2 == rank of
-// a K or V tile and multicasts each into both CTAs' shared memory, counted on each CTA's barrier
-// of the same offset. Each CTA's producer expects the whole tile's bytes on its own barrier
+// kShared (two-CTA clusters, plan.hpp: sm90_cluster): CTA `rank` loads the panels p with
+// p % 2 == rank and multicasts each into both CTAs' shared memory, counted on each CTA's barrier
+// of the same offset; each CTA's producer expects the whole tile's bytes on its own barrier
 // (half land from the other CTA's loads).
-template <class T>
-__device__ __forceinline__ void tma_load_tile_shared(uint32_t smem, uint32_t panel_bytes, const CUtensorMap* map,
-                                                     uint32_t bar, int row0, int head, int batch, int rank) {
-  static_assert(T::kPanels % kSm90ClusterSize == 0, "the cluster's CTAs load the panels in turn");
+template <class T, bool kShared = false>
+__device__ __forceinline__ void tma_load_tile(uint32_t smem, uint32_t panel_bytes, const CUtensorMap* map,
+                                              uint32_t bar, int row0, int head, int batch, int rank = 0) {
+  static_assert(!kShared || T::kPanels % kSm90ClusterSize == 0, "the cluster's CTAs load the panels in turn");
   constexpr uint16_t kBothCtas = (1u << kSm90ClusterSize) - 1u;
 #pragma unroll
   for (int panel = 0; panel < T::kPanels; ++panel) {
-    if (panel % kSm90ClusterSize == rank) {
-      sm90::tma_load_4d_multicast(smem + panel * panel_bytes, map, bar, kBothCtas, panel * 64, row0, head, batch);
+    if constexpr (kShared) {
+      if (panel % kSm90ClusterSize == rank) {
+        sm90::tma_load_4d_multicast(smem + panel * panel_bytes, map, bar, kBothCtas, panel * 64, row0, head, batch);
+      }
+    } else {
+      sm90::tma_load_4d(smem + panel * panel_bytes, map, bar, panel * 64, row0, head, batch);
     }
   }
 }
@@ -134,7 +118,7 @@ __device__ __forceinline__ void tma_load_tile_shared(uint32_t smem, uint32_t pan
 // sequence's offset. TMA does not stop at a sequence's end: a tile that reaches past it holds
 // the next sequence's rows (zeros only past the tensor's end), which the consumers mask (keys)
 // and the epilogue never stores (queries).
-// kCluster: K and V through tma_load_tile_shared (`rank`: this CTA's in the cluster); the
+// kCluster: K and V shared with the cluster's other CTA (tma_load_tile, `rank`: this CTA's in the cluster); the
 // cluster's two CTAs run tiles with the same key tiles, so their rings stay in step.
 template <class T, bool kVarlen, bool kCluster = false>
 __device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileWork& w, Sm90PipelineCount& count,
@@ -148,25 +132,17 @@ __device__ __forceinline__ void produce(const Sm90Smem<T>& smem, const Sm90TileW
     const int it = count.kv + i;
     const int stage = it % T::kStages, use = it / T::kStages;
     const int k0 = (w.n_end - 1 - i) * T::kBlockN + (kVarlen ? w.k_start : 0);
-    if (use > 0) wait_kv_empty<kCluster>(smem.k_empty(stage), (use - 1) & 1);
+    if (use > 0) sm90::mbarrier_wait<kCluster>(smem.k_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.k_full(stage), T::kSmemKV);
-    if constexpr (kCluster) {
-      tma_load_tile_shared<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, batch, rank);
-    } else {
-      tma_load_tile<T>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, batch);
-    }
+    tma_load_tile<T, kCluster>(smem.k(stage), T::kPanelBytesKV, map_k, smem.k_full(stage), k0, w.kv_head, batch, rank);
     if (i == 0) {
       if (count.q > 0) sm90::mbarrier_wait(smem.q_empty(), (count.q - 1) & 1);
       sm90::mbarrier_arrive_expect_tx(smem.q_full(), T::kSmemQ);
       tma_load_tile<T>(smem.q(), T::kPanelBytesQ, map_q, smem.q_full(), q_row0, w.head, batch);
     }
-    if (use > 0) wait_kv_empty<kCluster>(smem.v_empty(stage), (use - 1) & 1);
+    if (use > 0) sm90::mbarrier_wait<kCluster>(smem.v_empty(stage), (use - 1) & 1);
     sm90::mbarrier_arrive_expect_tx(smem.v_full(stage), T::kSmemKV);
-    if constexpr (kCluster) {
-      tma_load_tile_shared<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, batch, rank);
-    } else {
-      tma_load_tile<T>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, batch);
-    }
+    tma_load_tile<T, kCluster>(smem.v(stage), T::kPanelBytesKV, map_v, smem.v_full(stage), k0, w.kv_head, batch, rank);
   }
   count.kv += tiles;
   count.q += 1;
@@ -181,8 +157,8 @@ __device__ __forceinline__ void produce_tail(const Sm90Smem<T>& smem, const Sm90
   for (int it = count.kv; it < count.kv + T::kStages; ++it) {
     const int stage = it % T::kStages, use = it / T::kStages;
     if (use > 0) {
-      wait_kv_empty<true>(smem.k_empty(stage), (use - 1) & 1);
-      wait_kv_empty<true>(smem.v_empty(stage), (use - 1) & 1);
+      sm90::mbarrier_wait<true>(smem.k_empty(stage), (use - 1) & 1);
+      sm90::mbarrier_wait<true>(smem.v_empty(stage), (use - 1) & 1);
     }
   }
 }

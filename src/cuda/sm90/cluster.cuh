@@ -37,19 +37,4 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t c
       : "memory");
 }
 
-// mbarrier_wait (mbarrier.cuh) with acquire at cluster scope: for a barrier that threads of
-// another CTA of the cluster arrive on (mbarrier_arrive_cluster's release), before this thread
-// writes memory those threads read (the producer's next multicast into both CTAs).
-__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_again:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_again;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 }  // namespace fastattn::cuda::sm90

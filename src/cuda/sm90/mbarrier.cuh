@@ -31,17 +31,24 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 
 // Spins (try_wait suspends the thread for a hardware-chosen time per try) until the phase of
 // the given parity has completed. The labels are local to the braces, so every inlined copy
-// has its own.
+// has its own. kClusterAcquire: acquire at cluster scope (the default is the CTA's), for a
+// barrier that threads of another CTA of the cluster arrive on (cluster.cuh:
+// mbarrier_arrive_cluster's release) before this thread writes memory they read.
+#define FASTATTN_SM90_MBARRIER_WAIT_LOOP(SEMANTICS)                                         \
+  "{\n"                                                                                    \
+  ".reg .pred done;\n"                                                                     \
+  "wait_again:\n"                                                                          \
+  "mbarrier.try_wait.parity" SEMANTICS ".shared::cta.b64 done, [%0], %1;\n"                \
+  "@!done bra wait_again;\n"                                                               \
+  "}\n"
+template <bool kClusterAcquire = false>
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_again:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_again;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  if constexpr (kClusterAcquire) {
+    asm volatile(FASTATTN_SM90_MBARRIER_WAIT_LOOP(".acquire.cluster")::"r"(bar), "r"(parity) : "memory");
+  } else {
+    asm volatile(FASTATTN_SM90_MBARRIER_WAIT_LOOP("")::"r"(bar), "r"(parity) : "memory");
+  }
 }
+#undef FASTATTN_SM90_MBARRIER_WAIT_LOOP
 
 }  // namespace fastattn::cuda::sm90
