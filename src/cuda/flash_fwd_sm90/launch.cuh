@@ -75,6 +75,7 @@ struct Sm90ForwardSetup {
   Sm90TileSchedule schedule;
   dim3 grid;
   bool overlap, wg_order, softcap, varlen;
+  int device = 0;  // the current device
   std::string name;
 };
 
@@ -110,9 +111,9 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   s.wg_order = s.overlap && choice.wg_order;
   s.softcap = p.softcap > 0.0f;
   // The L2 size sets the persistent schedule's head sections (tile_scheduler.cuh).
-  int device = 0, l2_bytes = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice", "sm90 forward");
-  check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", "L2 size");
+  int l2_bytes = 0;
+  check(cudaGetDevice(&s.device), "cudaGetDevice", "sm90 forward");
+  check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, s.device), "cudaDeviceGetAttribute", "L2 size");
   s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, choice.sections, l2_bytes, choice.multiprocessors);
   s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
   s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
@@ -156,8 +157,7 @@ void launch_forward_sm90_cluster(const ForwardParams& p, const Sm90ForwardSetup&
     // grid of one cluster as CUTLASS does (KernelHardwareInfo::query_device_max_active_clusters).
     constexpr int kMaxDevices = 64;
     static std::array<std::atomic<int>, kMaxDevices> max_clusters{};  // 0: not asked yet
-    int device = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice", name);
+    const int device = s.device;
     int clusters = device >= 0 && device < kMaxDevices ? max_clusters[static_cast<std::size_t>(device)].load() : 0;
     if (clusters == 0) {
       config.gridDim = dim3(kSm90ClusterSize);
