@@ -14,7 +14,8 @@
 #                        CMAKE_CXX_FLAGS) in build/sm90-NAME, targets
 #                        fastattn_gpu_tests and fastattn_cuda_bench, log $out/build-NAME.log;
 #                        prints ptxas warnings, C75xx lines and non-zero spills (BUILD_VARIANTS of
-#                        gpu-sm90-ab.sh and gpu-sm90-bwd.sh)
+#                        gpu-sm90-ab.sh and gpu-sm90-bwd.sh); with CARRIED_BUILDS=1 a build whose
+#                        binaries are already in build/sm90-NAME is skipped
 # shellcheck shell=bash
 
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -40,6 +41,11 @@ load_deps_env() {
 }
 build_variant() {
   local bname=$1 bflags bdir=$root/build/sm90-$1
+  # CARRIED_BUILDS=1: the binaries were built on the dev machine and unpacked into $bdir by the
+  # call (tools/dev/unpack-carried-builds.sh); building again would cost the call a minute each.
+  if [ "${CARRIED_BUILDS:-0}" = 1 ] && [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ]; then
+    note "build_$bname: carried binaries"; return 0
+  fi
   bflags=$(tr ',' ' ' <<< "$2")
   # The -D flags go to the C++ units too: some knobs are read by host code (the plan headers),
   # and a C++ unit that saw the default would plan for kernels the build does not have.
