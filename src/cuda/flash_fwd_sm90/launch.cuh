@@ -157,12 +157,12 @@ void launch_forward_sm90_cluster(const ForwardParams& p, const Sm90ForwardSetup&
     // grid of one cluster as CUTLASS does (KernelHardwareInfo::query_device_max_active_clusters).
     constexpr int kMaxDevices = 64;
     static std::array<std::atomic<int>, kMaxDevices> max_clusters{};  // 0: not asked yet
-    const int device = s.device;
-    int clusters = device >= 0 && device < kMaxDevices ? max_clusters[static_cast<std::size_t>(device)].load() : 0;
+    const bool cached = s.device >= 0 && s.device < kMaxDevices;
+    int clusters = cached ? max_clusters[static_cast<std::size_t>(s.device)].load() : 0;
     if (clusters == 0) {
       config.gridDim = dim3(kSm90ClusterSize);
       check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config), "cudaOccupancyMaxActiveClusters", name);
-      if (device >= 0 && device < kMaxDevices && clusters > 0) max_clusters[static_cast<std::size_t>(device)] = clusters;
+      if (cached && clusters > 0) max_clusters[static_cast<std::size_t>(s.device)] = clusters;
     }
     if (clusters < 1) {
       throw Error(ErrorCode::unsupported, "cuda forward (sm90): the device holds no cluster of two CTAs of " + name +
