@@ -10,7 +10,9 @@
 # targets fastattn_gpu_tests and fastattn_cuda_bench (lib.sh's build_variant configuration).
 # pack writes DEST/sm90-builds.tar.xz with those two binaries of each build (cudart is linked
 # statically); unpack puts them back at the same paths, where gpu-sm90-ab.sh finds them with
-# BUILD_STAGES=none and CARRIED_BUILDS=1.
+# BUILD_STAGES=none and CARRIED_BUILDS=1. (tools/dev/build-carry.sh carries one build's
+# binaries into a folder for the scripts that take BIN_DIR; this one keeps several builds at
+# their build paths, for gpu-sm90-ab.sh's BUILD_VARIANTS.)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"

@@ -13,6 +13,12 @@
 #   coop    tools/dev/gpu-coop.sh, STAGES from COOP_STAGES (default: the script's)
 #   kv      tools/dev/gpu-kvcache.sh on carried binaries, STAGES from KV_STAGES
 #   sm90    tools/dev/gpu-sm90.sh on carried binaries, STAGES from SM90_STAGES
+#   host    tools/dev/gpu-host-decode.sh on the carried CLI (issue 17's CPU decode on the host),
+#           STAGES from HOST_STAGES (default "bar splits past_llc")
+#   fwd     tools/dev/gpu-sm90-ab.sh's forward sweep beside cuDNN, ROUNDS (default 2), on the
+#           carried fastattn_cuda_bench (copied to where its build would put it; no build)
+# gpu-h200-bars.sh's three stages over carried binaries (about 70 s less than building there):
+#   JOBS='bwd:300 host:150 fwd:120' BWD_STAGES="bench det mem" DET_ORDERS=longest_first DET_AB=0 DET_PAIRS=1 PLAN_BULK=0
 # $OUT/summary.txt gets the call's log and $OUT/<name>.tar.gz each job's files (a device call
 # brings back at most 8 files, so each job's folder travels as one archive).
 set -uo pipefail
@@ -52,6 +58,14 @@ for job in ${JOBS:-suite:120}; do
     sm90) OUT=$out/sm90 BIN_DIR=$bin ${SM90_STAGES:+STAGES="$SM90_STAGES"} BUDGET_S=$limit \
             timeout -k 5 $((limit + 10)) bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
           note "-- sm90 rc=$?"; tail -25 "$out/sm90/summary.txt" 2>/dev/null ;;
+    host) OUT=$out/host FASTATTN_BIN=$bin/fastattn STAGES=${HOST_STAGES:-"bar splits past_llc"} BUDGET_S=$limit \
+            timeout -k 5 $((limit + 10)) bash tools/dev/gpu-host-decode.sh > /dev/null 2>&1
+          note "-- host rc=$?"; grep -E "^(splits|past_llc)|^\| decode" "$out/host/summary.txt" 2>/dev/null ;;
+    fwd) mkdir -p build/sm90/bench/cuda build/sm90/tests
+         cp "$bin/fastattn_cuda_bench" build/sm90/bench/cuda/ && cp "$bin/fastattn_gpu_tests" build/sm90/tests/
+         OUT=$out/fwd BUILD_STAGES=none HEAD_DIMS="64;128" ROUNDS=${ROUNDS:-2} TEST_S=1 SANITIZE_FILTER='' PROBE=0 \
+           BUDGET_S=$limit timeout -k 5 $((limit + 10)) bash tools/dev/gpu-sm90-ab.sh > /dev/null 2>&1
+         note "-- fwd rc=$?"; tail -8 "$out/fwd/summary.txt" 2>/dev/null ;;
     *) note "unknown job $name" ;;
   esac
 done

@@ -13,6 +13,8 @@
 #      (more than 90 s).
 # Device call: carry ["build/debs"]; command `OUT=$OUT bash tools/dev/gpu-h200-bars.sh`.
 # On an H100 the same runs are A/B and correctness figures, not the bars.
+# The same three stages over binaries built here (no build there, about 70 s less): gpu-carried.sh's
+# jobs bwd, host and fwd (its header has the command).
 # $OUT: summary.txt, bars.tgz (bwd/, host/, fwd/).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

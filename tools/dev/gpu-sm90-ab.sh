@@ -11,7 +11,7 @@
 # the tests' run; SANITIZE_FILTER (default CudaSm90.SmallShapesMatchFloat64; "" skips) runs
 # under memcheck, racecheck and synccheck with TEST_ENV. PROBE (default 1): ncu's launch
 # statistics of SDPA's cuDNN kernels on three short rows (tools/dev/profile/sdpa_launch_probe.py).
-# BUILD_STAGES (default "build sass": gpu-sm90.sh's stages first), SWEEP (default 1; 0 skips the sweeps), TEST_S (default 150: the tests' time limit),
+# BUILD_STAGES (default "build sass": gpu-sm90.sh's stages first; "none": the binaries are already in build/sm90), SWEEP (default 1; 0 skips the sweeps), TEST_S (default 150: the tests' time limit),
 # HEAD_DIMS (default "64;128;256"), BUDGET_S (default 540). BUILD_VARIANTS (default none): more
 # builds beside build/sm90 ("base"), space-separated "name:FLAG,FLAG" of CMAKE_CUDA_FLAGS (e.g.
 # "d64wg2:-DFASTATTN_SM90_D64_BLOCK_M=128"), each in build/sm90-<name> with the same targets;

@@ -42,7 +42,7 @@ load_deps_env() {
 build_variant() {
   local bname=$1 bflags bdir=$root/build/sm90-$1
   # CARRIED_BUILDS=1: the binaries were built on the dev machine and unpacked into $bdir by the
-  # call (tools/dev/unpack-carried-builds.sh); building again would cost the call a minute each.
+  # call (tools/dev/carry-sm90-builds.sh unpack); building again would cost the call a minute each.
   if [ "${CARRIED_BUILDS:-0}" = 1 ] && [ -x "$bdir/bench/cuda/fastattn_cuda_bench" ]; then
     note "build_$bname: carried binaries"; return 0
   fi
