@@ -377,8 +377,10 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
 
 // The wave sections on the default tiles (plan.hpp: sm90_wave_sections_pay): causal d = 128
 // calls without GQA or soft-cap, padded, whose query tiles see on average 8 key tiles or more
-// (s2k and up); shorter calls, GQA, soft-cap, varlen, other windows, other head dims and calls
-// without a mask keep their sections.
+// (s2k and up), and the shorter ones on a device of less than kSm90WaveShortMaxGbsPerSm of DRAM
+// bandwidth per SM (an H100 80GB HBM3: 3.35 TB/s over 132 SMs); shorter calls on other devices
+// (an H200: 4.8 TB/s; unknown bandwidth), GQA, soft-cap, varlen, other windows, other head dims
+// and calls without a mask keep their sections.
 TEST(CudaForwardPath, Sm90WaveSectionsRule) {
   auto causal = [](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d, std::int64_t group) {
     cuda::ForwardShape shape = hopper_shape(b, h, s, s, d);
@@ -392,8 +394,28 @@ TEST(CudaForwardPath, Sm90WaveSectionsRule) {
     EXPECT_EQ(p.sm90_sections, cuda::Sm90Sections::wave) << s;
     EXPECT_NE(cuda::describe_plan(p).find("sections of one wave"), std::string::npos) << cuda::describe_plan(p);
   }
+  const double h100 = 3352.0 / 132, h200 = 4915.0 / 132;  // GB/s per SM
   for (const std::int64_t s : {512, 1024}) {
-    EXPECT_EQ(cuda::plan_forward(causal(16384 / s, 16, s, 128, 1)).sm90_sections, cuda::Sm90Sections::l2_half) << s;
+    cuda::ForwardShape shape = causal(16384 / s, 16, s, 128, 1);
+    EXPECT_LT(cuda::plan_forward(shape).sm90_key_tiles, cuda::kSm90WaveMinKeyTiles) << s;
+    EXPECT_EQ(cuda::plan_forward(shape).sm90_sections, cuda::Sm90Sections::l2_half) << s;  // bandwidth unknown
+    shape.dram_gbs_per_multiprocessor = h200;
+    EXPECT_EQ(cuda::plan_forward(shape).sm90_sections, cuda::Sm90Sections::l2_half) << s;
+    shape.dram_gbs_per_multiprocessor = h100;
+    EXPECT_EQ(cuda::plan_forward(shape).sm90_sections, cuda::Sm90Sections::wave) << s;
+    shape.heads_per_kv_head = 4;  // GQA keeps its sections there too
+    EXPECT_EQ(cuda::plan_forward(shape).sm90_sections, cuda::Sm90Sections::l2_half) << s;
+    shape.heads_per_kv_head = 1;
+    shape.window_right = -1;  // no mask: one pair a section
+    EXPECT_EQ(cuda::plan_forward(shape).sm90_sections, cuda::Sm90Sections::per_pair) << s;
+  }
+  {
+    cuda::ForwardShape d64 = causal(32, 32, 512, 64, 1);  // d = 64's narrow tile: wave anyway
+    d64.dram_gbs_per_multiprocessor = h200;
+    EXPECT_EQ(cuda::plan_forward(d64).sm90_sections, cuda::Sm90Sections::wave);
+    cuda::ForwardShape d256 = causal(32, 8, 512, 256, 1);
+    d256.dram_gbs_per_multiprocessor = h100;
+    EXPECT_EQ(cuda::plan_forward(d256).sm90_sections, cuda::Sm90Sections::l2_half);
   }
   EXPECT_EQ(cuda::plan_forward(causal(4, 32, 4096, 128, 4)).sm90_sections, cuda::Sm90Sections::l2_half);  // GQA 32/8
   EXPECT_EQ(cuda::plan_forward(causal(4, 16, 4096, 96, 1)).sm90_sections, cuda::Sm90Sections::l2_half);

@@ -84,6 +84,10 @@ struct DeviceShape {
   int smem_per_multiprocessor = 0;
   int smem_per_block_optin = 0;
   int compute_capability = 0;  // major * 10 + minor
+  // Peak DRAM bandwidth over the SMs, GB/s: two transfers a memory clock (HBM's double data
+  // rate, as cudaDeviceProp's bandwidth is usually computed) on the whole bus. 0 when the
+  // device reports no clock or width.
+  double dram_gbs_per_multiprocessor = 0.0;
 };
 DeviceShape device_shape(int device) {
   constexpr int kMaxDevices = 64;
@@ -102,6 +106,13 @@ DeviceShape device_shape(int device) {
   FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   shape.compute_capability = major * 10 + minor;
+  int memory_khz = 0, bus_bits = 0;
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
+  FASTATTN_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  if (memory_khz > 0 && bus_bits > 0 && shape.multiprocessors > 0) {
+    const double gbs = 2.0 * memory_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+    shape.dram_gbs_per_multiprocessor = gbs / shape.multiprocessors;
+  }
   if (cached) cache[device] = shape;
   return shape;
 }
@@ -330,6 +341,7 @@ ForwardPlan forward_plan(const AttentionProblem& call) {
   s.window_right = p.window_right;
   s.multiprocessors = device.multiprocessors;
   s.smem_per_multiprocessor = device.smem_per_multiprocessor;
+  s.dram_gbs_per_multiprocessor = device.dram_gbs_per_multiprocessor;
   const ForwardPathRequest request = forward_path_request();
   s.path = select_forward_path(device.compute_capability, request, sm90_runs_on(p.device.index));
   s.path_forced = !request.automatic;

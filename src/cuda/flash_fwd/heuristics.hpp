@@ -55,6 +55,7 @@ struct ForwardShape {
   std::int64_t window_left = -1, window_right = -1;
   int multiprocessors = 0;          // cudaDevAttrMultiProcessorCount
   int smem_per_multiprocessor = 0;  // bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor
+  double dram_gbs_per_multiprocessor = 0.0;  // peak DRAM GB/s over the SMs (0: unknown; cuda_backend.cu)
   ForwardPath path = ForwardPath::sm80;
   bool path_forced = false;  // by FASTATTN_CUDA_PATH
   std::int64_t query_group = 1;  // query heads packed as rows per KV head (query_groups.hpp)
@@ -209,7 +210,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   const bool wave = block_m == kSm90D64NarrowBlockM ||
                     (block_m == 0 && block_n == 0 &&
                      sm90_wave_sections_pay(s.head_dim, s.window_left < 0 && s.window_right >= 0, s.varlen, s.softcap,
-                                            s.heads_per_kv_head, plan.sm90_key_tiles));
+                                            s.heads_per_kv_head, plan.sm90_key_tiles, s.dram_gbs_per_multiprocessor));
   plan.sm90_sections = sm90_sections(masked || s.varlen, wave);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&

@@ -289,12 +289,23 @@ enum class Sm90Sections { l2_half, per_pair, wave };
 // The default tiles' calls that take the wave sections: what job1 measured, d = 128 (d = 96 and
 // 256 not measured / within the spread), causal (a mask bounded on the right only), padded,
 // without soft-cap or GQA, whose query tiles see on average kSm90WaveMinKeyTiles key tiles or
-// more (causal s2k: 8).
+// more (causal s2k: 8), and the shorter ones too on a device whose DRAM bandwidth per SM is
+// below kSm90WaveShortMaxGbsPerSm. Those short causal rows read much for their work (b32 h16
+// s512 d128: 268 MB of Q, K, V and O, 80 us at the H100's 3.35 TB/s, of a 141 us call), and the
+// wave sections read less of it twice: on an H100 80GB HBM3 (25 GB/s per SM; thirty-second
+// session, bench/results/nvidia-h100-session32-2026-12-07 calls 3-5) they took 7-26% off every
+// causal d128 s512 / s1k shape of b8-b64 h16-h32 (ncu at b32 h16 s512: 155 -> 133 us, L2 hit
+// rate 48% -> 55%), 0.723x -> 0.898x cuDNN at b32 h16 s512. On the H200 (about 36 GB/s per SM:
+// 4.8 TB/s) the eleventh session's A/B had them slower there (above), so it keeps the L2-half
+// sections until it is timed again. dram_gbs_per_sm: 0 when unknown (then the key-tile rule alone).
 constexpr std::int64_t kSm90WaveMinKeyTiles = 8;
+constexpr double kSm90WaveShortMaxGbsPerSm = 30.0;
 constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool causal, bool varlen, bool softcap,
-                                      std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles) {
+                                      std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles,
+                                      double dram_gbs_per_sm) {
+  const bool short_rows_pay = dram_gbs_per_sm > 0.0 && dram_gbs_per_sm < kSm90WaveShortMaxGbsPerSm;
   return head_dim == 128 && causal && !varlen && !softcap && heads_per_kv_head == 1 &&
-         avg_key_tiles >= kSm90WaveMinKeyTiles;
+         (avg_key_tiles >= kSm90WaveMinKeyTiles || short_rows_pay);
 }
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
 // uneven_tiles: the call's query tiles can differ in length (a causal mask or a window, or
