@@ -291,13 +291,14 @@ enum class Sm90Sections { l2_half, per_pair, wave };
 // without soft-cap or GQA, whose query tiles see on average kSm90WaveMinKeyTiles key tiles or
 // more (causal s2k: 8), and the shorter ones too on a device whose DRAM bandwidth per SM is
 // below kSm90WaveShortMaxGbsPerSm. Those short causal rows read much for their work (b32 h16
-// s512 d128: 268 MB of Q, K, V and O, 80 us at the H100's 3.35 TB/s, of a 141 us call), and the
-// wave sections read less of it twice: on an H100 80GB HBM3 (25 GB/s per SM; thirty-second
-// session, bench/results/nvidia-h100-session32-2026-12-07 calls 3-5) they took 7-26% off every
-// causal d128 s512 / s1k shape of b8-b64 h16-h32 (ncu at b32 h16 s512: 155 -> 133 us, L2 hit
-// rate 48% -> 55%), 0.723x -> 0.898x cuDNN at b32 h16 s512. On the H200 (about 36 GB/s per SM:
-// 4.8 TB/s) the eleventh session's A/B had them slower there (above), so it keeps the L2-half
-// sections until it is timed again. dram_gbs_per_sm: 0 when unknown (then the key-tile rule alone).
+// s512 d128: 268 MB of Q, K, V and O, 80 us at the H100's 3.35 TB/s, of a 141 us call), and
+// with the wave sections less of it comes from DRAM again (ncu: about 261 against 322 MB). On
+// an H100 80GB HBM3 (25 GB/s per SM; thirty-second session,
+// bench/results/nvidia-h100-session32-2026-12-07 calls 3-5) they took 7-26% off every causal
+// d128 s512 / s1k shape of b8-b64 h16-h32 (ncu at b32 h16 s512: 155 -> 133 us, L2 hit rate 48%
+// -> 55%), 0.723x -> 0.898x cuDNN at b32 h16 s512. On the H200 (about 36 GB/s per SM: 4.8 TB/s)
+// the eleventh session's A/B had them slower there (above), so it keeps the L2-half sections
+// until it is timed again. dram_gbs_per_sm: 0 when unknown (then the key-tile rule alone).
 constexpr std::int64_t kSm90WaveMinKeyTiles = 8;
 constexpr double kSm90WaveShortMaxGbsPerSm = 30.0;
 constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool causal, bool varlen, bool softcap,
