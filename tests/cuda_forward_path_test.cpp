@@ -378,9 +378,9 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
 // The wave sections on the default tiles (plan.hpp: sm90_wave_sections_pay): causal d = 128
 // calls without GQA or soft-cap, padded, whose query tiles see on average 8 key tiles or more
 // (s2k and up), and the shorter ones on a device of less than kSm90WaveShortMaxGbsPerSm of DRAM
-// bandwidth per SM (an H100 80GB HBM3: 3.35 TB/s over 132 SMs); shorter calls on other devices
-// (an H200: 4.8 TB/s; unknown bandwidth), GQA, soft-cap, varlen, other windows, other head dims
-// and calls without a mask keep their sections.
+// bandwidth per SM (an H100 80GB HBM3: 3.35 TB/s over 132 SMs), as do causal sliding windows
+// there; shorter calls on other devices (an H200: 4.8 TB/s; unknown bandwidth), GQA, soft-cap,
+// varlen, other windows, other head dims and calls without a mask keep their sections.
 TEST(CudaForwardPath, Sm90WaveSectionsRule) {
   auto causal = [](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d, std::int64_t group) {
     cuda::ForwardShape shape = hopper_shape(b, h, s, s, d);
@@ -426,9 +426,23 @@ TEST(CudaForwardPath, Sm90WaveSectionsRule) {
   band.window_left = 2048;
   EXPECT_EQ(cuda::plan_forward(varlen).sm90_sections, cuda::Sm90Sections::l2_half);
   EXPECT_EQ(cuda::plan_forward(band).sm90_sections, cuda::Sm90Sections::l2_half);
+  // A causal sliding window (2048, 0): wave on the bandwidth-poor device only; a window open on
+  // the right, never.
+  band.dram_gbs_per_multiprocessor = h200;
+  EXPECT_EQ(cuda::plan_forward(band).sm90_sections, cuda::Sm90Sections::l2_half);
+  band.dram_gbs_per_multiprocessor = h100;
+  EXPECT_EQ(cuda::plan_forward(band).sm90_sections, cuda::Sm90Sections::wave);
+  band.window_right = 64;
+  EXPECT_EQ(cuda::plan_forward(band).sm90_sections, cuda::Sm90Sections::l2_half);
+  varlen.dram_gbs_per_multiprocessor = h100;
+  EXPECT_EQ(cuda::plan_forward(varlen).sm90_sections, cuda::Sm90Sections::l2_half);
   cuda::ForwardShape capped = causal(4, 16, 4096, 128, 1), left_only = hopper_shape(4, 16, 4096, 4096, 128);
   capped.softcap = true;
   left_only.window_left = 2048;  // one-sided, but not causal: not what was measured
+  EXPECT_EQ(cuda::plan_forward(capped).sm90_sections, cuda::Sm90Sections::l2_half);
+  EXPECT_EQ(cuda::plan_forward(left_only).sm90_sections, cuda::Sm90Sections::l2_half);
+  capped.dram_gbs_per_multiprocessor = h100;
+  left_only.dram_gbs_per_multiprocessor = h100;
   EXPECT_EQ(cuda::plan_forward(capped).sm90_sections, cuda::Sm90Sections::l2_half);
   EXPECT_EQ(cuda::plan_forward(left_only).sm90_sections, cuda::Sm90Sections::l2_half);
   EXPECT_EQ(cuda::plan_forward(hopper_shape(4, 16, 4096, 4096, 128)).sm90_sections, cuda::Sm90Sections::per_pair);

@@ -209,7 +209,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   // tiles are not all as long as another (plan.hpp: Sm90Sections).
   const bool wave = block_m == kSm90D64NarrowBlockM ||
                     (block_m == 0 && block_n == 0 &&
-                     sm90_wave_sections_pay(s.head_dim, s.window_left < 0 && s.window_right >= 0, s.varlen, s.softcap,
+                     sm90_wave_sections_pay(s.head_dim, s.window_left < 0 && s.window_right >= 0,
+                                            s.window_left >= 0 && s.window_right == 0, s.varlen, s.softcap,
                                             s.heads_per_kv_head, plan.sm90_key_tiles, s.dram_gbs_per_multiprocessor));
   plan.sm90_sections = sm90_sections(masked || s.varlen, wave);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).

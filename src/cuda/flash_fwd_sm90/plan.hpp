@@ -298,15 +298,21 @@ enum class Sm90Sections { l2_half, per_pair, wave };
 // d128 s512 / s1k shape of b8-b64 h16-h32 (ncu at b32 h16 s512: 155 -> 133 us, L2 hit rate 48%
 // -> 55%), 0.723x -> 0.898x cuDNN at b32 h16 s512. On the H200 (about 36 GB/s per SM: 4.8 TB/s)
 // the eleventh session's A/B had them slower there (above), so it keeps the L2-half sections
-// until it is timed again. dram_gbs_per_sm: 0 when unknown (then the key-tile rule alone).
+// until it is timed again. On such a device causal sliding windows (a left bound, the right
+// bound at the diagonal) take them too: windows of 128-2048 keys at s1k / s4k, b4 / b16 h16,
+// ran at 0.84-1.016x the L2-half sections' time, 13 of 16 faster (call 7). GQA stays out: mixed
+// there (1-3% slower at s512, call 6). dram_gbs_per_sm: 0 when unknown (then the key-tile rule
+// alone).
 constexpr std::int64_t kSm90WaveMinKeyTiles = 8;
 constexpr double kSm90WaveShortMaxGbsPerSm = 30.0;
-constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool causal, bool varlen, bool softcap,
-                                      std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles,
+// causal: window (-1, >= 0); causal_window: window (>= 0, 0).
+constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool causal, bool causal_window, bool varlen,
+                                      bool softcap, std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles,
                                       double dram_gbs_per_sm) {
-  const bool short_rows_pay = dram_gbs_per_sm > 0.0 && dram_gbs_per_sm < kSm90WaveShortMaxGbsPerSm;
-  return head_dim == 128 && causal && !varlen && !softcap && heads_per_kv_head == 1 &&
-         (avg_key_tiles >= kSm90WaveMinKeyTiles || short_rows_pay);
+  const bool bandwidth_poor = dram_gbs_per_sm > 0.0 && dram_gbs_per_sm < kSm90WaveShortMaxGbsPerSm;
+  if (head_dim != 128 || varlen || softcap || heads_per_kv_head != 1) return false;
+  if (causal) return avg_key_tiles >= kSm90WaveMinKeyTiles || bandwidth_poor;
+  return causal_window && bandwidth_poor;
 }
 constexpr const char* kSm90SectionsEnv = "FASTATTN_CUDA_SM90_SECTIONS";
 // uneven_tiles: the call's query tiles can differ in length (a causal mask or a window, or
