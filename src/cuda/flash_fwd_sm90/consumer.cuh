@@ -53,7 +53,9 @@ __device__ __forceinline__ void issue_qk(float (&acc_s)[kN / 8][4], uint32_t sQ,
   if constexpr (T::kConsumerWarpgroups == 3 || (T::kHeadDimTile == 256 && kOverlap)) {
     // Three consumer warpgroups have 160 registers a thread: through an opaque move, Q's
     // descriptors are rebuilt per key tile (a few uniform-datapath ops) instead of being hoisted
-    // out of the loop, where the overlap loop spilled them (4 x 64 bits, LDL.64 every tile).
+    // out of the loop, where the overlap loop (an A/B build until the thirty-third session)
+    // spilled them (4 x 64 bits, LDL.64 every tile). The plain loop compiles without spills
+    // either way (nvcc 13.0); its kernels as timed have the move.
     // d = 256's overlap loop (O alone is 128 registers) spilled its 16 hoisted descriptors the
     // same way (68-104 bytes; 0 with the move). The plain d = 256 loop does not need it.
     asm volatile("mov.b32 %0, %0;\n" : "+r"(sQ));
@@ -306,8 +308,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     // stored) see no key of tile 0's right half (a causal diagonal, or the sequence's end, left
     // of it). Uniform over the warpgroup; broadcast from lane 0 so that ptxas knows the wgmma
     // below are not in a divergent path (else it serialised them, C7520; CUTLASS's
-    // canonical_warp_group_idx does the same). Two consumer warpgroups only: in the
-    // three-warpgroup overlap build (FASTATTN_SM90_D64_OVERLAP=1, 160 registers) it added spills.
+    // canonical_warp_group_idx does the same). Two consumer warpgroups only (traits.cuh).
     constexpr bool kLeftHalf = T::kLeftHalfFirstTile;
     bool left_half = false;
     if constexpr (kLeftHalf) {

@@ -171,10 +171,10 @@ inline bool sm90_tma_store() { return env_switch(EnvVar::cuda_sm90_tma_store, "1
 // The consumer loop's schedule (consumer.cuh): with overlap, tile i's S = Q K^T is issued
 // before tile i - 1's O += P V, and the softmax of tile i runs while that P V is on the tensor
 // cores (FA3's intra-warpgroup overlap); without, each GEMM is waited for before the softmax.
-// Overlap keeps S, P and O live at once: it fits the 240 registers of a 2-consumer-warpgroup
-// tile (d = 128), not the 160 of a 3-warpgroup one (d = 64: ptxas spilled 68-160 bytes), so it
-// is compiled and used for the former only. FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain
-// loop there too, for A/B measurements.
+// Overlap keeps S, P and O live at once: the 240 registers of a 2-consumer-warpgroup tile hold
+// them; it is compiled and used for those tiles (d = 96 / 128, d = 64's narrow tile) and for
+// d = 256 (below), not for the 3-warpgroup tile (d = 64, 160 registers; below).
+// FASTATTN_CUDA_SM90_OVERLAP=0 selects the plain loop there too, for A/B measurements.
 constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // d = 256 (O alone is 128 registers a thread): the overlap loop spilled 68-104 bytes until Q's
 // 16 descriptors were kept from being hoisted out of the key loop (consumer.cuh issue_qk's
@@ -188,15 +188,14 @@ constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // 0.915x -> 1.007x, s8k 0.857x -> 1.041x, s16k 0.823x -> 1.057x (causal s2k 0.829x -> 0.908x),
 // and its float64 tests passed, so it is d = 256's loop for every call.
 // FASTATTN_CUDA_SM90_OVERLAP=0 / 1 selects the plain loop / the overlap.
-// A/B builds may set FASTATTN_SM90_D64_OVERLAP=1 to compile the overlap loop for d = 64's
-// 192-row tile too (three consumer warpgroups at 160 registers; FA3's d = 64 shape and loop).
-#ifndef FASTATTN_SM90_D64_OVERLAP
-#define FASTATTN_SM90_D64_OVERLAP 0
-#endif
+// d = 64's 192-row tile (three consumer warpgroups at 160 registers, FA3's d = 64 shape and loop)
+// keeps the plain loop: its overlap loop, an A/B build until the thirty-third session, ran
+// 11-14% slower than the plain loop on the H200 (eleventh session) while it spilled the softmax's
+// row state, and 10-12% slower on an H100 (thirty-third session) compiled without spills
+// (docs/cuda-sm90-forward-measurements.md, "The three-warpgroup overlap loop").
 constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
   const int m = sm90_forward_blocks(head_dim, 0, block_m).block_m;
-  return (head_dim <= 128 && (m == 128 || (FASTATTN_SM90_D64_OVERLAP && head_dim <= 64 && m == 192))) ||
-         head_dim == 256;
+  return (head_dim <= 128 && m == 128) || head_dim == 256;
 }
 // The overlap loop wherever it is compiled (sm90_overlap_fits), unless
 // FASTATTN_CUDA_SM90_OVERLAP=0.

@@ -42,7 +42,8 @@ struct Sm90ForwardTraits {
   static constexpr bool kVarlenKernels = kSm90Varlen && !kUnmaskedCallsOnly && !kNarrowD64;
   static constexpr int kStages = kBlocks.stages;
   // The first key tile's left half (plan.hpp: sm90_left_half_first_tile; consumer.cuh): 128-key
-  // tiles and two consumer warpgroups only (in the three-warpgroup overlap build it spilled).
+  // tiles and two consumer warpgroups only: the overlap loop's (three warpgroups run the plain
+  // loop, plan.hpp sm90_overlap_fits).
   static constexpr bool kLeftHalfFirstTile =
       sm90_left_half_first_tile(kHeadDim_) && kBlocks.block_n == 128 && kBlocks.block_m / 64 == 2;
   // The softmax's share of exponentials on the FMA pipe (plan.hpp: sm90_exp2_poly_every; 0:
