@@ -5,7 +5,8 @@
 // Varlen batches (work<true>) use the same numbering with the longest sequence's query-block
 // count: the tiles past a shorter sequence's end are empty and cost a read of cu_seqlens.
 // Tiles are numbered 0 .. num_tiles - 1 (num_tiles = query blocks * heads * batch); the
-// schedule (plan.hpp: Sm90Scheduler) says which numbers a CTA takes and what a number means:
+// schedule (plan.hpp: Sm90Scheduler) says which numbers a CTA takes and what a number means
+// (tile_numbering.hpp decodes them, in 32 bits with divisors prepared at launch):
 //   grid        grid (m_blocks, heads, batch), one tile per CTA: tile = the linear block index,
 //               the query block reversed (the last, under a causal mask the longest, first);
 //   persistent  grid min(num_tiles, SMs), CTA c takes tiles c, c + G, c + 2G, ...; a tile
@@ -30,6 +31,7 @@
 #include "common/mask.hpp"
 #include "cuda/flash_fwd/params.hpp"
 #include "cuda/flash_fwd_sm90/plan.hpp"
+#include "cuda/flash_fwd_sm90/tile_numbering.hpp"
 
 namespace fastattn::cuda {
 
@@ -41,18 +43,6 @@ struct Sm90TileWork {
   int n_begin, n_end;  // key tiles [n_begin, n_end), visited from n_end - 1 down
   SequenceMask mask;
   __host__ __device__ bool has_keys() const { return n_begin < n_end; }
-};
-
-// The host-filled schedule, a kernel argument.
-struct Sm90TileSchedule {
-  int64_t num_tiles;
-  int m_blocks;      // query blocks per (head, batch)
-  int num_heads;
-  int64_t total_hb;  // heads * batch
-  int64_t section_hb;  // persistent: (head, batch) pairs per section (plan.hpp: Sm90Sections)
-  int alternate;       // persistent (not dynamic), Sm90Sections::wave: odd sections take the ranks in reverse
-  int persistent;    // 1: persistent numbering and grid (persistent: the CTA loops with stride
-                     // gridDim.x; dynamic: it takes tiles from the counter)
 };
 
 // Where a role is in the CTA's pipeline, counted over every tile it ran so far (the barrier
@@ -79,9 +69,10 @@ struct Sm90TileScheduler {
                                        : sections == Sm90Sections::wave   ? std::min(wave_hb, l2_half_hb)
                                                                           : l2_half_hb,
                                        1, std::max<int64_t>(s.total_hb, 1));
-    // The dynamic kernel decodes its numbers without it (kDynamic32 below): it hands tiles out
-    // in order anyway.
+    // The dynamic kernel hands tiles out in order anyway.
     s.alternate = sections == Sm90Sections::wave && kind == Sm90Scheduler::persistent ? 1 : 0;
+    s.group_size = std::max(p.group_size, 1);
+    sm90_prepare_tile_divisors(s);
     return s;
   }
 
@@ -100,48 +91,16 @@ struct Sm90TileScheduler {
   // kVarlen: the tile's sequence bounds come from cu_seqlens (the schedule's m_blocks is that of
   // the longest sequence); a query block past its sequence's end has no rows and no key tiles:
   // neither role loads or stores anything for it.
-  // kDynamic32: the dynamic kernel's numbering: always persistent's, in 32-bit arithmetic (the
-  // launcher runs the dynamic kernel only when num_tiles < 2^31, launch.cuh). Its 64-bit
-  // divisions are calls to a slow path whose saved registers made ptxas spill in the 24-register
-  // load thread. false: the grid/persistent kernel's code, as before.
+  // kDynamic32: the dynamic kernel's decode, 32-bit only (tile_numbering.hpp).
   template <bool kVarlen, bool kDynamic32 = false>
   __device__ __forceinline__ static Sm90TileWork work(const ForwardParams& p, const Sm90TileSchedule& s,
                                                       int64_t tile) {
     Sm90TileWork w;
-    if constexpr (kDynamic32) {
-      const int t = static_cast<int>(tile), section_hb = static_cast<int>(s.section_hb);
-      const int section_tiles = section_hb * s.m_blocks;
-      const int section = t / section_tiles;
-      const int local = t - section * section_tiles;
-      const int hb0 = section * section_hb;
-      const int width = min(section_hb, static_cast<int>(s.total_hb) - hb0);  // the last section may be short
-      const int m_rank = local / width;
-      const int hb = hb0 + (local - m_rank * width);
-      w.m_block = s.m_blocks - 1 - m_rank;
-      w.head = hb % s.num_heads;
-      w.batch = hb / s.num_heads;
-    } else {
-      int64_t hb;
-      int m_rank;  // 0: the last query block
-      if (!s.persistent) {
-        hb = tile / s.m_blocks;
-        m_rank = static_cast<int>(tile - hb * s.m_blocks);
-      } else {
-        const int64_t section_tiles = s.section_hb * s.m_blocks;
-        const int64_t section = tile / section_tiles;
-        const int64_t local = tile - section * section_tiles;
-        const int64_t hb0 = section * s.section_hb;
-        const int64_t rest = s.total_hb - hb0;
-        const int64_t width = s.section_hb < rest ? s.section_hb : rest;  // the last section may be short
-        m_rank = static_cast<int>(local / width);
-        hb = hb0 + (local - m_rank * width);
-        if (s.alternate && (section & 1)) m_rank = s.m_blocks - 1 - m_rank;
-      }
-      w.m_block = s.m_blocks - 1 - m_rank;
-      w.head = static_cast<int>(hb % s.num_heads);
-      w.batch = static_cast<int>(hb / s.num_heads);
-    }
-    w.kv_head = w.head / p.group_size;
+    const Sm90TileCoords c = sm90_tile_coords<kDynamic32>(s, tile);
+    w.m_block = c.m_block;
+    w.head = c.head;
+    w.batch = c.batch;
+    w.kv_head = c.kv_head;
     if constexpr (kVarlen) {
       w.q_start = p.cu_seqlens_q[w.batch];
       w.k_start = p.cu_seqlens_k[w.batch];
