@@ -11,12 +11,12 @@
 //
 // Every tile visit decodes its number, in the producer thread and in every consumer thread,
 // before the tile's first load or GEMM: on short rows that is a part of the tile's serial time.
-// Decoded with 64-bit divisions (and the 32-bit division of the head by the group size) it took
-// about 6% of the consumer warps' samples of the d = 64 narrow tile at b32 h32 s512 causal (ncu
+// Decoded with 64-bit divisions (and the 32-bit division of the head by the group size) it held
+// about 6% of the warp samples of the d = 64 narrow tile's kernel at b32 h32 s512 causal (ncu
 // source counters, H100, eighteenth session: four MUFU.RCP sequences in front of the Q wait).
-// So calls of fewer than 2^31 tiles (every call whose tensors fit a device's memory) decode in
-// 32 bits with divisors prepared at launch (common/fast_divmod.hpp); the others keep the 64-bit
-// divisions.
+// So calls of fewer than 2^31 tiles decode in 32 bits with divisors prepared at launch
+// (common/fast_divmod.hpp); the others keep the 64-bit divisions. (A tile writes at least one
+// output row of 64 or more 16-bit values, so 2^31 tiles write 256 GiB or more.)
 #pragma once
 
 #include <cstdint>
@@ -63,8 +63,8 @@ struct Sm90TileCoords {
 };
 
 // Tile number -> coordinates. kDecode32Only: the 32-bit decode alone (the dynamic kernel, whose
-// launcher requires num_tiles < 2^31: its 64-bit divisions' slow-path calls made ptxas spill in
-// the 24-register load thread); otherwise s.decode32 picks, uniformly over the grid.
+// launcher refuses 2^31 tiles or more: the 64-bit divisions' slow-path calls made ptxas spill in
+// its load thread); otherwise s.decode32 picks, uniformly over the grid.
 template <bool kDecode32Only = false>
 FASTATTN_HD Sm90TileCoords sm90_tile_coords(const Sm90TileSchedule& s, std::int64_t tile) {
   Sm90TileCoords c;
