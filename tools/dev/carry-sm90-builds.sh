@@ -12,7 +12,8 @@
 # statically); unpack puts them back at the same paths, where gpu-sm90-ab.sh finds them with
 # BUILD_STAGES=none and CARRIED_BUILDS=1. (tools/dev/build-carry.sh carries one build's
 # binaries into a folder for the scripts that take BIN_DIR; this one keeps several builds at
-# their build paths, for gpu-sm90-ab.sh's BUILD_VARIANTS.)
+# their build paths, for gpu-sm90-ab.sh's BUILD_VARIANTS; gpu-sm90-ab-carried.sh is the device
+# call that unpacks them and runs it.)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
