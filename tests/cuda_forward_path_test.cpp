@@ -300,13 +300,16 @@ TEST(CudaForwardPath, Sm90PlanAndItsDeclines) {
                            Decline{strided, "a q/k/v layout TMA cannot load"},
                            Decline{hopper(2, 8, 1000, 0, 128), "no keys"},
                            Decline{hopper(1, 32, 1, 65536, 128), "seqlen_q <= 16"},
-                           Decline{hopper(1, 4, 200, 65536, 128), "split-KV"}}) {
+                           Decline{hopper(1, 4, 200, 65536, 128), "split-KV"},
+                           Decline{hopper(1, 1, 1 << 28, 1 << 28, 64), "positions past the sm90 kernel's 32 bits"}}) {
     const cuda::ForwardPlan p = cuda::plan_forward(c.s);
     EXPECT_EQ(p.path, ForwardPath::sm80) << c.why;
     EXPECT_NE(p.sm90_declined.find(c.why), std::string::npos) << p.sm90_declined;
     EXPECT_NE(cuda::describe_plan(p).find(std::string("on an sm90 device (") + c.why), std::string::npos)
         << cuda::describe_plan(p);
   }
+  // Just below the 32-bit positions' limit (plan.hpp: kSm90MaxPositions).
+  EXPECT_EQ(cuda::plan_forward(hopper(1, 1, (1 << 28) - 1, 1 << 28, 64)).path, ForwardPath::sm90);
   {  // Splits forced by the environment: the reason names it, not the SM count.
     ScopedEnv forced(cuda::kNumSplitsEnv, "3");
     const cuda::ForwardPlan p = cuda::plan_forward(hopper(2, 16, 8192, 8192, 128));

@@ -18,7 +18,8 @@
 //    CTAs per SM follow from their shared memory (at most 2, the launch bounds).
 // 5. sm90 path (Hopper, flash_fwd_sm90/): serves padded and varlen batches (varlen while
 //    kSm90Varlen, plan.hpp) of head_dim 64/96/128/256 whose q, k, v TMA can describe, with
-//    seqlen_q > kDecodeMaxSeqlenQ, keys and no split-KV; any other call runs the sm80 plan, and
+//    seqlen_q > kDecodeMaxSeqlenQ, keys, seqlen_q + seqlen_k below 2^29 (kSm90MaxPositions)
+//    and no split-KV; any other call runs the sm80 plan, and
 //    sm90_decline_reason names why (KernelChoice::reason).
 #pragma once
 
@@ -167,6 +168,10 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
     return "a q/k/v layout TMA cannot load (base or a stride not a multiple of 16 bytes, or a stride of 0)";
   }
   if (s.seqlen_k == 0 || (s.varlen && s.total_k == 0)) return "no keys";
+  if (!sm90_positions_fit(s.seqlen_q, s.seqlen_k)) {
+    return "positions past the sm90 kernel's 32 bits: seqlen_q + seqlen_k = " +
+           std::to_string(s.seqlen_q + s.seqlen_k) + " reaches 2^29 (kSm90MaxPositions)";
+  }
   if (sm80_plan.short_query) {
     return s.varlen ? "varlen with seqlen_q <= 16 runs the 16-row decode kernel"
                     : "seqlen_q <= 16 runs the KV-cache decode kernel";

@@ -253,13 +253,13 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
   clear_accumulator(st.acc_o);
   st.softmax.init();
   if (!w.has_keys()) return;
-  const SequenceMask::KeyTileRange full = w.mask.full_key_tiles(w.q0, w.q1, T::kBlockN);
-  // clamped to the visited tiles [n_begin, n_end), so both fit an int
-  auto visited = [&](int64_t n) { return static_cast<int>(min(max(n, int64_t{w.n_begin}), int64_t{w.n_end})); };
+  const SequenceMask32::KeyTileRange full = w.mask.full_key_tiles(w.q0, w.q1, T::kBlockN);
+  // clamped to the visited tiles [n_begin, n_end)
+  auto visited = [&](int n) { return min(max(n, w.n_begin), w.n_end); };
   const Sm90TileMask m{w.q0 + wg * 64 + warp_in_wg * 16,
-                       static_cast<int>(w.mask.offset),
-                       static_cast<int>(p.window_left),
-                       static_cast<int>(p.window_right),
+                       w.mask.offset,
+                       w.mask.left,
+                       w.mask.right,
                        fabsf(p.scale_log2),
                        visited(full.lo),
                        visited(full.hi)};
@@ -312,7 +312,7 @@ __device__ __forceinline__ void consume(Sm90ConsumerState<T>& st, const Sm90Smem
     constexpr bool kLeftHalf = T::kLeftHalfFirstTile;
     bool left_half = false;
     if constexpr (kLeftHalf) {
-      const int64_t rows_end = min(static_cast<int64_t>(w.q0) + wg * 64 + 64, static_cast<int64_t>(w.q1));
+      const int rows_end = min(w.q0 + wg * 64 + 64, w.q1);
       left_half = __shfl_sync(0xffffffffu, w.mask.key_end(rows_end) <= key0(0) + T::kBlockN / 2, 0);
     }
     // S of tile 0's left half (left_half). Defined before the fence: its registers, read by the

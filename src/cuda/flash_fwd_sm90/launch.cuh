@@ -210,9 +210,25 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
   check_launch(s.name);
 }
 
+// The call's params with the windows clamped to seqlen_q + seqlen_k, so the kernel's position
+// arithmetic fits 32 bits (plan.hpp: kSm90MaxPositions; the same mask, as a window that wide
+// bounds no query); a call past that limit the plan should have declined throws.
+inline ForwardParams sm90_params_with_32bit_positions(const ForwardParams& p) {
+  if (!sm90_positions_fit(p.seqlen_q, p.seqlen_k)) {
+    throw Error(ErrorCode::internal, "cuda forward (sm90): seqlen_q + seqlen_k = " +
+                                         std::to_string(int64_t{p.seqlen_q} + p.seqlen_k) +
+                                         " reaches 2^29, a call the plan should have declined");
+  }
+  ForwardParams clamped = p;
+  clamped.window_left = sm90_clamped_window(p.window_left, p.seqlen_q, p.seqlen_k);
+  clamped.window_right = sm90_clamped_window(p.window_right, p.seqlen_q, p.seqlen_k);
+  return clamped;
+}
+
 template <typename Element, int kHeadDim>
-void run_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice, cudaStream_t stream) {
-  if (!sm90_forward_has_work(p)) return;
+void run_forward_sm90(const ForwardParams& call, const Sm90LaunchChoice& choice, cudaStream_t stream) {
+  if (!sm90_forward_has_work(call)) return;
+  const ForwardParams p = sm90_params_with_32bit_positions(call);
   // The dynamic scheduler's kernels are in units of their own (launch_dynamic.cuh).
   if (choice.scheduler == Sm90Scheduler::dynamic) return run_forward_sm90_dynamic<Element, kHeadDim>(p, choice, stream);
   if constexpr (sm90_wide_tile_compiled(kHeadDim)) {

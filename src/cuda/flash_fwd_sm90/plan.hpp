@@ -413,6 +413,23 @@ inline bool sm90_cluster(const Sm90ClusterCall& c) {
 // varlen sm90 kernel is compiled (launch.cuh) -- the one switch if the varlen kernels misbehave.
 constexpr bool kSm90Varlen = true;
 
+// Positions in 32 bits: every tile visit works out its key range and its full key tiles from
+// positions and windows (tile_scheduler.cuh, consumer.cuh: SequenceMask32), in the producer and
+// in every consumer thread before the tile's first load or GEMM, where on short rows nothing
+// overlaps it (docs/cuda-sm90-forward-measurements.md, "Positions in 32 bits and the finalize by
+// the SFU"). The launcher clamps the windows to L = seqlen_q + seqlen_k (below;
+// a window that wide bounds no query of the call: key j of a sequence is below len_k <= L and
+// its diagonal d = i + offset in [-len_q, len_q + len_k)), so with L below kSm90MaxPositions
+// every sum there stays below 3 * 2^29 + 256 < 2^31. Longer calls (K and V of 2^29 tokens at
+// d = 64 are 128 GiB a KV head) run the sm80 kernels with a reason (heuristics.hpp).
+constexpr std::int64_t kSm90MaxPositions = std::int64_t{1} << 29;
+constexpr bool sm90_positions_fit(std::int64_t seqlen_q, std::int64_t seqlen_k) {
+  return seqlen_q + seqlen_k < kSm90MaxPositions;
+}
+constexpr std::int64_t sm90_clamped_window(std::int64_t window, std::int64_t seqlen_q, std::int64_t seqlen_k) {
+  return window > seqlen_q + seqlen_k ? seqlen_q + seqlen_k : window;
+}
+
 // What the dispatcher's plan decided for one sm90 launch (heuristics.hpp: plan_forward_sm90);
 // the launcher (launch.cuh) follows it and reads no environment of its own.
 struct Sm90LaunchChoice {

@@ -41,7 +41,7 @@ struct Sm90TileWork {
   int len_q, len_k;
   int q_start, k_start;  // varlen: the sequence's first token in the packed q / k; padded: 0
   int n_begin, n_end;  // key tiles [n_begin, n_end), visited from n_end - 1 down
-  SequenceMask mask;
+  SequenceMask32 mask;  // windows clamped by the launcher (launch.cuh: 32-bit positions)
   __host__ __device__ bool has_keys() const { return n_begin < n_end; }
 };
 
@@ -114,12 +114,15 @@ struct Sm90TileScheduler {
     }
     w.q0 = w.m_block * T::kBlockM;
     w.q1 = min(w.q0 + T::kBlockM, w.len_q);
-    w.mask.left = p.window_left;
-    w.mask.right = p.window_right;
+    // In 32 bits: the launcher clamped the windows (plan.hpp: kSm90MaxPositions).
+    w.mask.left = static_cast<int>(p.window_left);
+    w.mask.right = static_cast<int>(p.window_right);
     w.mask.offset = p.bottom_right ? w.len_k - w.len_q : 0;
     w.mask.seqlen_k = w.len_k;
-    // Key tiles covering [key_begin, key_end): none when the window misses every key.
-    const int64_t key_begin = w.mask.key_begin(w.q0), key_end = w.mask.key_end(w.q1);
+    // Key tiles covering [key_begin, key_end): none when the window misses every key. Both are
+    // in [0, len_k], so the divisions are unsigned (shifts, no sign fix-ups).
+    const auto key_begin = static_cast<uint32_t>(w.mask.key_begin(w.q0));
+    const auto key_end = static_cast<uint32_t>(w.mask.key_end(w.q1));
     w.n_begin = static_cast<int>(key_begin / T::kBlockN);
     w.n_end = key_begin < key_end ? static_cast<int>((key_end + T::kBlockN - 1) / T::kBlockN) : w.n_begin;
     if constexpr (kVarlen) {
