@@ -113,13 +113,26 @@ struct OnlineSoftmax {
   }
 
   // Per row: 1 / total sum (0 for rows that saw no key) and lse in natural log (-inf then).
+  // kApprox: the reciprocal and log2 by the SFU's rcp.approx / lg2.approx (MUFU.RCP, MUFU.LG2:
+  // about 1 ulp, and 2^-22 absolute for the log of a total >= 1, the row max's own term) instead of
+  // the IEEE division and log2f, whose fix-up and polynomial sequences sit in the tile's serial
+  // tail on short rows (the sm90 forward; the out is rounded to 16 bits after the multiply).
+  template <bool kApprox = false>
   __device__ __forceinline__ void finalize(float (&inv_sum)[kRows], float (&lse)[kRows]) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_sum(row_sum[r]);
       const bool empty = total == 0.0f || row_max[r] == -INFINITY;
-      inv_sum[r] = empty ? 0.0f : 1.0f / total;
-      lse[r] = empty ? -INFINITY : (row_max[r] + log2f(total)) * 0.69314718055994530942f;
+      float inv, log2_total;
+      if constexpr (kApprox) {
+        asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(inv) : "f"(total));
+        asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(log2_total) : "f"(total));
+      } else {
+        inv = 1.0f / total;
+        log2_total = log2f(total);
+      }
+      inv_sum[r] = empty ? 0.0f : inv;
+      lse[r] = empty ? -INFINITY : (row_max[r] + log2_total) * 0.69314718055994530942f;
     }
   }
 };

@@ -109,7 +109,7 @@ __device__ __forceinline__ void store_output_sm90(Sm90ConsumerState<T>& st, cons
   using E = typename T::Element;
   using A = M16n8Fragments;
   float inv_sum[2], lse[2];
-  st.softmax.finalize(inv_sum, lse);
+  st.softmax.template finalize<kSm90ApproxFinalize>(inv_sum, lse);
   if constexpr (T::kOutputTile && !kVarlen) {
     if (tma_store) return store_output_tile_sm90<T, kVarlen>(st, p, w, smem, map_o, inv_sum, lse, wg, warp_in_wg, lane);
   }

@@ -71,6 +71,13 @@ constexpr std::int64_t sm90_tile_head_dim(std::int64_t head_dim) { return (head_
 #define FASTATTN_SM90_ROW_MAX_CHAIN 0
 #endif
 constexpr bool kSm90TreeRowMax = !FASTATTN_SM90_ROW_MAX_CHAIN;
+// The epilogue's 1 / row sum and log2 of it by the SFU's approximations (flash_fwd/softmax.cuh:
+// OnlineSoftmax::finalize<true>); A/B builds may set FASTATTN_SM90_APPROX_FINALIZE=0 for the
+// IEEE division and log2f.
+#ifndef FASTATTN_SM90_APPROX_FINALIZE
+#define FASTATTN_SM90_APPROX_FINALIZE 1
+#endif
+constexpr bool kSm90ApproxFinalize = FASTATTN_SM90_APPROX_FINALIZE != 0;
 // The left half of the first key tile (consumer.cuh, overlap loop, 128-key tiles, two consumer
 // warpgroups): under a causal mask whose diagonal runs through a query tile, the first key tile
 // visited (the last one) is masked right of the diagonal, and a consumer warpgroup whose 64 rows
