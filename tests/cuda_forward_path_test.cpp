@@ -455,7 +455,8 @@ TEST(CudaForwardPath, Sm90WaveSectionsRule) {
 
 // d = 64's narrow tile (plan.hpp: sm90_d64_narrow_block_m): padded causal calls without a
 // soft-cap of at most 16 key tiles by default, 128 x 128 with two consumer warpgroups and the
-// overlap, in wave sections; FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces one.
+// overlap, in wave sections; FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces one (128 also on calls
+// without a mask).
 TEST(CudaForwardPath, Sm90D64NarrowTile) {
   cuda::ForwardShape causal = hopper_shape(32, 32, 512, 512, 64), plain = causal, capped = causal, varlen = causal;
   causal.window_right = 0;
@@ -501,7 +502,11 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   {
     ScopedEnv narrow(cuda::kSm90D64TileEnv, "128");
     EXPECT_EQ(cuda::plan_forward(s4k).sm90_block_m, cuda::kSm90D64NarrowBlockM);
-    EXPECT_EQ(cuda::plan_forward(plain).sm90_block_m, 0);  // serves causal calls only
+    EXPECT_EQ(cuda::plan_forward(plain).sm90_block_m, cuda::kSm90D64NarrowBlockM);  // forced: no mask too
+    EXPECT_EQ(cuda::plan_forward(capped).sm90_block_m, 0);
+    cuda::ForwardShape two_sided = causal;
+    two_sided.window_left = 100;
+    EXPECT_EQ(cuda::plan_forward(two_sided).sm90_block_m, 0);
     ScopedEnv sections(cuda::kSm90SectionsEnv, "l2");
     EXPECT_EQ(cuda::plan_forward(s4k).sm90_sections, cuda::Sm90Sections::l2_half);
   }

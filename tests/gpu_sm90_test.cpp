@@ -233,8 +233,8 @@ TEST_F(CudaSm90, WideKeyTileMatchesFloat64) {
 // persistent; plan.hpp: sm90_d64_narrow_block_m), forced, against float64 on causal calls: both alignments with rows
 // that see no key, GQA 7:1, seqlen 17 / 1023 / 4097, large logits, 384
 // query tiles (several per persistent CTA), both dtypes, both schedulers (the ordered issue under
-// persistent); the calls it does not serve (no mask, a two-sided window, a soft-cap) keep the
-// 192-row tile.
+// persistent); forced, also calls without a mask; the calls it does not serve (a two-sided
+// window, a soft-cap) keep the 192-row tile.
 TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
   if (std::find(dims_.begin(), dims_.end(), 64) == dims_.end()) GTEST_SKIP() << "no d 64 in this build";
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
@@ -265,7 +265,9 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
       // 640 query tiles, 6 of each head's 8 without a key (rows before 800): several tiles per
       // persistent CTA, tiles without keys between tiles with keys.
       expect_tile("b=2 sq=1000 sk=200 h=40 hkv=8" + t + " mask=causal align=bottom_right", true);
-      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none", false);
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none", true);
+      expect_tile("b=2 sq=512 sk=512 h=5 hkv=1" + t + " mask=none qk_std=4", true);
+      expect_tile("b=1 sq=1000 sk=77 h=3 hkv=3" + t + " mask=none", true);
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal softcap=30", false);
     }
   }
@@ -274,6 +276,7 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
   expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1 d=64 dtype=bf16 mask=causal", true);
   expect_tile("b=1 sq=2048 sk=2048 h=2 hkv=2 d=64 dtype=f16 mask=causal", true);
   expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1 d=64 dtype=bf16 mask=causal", false);
+  expect_tile("b=1 sq=512 sk=512 h=2 hkv=2 d=64 dtype=bf16 mask=none", false);
 }
 
 // Device buffers freed when the scope ends, also on a failed assertion or a throw.

@@ -243,7 +243,7 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   const bool masked = s.window_left >= 0 || s.window_right >= 0;
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   const int wide = sm90_wide_block_n(s.head_dim, s.seqlen_k, masked, s.varlen, s.softcap);
-  const int narrow = sm90_d64_narrow_block_m(s.head_dim, s.seqlen_k, one_sided, s.varlen, s.softcap);
+  const int narrow = sm90_d64_narrow_block_m(s.head_dim, s.seqlen_k, one_sided, masked, s.varlen, s.softcap);
   if (wide == 0 && narrow == 0) return plan_forward_sm90(s, 0);
   const ForwardPlan plan = plan_forward_sm90(s, wide, narrow);
   // The dynamic scheduler's kernels have the default tiles only.

@@ -220,17 +220,19 @@ inline bool sm90_overlap(std::int64_t head_dim, int block_m) {
 // three warpgroups keep the tensor cores busier than two; on short rows the 128-row tile divides the
 // sequence (192 does not: s512 is 3 tiles of which the last is two-thirds full) and puts one masked
 // key tile per query tile instead of two. FASTATTN_CUDA_SM90_D64_TILE=128 / 192 forces one (128 only
-// where the narrow tile serves). Returns kSm90D64NarrowBlockM or 0.
+// where the narrow tile serves: padded calls without a soft-cap whose mask is one-sided, or, forced
+// only, no mask at all, where 192 rows leave s512's last tile a third empty too). Returns
+// kSm90D64NarrowBlockM or 0.
 constexpr const char* kSm90D64TileEnv = "FASTATTN_CUDA_SM90_D64_TILE";
 constexpr std::int64_t kSm90D64NarrowMaxKeyTiles = 16;
-inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k, bool one_sided_mask, bool varlen,
-                                   bool softcap) {
+inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k, bool one_sided_mask, bool masked,
+                                   bool varlen, bool softcap) {
   // Checked for every call (a bad value throws), also those the narrow tile does not serve.
   const int forced = env_choice<int>(EnvVar::cuda_sm90_d64_tile, {{"128", 128}, {"192", 192}}, 0);
-  const bool serves = head_dim == 64 && one_sided_mask && !varlen && !softcap &&
+  const bool serves = head_dim == 64 && (one_sided_mask || !masked) && !varlen && !softcap &&
                       sm90_forward_blocks(64).block_m != kSm90D64NarrowBlockM;
   const int block_n = sm90_forward_blocks(64, 0, kSm90D64NarrowBlockM).block_n;
-  const bool by_rule = (seqlen_k + block_n - 1) / block_n <= kSm90D64NarrowMaxKeyTiles;
+  const bool by_rule = one_sided_mask && (seqlen_k + block_n - 1) / block_n <= kSm90D64NarrowMaxKeyTiles;
   return serves && (forced == 128 || (forced == 0 && by_rule)) ? kSm90D64NarrowBlockM : 0;
 }
 
