@@ -123,16 +123,16 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       const float total = quad_sum(row_sum[r]);
       const bool empty = total == 0.0f || row_max[r] == -INFINITY;
-      float inv, log2_total;
       if constexpr (kApprox) {
+        float inv, log2_total;
         asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(inv) : "f"(total));
         asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(log2_total) : "f"(total));
-      } else {
-        inv = 1.0f / total;
-        log2_total = log2f(total);
+        inv_sum[r] = empty ? 0.0f : inv;
+        lse[r] = empty ? -INFINITY : (row_max[r] + log2_total) * 0.69314718055994530942f;
+      } else {  // as before kApprox (the sm80 kernels' SASS unchanged)
+        inv_sum[r] = empty ? 0.0f : 1.0f / total;
+        lse[r] = empty ? -INFINITY : (row_max[r] + log2f(total)) * 0.69314718055994530942f;
       }
-      inv_sum[r] = empty ? 0.0f : inv;
-      lse[r] = empty ? -INFINITY : (row_max[r] + log2_total) * 0.69314718055994530942f;
     }
   }
 };
