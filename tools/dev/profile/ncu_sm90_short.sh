@@ -7,6 +7,10 @@
 # with --clock-control none (device/METHOD.md). Optionally KV=1: the issue-17 anchors on both
 # memory orders (sdpa_anchor.py kv_decode kv_decode_tm) and fastattn_kv_cache_bench decode decode_hm.
 #   carry ["build/debs"]; command: OUT=$OUT bash tools/dev/profile/ncu_sm90_short.sh
+# Over binaries built here instead (no build there): CARRY=build/carry-wave (a folder of
+# tools/dev/build-carry.sh's bins.tar.xz), carry ["build/carry-wave"]; the thirty-third and
+# thirty-fourth sessions' calls s33-c4.sh / s34-c2.sh ran this loop so, with CUDNN=0 PIPES=0.
+# CUDNN (default 1): 0 profiles ours only. KV=1 needs the build (not CARRY).
 # ROWS (default "32,16,512,128,0 32,32,512,64,1 8,32,2048,64,1"): b,h,s,d,causal each.
 # PIPES (default 1): also each pipe's share of its peak (tensor, MUFU = xu, FMA, ALU, uniform)
 # and issue activity, as ncu metrics: those of the candidates below that `ncu --query-metrics`
@@ -24,13 +28,20 @@ status=()
 stages="ncu"
 . "$root/tools/dev/lib.sh"  # has, note, run, device_tools
 
-OUT=$out STAGES=build HEAD_DIMS="64;128" TARGETS="fastattn_cli fastattn_kv_cache_bench" BUDGET_S=260 \
-  bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
+if [ -n "${CARRY:-}" ]; then
+  build=/tmp/ncu_short_bins
+  mkdir -p "$build" && tar -xJf "$CARRY/bins.tar.xz" -C "$build" || { echo "cannot unpack $CARRY/bins.tar.xz"; exit 3; }
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  OUT=$out STAGES=build HEAD_DIMS="64;128" TARGETS="fastattn_cli fastattn_kv_cache_bench" BUDGET_S=260 \
+    bash tools/dev/gpu-sm90.sh > /dev/null 2>&1
+  build=$root/build/sm90
+fi
 exec > >(tee -a "$out/summary.txt") 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 python=/opt/torch/.venv/bin/python3
 [ -x "$python" ] || python=python3
 load_deps_env
-build=$root/build/sm90
 cli=$(find "$build" -name fastattn -type f -perm -u+x | head -1)
 [ -x "$cli" ] || { echo "no CLI binary: see build.log"; tail -20 "$out/build.log"; exit 3; }
 rows=${ROWS:-"32,16,512,128,0 32,32,512,64,1 8,32,2048,64,1"}
@@ -58,7 +69,7 @@ for r in $rows; do
       "${sections[@]}" --section SourceCounters -o "$nout/ours_$name" -f \
       "$cli" bench --device cuda --batch "$b" --heads "$h" --seqlen "$s" --head-dim "$d" --dtype bf16 --pass fwd \
       $flag --warmup 1 --repeats 1 --min-time 0 --no-peaks > "$nout/ours_$name.log" 2>&1
-  run "ncu_cudnn_$name" 90 ncu --clock-control none -k regex:'sdpa|fmha|flash|attn|cudnn' --launch-count 1 \
+  [ "${CUDNN:-1}" = 1 ] && run "ncu_cudnn_$name" 90 ncu --clock-control none -k regex:'sdpa|fmha|flash|attn|cudnn' --launch-count 1 \
       "${sections[@]}" -o "$nout/cudnn_$name" -f "$python" tools/dev/profile/sdpa_launch_probe.py --rows "$r" \
       > "$nout/cudnn_$name.log" 2>&1
   for who in ours cudnn; do
@@ -73,7 +84,7 @@ for r in $rows; do
 done
 rm -f "$nout"/*.ncu-rep
 tar -czf "$out/ncu.tar.gz" -C /tmp ncu_short
-if [ "${KV:-0}" = 1 ]; then
+if [ "${KV:-0}" = 1 ] && [ -z "${CARRY:-}" ]; then  # the carried binaries have no KV-cache bench
   mkdir -p /tmp/kv
   run kv_anchor 130 bash -c "PYTHONUNBUFFERED=1 '$python' bench/cuda/sdpa_anchor.py kv_decode kv_decode_tm --backends cudnn \
       --no-gemm --max-seconds 0.2 --warm-ms 30 > /tmp/kv/anchor.jsonl 2> /tmp/kv/anchor.err"
