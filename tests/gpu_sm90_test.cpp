@@ -279,6 +279,33 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
   expect_tile("b=1 sq=512 sk=512 h=2 hkv=2 d=64 dtype=bf16 mask=none", false);
 }
 
+// The plain loop's warpgroups pass on the key tiles none of their rows sees (consumer.cuh:
+// pass_stage): d = 64's 192-row tile, forced on short causal calls too (at s1k the first
+// warpgroup of query tile 1, rows 192..255, passes on key tile 2), against float64: both
+// alignments with rows that see no key (a warpgroup that passes on every tile), a window bounded
+// on the left (tiles passed on at both ends), GQA 7:1, several tiles per persistent CTA, both
+// dtypes, all three schedulers; the last query tile's third warpgroup (rows past the
+// sequence's end) passes on every tile.
+TEST_F(CudaSm90, WarpgroupsPassOnKeyTilesTheyDoNotSee) {
+  if (std::find(dims_.begin(), dims_.end(), 64) == dims_.end()) GTEST_SKIP() << "no d 64 in this build";
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  const ScopedEnv rows192("FASTATTN_CUDA_SM90_D64_TILE", std::string("192"));
+  for (const char* scheduler : {"grid", "persistent", "dynamic"}) {
+    const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+    for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
+      const std::string t = std::string(" d=64") + dtype;
+      expect_sm90("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal");
+      expect_sm90("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right");
+      expect_sm90("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left");
+      expect_sm90("b=1 sq=700 sk=1000 h=2 hkv=2" + t + " mask=causal align=bottom_right");
+      expect_sm90("b=1 sq=600 sk=600 h=2 hkv=1" + t + " mask=window wl=100 wr=0");
+      expect_sm90("b=2 sq=500 sk=500 h=7 hkv=1" + t + " mask=causal qk_std=4");  // GQA 7:1
+      expect_sm90("b=2 sq=800 sk=800 h=16 hkv=8" + t + " mask=causal");  // 160 query tiles
+    }
+  }
+  expect_varlen("lens_q=0,700,1,1000,64 lens_k=3,700,900,1000,640 h=4 hkv=2 d=64 dtype=bf16 mask=causal");
+}
+
 // Device buffers freed when the scope ends, also on a failed assertion or a throw.
 struct DeviceBuffers {
   std::vector<void*> all;
