@@ -91,7 +91,9 @@ constexpr bool kSm90ApproxFinalize = FASTATTN_SM90_APPROX_FINALIZE != 0;
 // timed on an H100 twice (2026-12-05 and 2026-12-06, twentieth and twenty-third sessions,
 // docs/cuda-sm90-forward-measurements.md), the d = 64 causal rows s512-2k ran 0.6-4% faster in all
 // five rounds, s4k even; at d = 128 the causal rows went either way (s512 +3% / -3%, s1k -3% in
-// two of three rounds), so d > 64 keeps the whole tile. The H200 has not timed it yet.
+// two of three rounds), and on the tree with 32-bit positions (thirty-sixth session) s512 causal
+// lost 1.6-3.2% in three rounds while s1k gained 0.7-1.4%, so d > 64 keeps the whole tile. The
+// H200 has not timed it yet.
 // FASTATTN_SM90_LEFT_HALF_FIRST_TILE: -1 (default) d <= 64, 0 off, 1 every head dim it applies to
 // (A/B builds).
 #ifndef FASTATTN_SM90_LEFT_HALF_FIRST_TILE
