@@ -383,7 +383,9 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
 // (s2k and up), and the shorter ones on a device of less than kSm90WaveShortMaxGbsPerSm of DRAM
 // bandwidth per SM (an H100 80GB HBM3: 3.35 TB/s over 132 SMs), as do causal sliding windows
 // there; shorter calls on other devices (an H200: 4.8 TB/s; unknown bandwidth), GQA, soft-cap,
-// varlen, other windows, other head dims and calls without a mask keep their sections.
+// varlen, other windows, other head dims and calls without a mask keep their sections. Causal
+// d = 256 calls of 16 key tiles or more (of 80 keys: s4k, about 2.4k keys and up) take them on
+// every device, the shorter ones on none.
 TEST(CudaForwardPath, Sm90WaveSectionsRule) {
   auto causal = [](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d, std::int64_t group) {
     cuda::ForwardShape shape = hopper_shape(b, h, s, s, d);
@@ -419,10 +421,18 @@ TEST(CudaForwardPath, Sm90WaveSectionsRule) {
     cuda::ForwardShape d256 = causal(32, 8, 512, 256, 1);
     d256.dram_gbs_per_multiprocessor = h100;
     EXPECT_EQ(cuda::plan_forward(d256).sm90_sections, cuda::Sm90Sections::l2_half);
+    d256 = causal(8, 8, 2048, 256, 1);  // 26 key tiles of 80: 13 on average
+    EXPECT_LT(cuda::plan_forward(d256).sm90_key_tiles, cuda::kSm90WaveMinKeyTilesD256);
+    EXPECT_EQ(cuda::plan_forward(d256).sm90_sections, cuda::Sm90Sections::l2_half);
   }
+  for (const std::int64_t s : {2432, 4096}) {  // 31 and 52 key tiles: 16 and 26 on average
+    const cuda::ForwardPlan p = cuda::plan_forward(causal(4, 8, s, 256, 1));
+    EXPECT_GE(p.sm90_key_tiles, cuda::kSm90WaveMinKeyTilesD256) << s;
+    EXPECT_EQ(p.sm90_sections, cuda::Sm90Sections::wave) << s;
+  }
+  EXPECT_EQ(cuda::plan_forward(causal(4, 32, 4096, 256, 4)).sm90_sections, cuda::Sm90Sections::l2_half);  // GQA
   EXPECT_EQ(cuda::plan_forward(causal(4, 32, 4096, 128, 4)).sm90_sections, cuda::Sm90Sections::l2_half);  // GQA 32/8
   EXPECT_EQ(cuda::plan_forward(causal(4, 16, 4096, 96, 1)).sm90_sections, cuda::Sm90Sections::l2_half);
-  EXPECT_EQ(cuda::plan_forward(causal(4, 8, 4096, 256, 1)).sm90_sections, cuda::Sm90Sections::l2_half);
   cuda::ForwardShape varlen = causal(4, 16, 4096, 128, 1), band = causal(4, 16, 4096, 128, 1);
   varlen.varlen = true;
   varlen.total_k = 4 * 4096;

@@ -289,13 +289,14 @@ enum class Sm90Scheduler { grid, persistent, dynamic };
 //             ranks reversed in every other section, so a CTA's tiles alternate long and short
 //             under a causal mask while a pair's query blocks still run close together.
 // Default: per_pair without a mask; wave for the d = 64 narrow tile's (causal) calls and for
-// the d = 128 calls of sm90_wave_sections_pay below; l2_half for the other masked calls and for
+// the d = 128 / 256 calls of sm90_wave_sections_pay below; l2_half for the other masked calls and for
 // varlen. Measured on the H200 (2026-12-04, eleventh session, job1, two rounds): wave on the
 // narrow tile, causal d64 s1k 0.785x -> 0.806x cuDNN, s2k 0.839x -> 0.858x, s512 0.751x ->
 // 0.746x; on the default tiles it was mixed: d128 causal s2k 0.984x -> 0.996x, s4k 0.992x ->
 // 1.023x, s8k 1.014x -> 1.028x, but s512 0.944x -> 0.900x, s1k 0.970x -> 0.945x, GQA 32/8 s4k
 // 1.006x -> 0.988x and s8k 1.004x -> 0.997x (a KV head's 4 query heads split across a wave's
-// pairs), d64 and d256 within the spread.
+// pairs), d64 and d256 within the spread. d = 256 causal of 16 key tiles or more takes them since
+// the thirty-sixth session (below).
 enum class Sm90Sections { l2_half, per_pair, wave };
 // The default tiles' calls that take the wave sections: what job1 measured, d = 128 (d = 96 and
 // 256 not measured / within the spread), causal (a mask bounded on the right only), padded,
@@ -314,14 +315,24 @@ enum class Sm90Sections { l2_half, per_pair, wave };
 // ran at 0.84-1.016x the L2-half sections' time, 13 of 16 faster (call 7). GQA stays out: mixed
 // there (1-3% slower at s512, call 6). dram_gbs_per_sm: 0 when unknown (then the key-tile rule
 // alone).
+// d = 256 (128 x 80 tiles) takes them on causal calls of kSm90WaveMinKeyTilesD256 key tiles or
+// more, whatever the bandwidth: b4 h8 s4k d256 causal (26 key tiles a query tile on average,
+// 1024 tiles of about 8 per CTA under the persistent scheduler) ran at 0.903x cuDNN with the
+// L2-half sections and 1.017x with the wave's (H100, thirty-sixth session, call 4: two rounds;
+// bench/results/nvidia-h100-session36-2026-12-07): a CTA's tiles alternate long and short, so
+// the CTAs end together. Longer causal calls run the grid scheduler, where the sections do not
+// change the time (s8k / s16k within 0.2%). Shorter ones (s2k: 13) were not timed, so they keep
+// the L2-half sections.
 constexpr std::int64_t kSm90WaveMinKeyTiles = 8;
+constexpr std::int64_t kSm90WaveMinKeyTilesD256 = 16;
 constexpr double kSm90WaveShortMaxGbsPerSm = 30.0;
 // causal: window (-1, >= 0); causal_window: window (>= 0, 0).
 constexpr bool sm90_wave_sections_pay(std::int64_t head_dim, bool causal, bool causal_window, bool varlen,
                                       bool softcap, std::int64_t heads_per_kv_head, std::int64_t avg_key_tiles,
                                       double dram_gbs_per_sm) {
   const bool bandwidth_poor = dram_gbs_per_sm > 0.0 && dram_gbs_per_sm < kSm90WaveShortMaxGbsPerSm;
-  if (head_dim != 128 || varlen || softcap || heads_per_kv_head != 1) return false;
+  if ((head_dim != 128 && head_dim != 256) || varlen || softcap || heads_per_kv_head != 1) return false;
+  if (head_dim == 256) return causal && avg_key_tiles >= kSm90WaveMinKeyTilesD256;
   if (causal) return avg_key_tiles >= kSm90WaveMinKeyTiles || bandwidth_poor;
   return causal_window && bandwidth_poor;
 }
