@@ -16,7 +16,9 @@
 #   host    tools/dev/gpu-host-decode.sh on the carried CLI (issue 17's CPU decode on the host),
 #           STAGES from HOST_STAGES (default "bar splits past_llc")
 #   fwd     tools/dev/gpu-sm90-ab.sh's forward sweep beside cuDNN, ROUNDS (default 2), on the
-#           carried fastattn_cuda_bench (copied to where its build would put it; no build)
+#           carried fastattn_cuda_bench (copied to where its build would put it; no build);
+#           FWD_HEAD_DIMS (default "64;128") the head dims the binaries hold: "64;128;256" when
+#           built with HEAD_DIMS="64;128;256" (build-carry.sh), so the sweep's d = 256 rows run
 # gpu-h200-bars.sh's three stages over carried binaries (about 70 s less than building there):
 #   JOBS='bwd:300 host:150 fwd:120' BWD_STAGES="bench det mem" DET_ORDERS=longest_first DET_AB=0 DET_PAIRS=1 PLAN_BULK=0
 # $OUT/summary.txt gets the call's log and $OUT/<name>.tar.gz each job's files (a device call
@@ -63,7 +65,7 @@ for job in ${JOBS:-suite:120}; do
           note "-- host rc=$?"; grep -E "^(splits|past_llc)|^\| decode" "$out/host/summary.txt" 2>/dev/null ;;
     fwd) mkdir -p build/sm90/bench/cuda build/sm90/tests
          cp "$bin/fastattn_cuda_bench" build/sm90/bench/cuda/ && cp "$bin/fastattn_gpu_tests" build/sm90/tests/
-         OUT=$out/fwd BUILD_STAGES=none HEAD_DIMS="64;128" ROUNDS=${ROUNDS:-2} TEST_S=1 SANITIZE_FILTER='' PROBE=0 \
+         OUT=$out/fwd BUILD_STAGES=none HEAD_DIMS="${FWD_HEAD_DIMS:-64;128}" ROUNDS=${ROUNDS:-2} TEST_S=1 SANITIZE_FILTER='' PROBE=0 \
            BUDGET_S=$limit timeout -k 5 $((limit + 10)) bash tools/dev/gpu-sm90-ab.sh > /dev/null 2>&1
          note "-- fwd rc=$?"; tail -8 "$out/fwd/summary.txt" 2>/dev/null ;;
     *) note "unknown job $name" ;;
