@@ -12,6 +12,7 @@
 #include "cuda/flash_fwd/heuristics.hpp"
 #include "cuda/flash_fwd/query_groups.hpp"
 #include "cuda/forward_path.hpp"
+#include "cuda_forward_shapes.hpp"
 #include "fastattn/error.hpp"
 #include "test_support.hpp"
 
@@ -22,21 +23,6 @@ using cuda::ForwardPath;
 using cuda::ForwardPlan;
 using cuda::ForwardShape;
 
-// An H100 / H200: 132 SMs, 228 KiB shared memory per SM.
-ForwardShape h200(std::int64_t batch, std::int64_t heads, std::int64_t seqlen_q, std::int64_t seqlen_k,
-                  std::int64_t head_dim = 128) {
-  ForwardShape s;
-  s.batch = batch;
-  s.num_heads = heads;
-  s.head_dim = head_dim;
-  s.seqlen_q = seqlen_q;
-  s.seqlen_k = seqlen_k;
-  s.total_q = batch * seqlen_q;
-  s.multiprocessors = 132;
-  s.smem_per_multiprocessor = 228 * 1024;
-  return s;
-}
-
 class CudaHeuristics : public ::testing::Test {
  protected:
   ScopedEnv no_forced_splits_{cuda::kNumSplitsEnv, std::nullopt};
@@ -44,7 +30,7 @@ class CudaHeuristics : public ::testing::Test {
 
 TEST_F(CudaHeuristics, DecodeOnFewHeadsSplitsTheKeys) {
   for (std::int64_t seqlen_q : {1, 7, 16}) {
-    const ForwardShape s = h200(1, 32, seqlen_q, 65536);
+    const ForwardShape s = h200_shape(1, 32, seqlen_q, 65536);
     const ForwardPlan plan = cuda::plan_forward(s);
     EXPECT_TRUE(plan.short_query) << seqlen_q;
     EXPECT_EQ(plan.blocks.block_m, 16);
@@ -62,11 +48,11 @@ TEST_F(CudaHeuristics, DecodeOnFewHeadsSplitsTheKeys) {
 }
 
 TEST_F(CudaHeuristics, ManyCtasDoNotSplit) {
-  const ForwardPlan decode = cuda::plan_forward(h200(64, 32, 1, 65536));  // 2048 CTAs
+  const ForwardPlan decode = cuda::plan_forward(h200_shape(64, 32, 1, 65536));  // 2048 CTAs
   EXPECT_TRUE(decode.short_query);
   EXPECT_EQ(decode.num_splits, 1);
   EXPECT_EQ(decode.workspace_bytes, 0u);
-  const ForwardPlan prefill = cuda::plan_forward(h200(2, 16, 8192, 8192));
+  const ForwardPlan prefill = cuda::plan_forward(h200_shape(2, 16, 8192, 8192));
   EXPECT_FALSE(prefill.short_query);
   EXPECT_EQ(prefill.blocks.block_m, 128);
   EXPECT_EQ(prefill.num_splits, 1);
@@ -74,18 +60,18 @@ TEST_F(CudaHeuristics, ManyCtasDoNotSplit) {
 }
 
 TEST_F(CudaHeuristics, LongKeysWithFewQueryBlocksSplitInTheMainKernel) {
-  const ForwardPlan plan = cuda::plan_forward(h200(1, 8, 512, 65536));  // 32 CTAs of 128 rows
+  const ForwardPlan plan = cuda::plan_forward(h200_shape(1, 8, 512, 65536));  // 32 CTAs of 128 rows
   EXPECT_FALSE(plan.short_query);
   EXPECT_GT(plan.num_splits, 1);
   EXPECT_GT(plan.workspace_bytes, 0u);
 }
 
 TEST_F(CudaHeuristics, ShortKeysKeepAFewTilesPerSplit) {
-  EXPECT_EQ(cuda::plan_forward(h200(1, 1, 1, 200)).num_splits, 1);  // 4 tiles of 64 keys
-  const ForwardPlan plan = cuda::plan_forward(h200(1, 1, 1, 2048));  // 32 tiles
+  EXPECT_EQ(cuda::plan_forward(h200_shape(1, 1, 1, 200)).num_splits, 1);  // 4 tiles of 64 keys
+  const ForwardPlan plan = cuda::plan_forward(h200_shape(1, 1, 1, 2048));  // 32 tiles
   EXPECT_LE(plan.num_splits, 32 / cuda::kMinTilesPerSplit);
   // A two-sided window bounds the keys a query block sees, whatever seqlen_k is.
-  ForwardShape windowed = h200(1, 1, 1, 1 << 20);
+  ForwardShape windowed = h200_shape(1, 1, 1, 1 << 20);
   windowed.window_left = 100;
   windowed.window_right = 0;
   EXPECT_EQ(cuda::plan_forward(windowed).n_blocks, 2);
@@ -104,7 +90,7 @@ TEST_F(CudaHeuristics, FlashAttention2WaveEfficiency) {
 // A decode call whose KV-cache tile fits no ring in the device's shared memory (cuda_backend.cu:
 // forward_plan) runs the 16-row decode kernel, and the report says why.
 TEST_F(CudaHeuristics, DecodeReportsWhyNotTheKVCacheKernel) {
-  ForwardPlan plan = cuda::plan_forward(h200(1, 32, 1, 65536));
+  ForwardPlan plan = cuda::plan_forward(h200_shape(1, 32, 1, 65536));
   plan.kv_cache_declined = "the KV-cache kernel's 16-row tile at head_dim 256 needs 139264 bytes";
   const std::string r = cuda::describe_plan(plan);
   EXPECT_NE(r.find("not the KV-cache kernel (the KV-cache kernel's 16-row tile at head_dim 256"), std::string::npos) << r;
@@ -116,7 +102,7 @@ TEST_F(CudaHeuristics, DecodeReportsWhyNotTheKVCacheKernel) {
 // and a tile that fits no ring (kv_cache_unfit) keep the flash kernels, the last with its reason.
 TEST_F(CudaHeuristics, PlanForwardRoutesShortQueriesToTheKVCacheKernel) {
   for (std::int64_t tokens : {1, 16}) {
-    ForwardShape s = h200(1, 8, 4 * tokens, 65536);  // GQA 4: 4 * tokens packed rows
+    ForwardShape s = h200_shape(1, 8, 4 * tokens, 65536);  // GQA 4: 4 * tokens packed rows
     s.query_group = 4;
     s.query_tokens = tokens;
     const ForwardPlan plan = cuda::plan_forward(s);
@@ -128,18 +114,18 @@ TEST_F(CudaHeuristics, PlanForwardRoutesShortQueriesToTheKVCacheKernel) {
     EXPECT_EQ(hopper.kernel, cuda::ForwardKernel::kv_cache);
     EXPECT_EQ(hopper.sm90_declined, "seqlen_q <= 16 runs the KV-cache decode kernel");
   }
-  ForwardShape longer = h200(1, 8, 17, 4096);
+  ForwardShape longer = h200_shape(1, 8, 17, 4096);
   longer.query_tokens = 17;
   EXPECT_EQ(cuda::plan_forward(longer).kernel, cuda::ForwardKernel::flash);
-  ForwardShape varlen = h200(2, 8, 1, 4096);
+  ForwardShape varlen = h200_shape(2, 8, 1, 4096);
   varlen.query_tokens = 1;
   varlen.varlen = true;
   EXPECT_EQ(cuda::plan_forward(varlen).kernel, cuda::ForwardKernel::flash);
-  ForwardShape turing = h200(2, 8, 1, 4096);
+  ForwardShape turing = h200_shape(2, 8, 1, 4096);
   turing.query_tokens = 1;
   turing.path = cuda::ForwardPath::sm75;
   EXPECT_EQ(cuda::plan_forward(turing).kernel, cuda::ForwardKernel::flash);
-  ForwardShape unfit = h200(1, 32, 1, 65536, 256);
+  ForwardShape unfit = h200_shape(1, 32, 1, 65536, 256);
   unfit.query_tokens = 1;
   unfit.kv_cache_unfit = "the KV-cache kernel's 16-row tile at head_dim 256 needs 139264 bytes";
   const ForwardPlan declined = cuda::plan_forward(unfit);
@@ -152,21 +138,21 @@ TEST_F(CudaHeuristics, PlanForwardRoutesShortQueriesToTheKVCacheKernel) {
 TEST_F(CudaHeuristics, EnvironmentForcesTheSplitCount) {
   {
     ScopedEnv forced(cuda::kNumSplitsEnv, "7");
-    const ForwardPlan plan = cuda::plan_forward(h200(64, 32, 1, 100));
+    const ForwardPlan plan = cuda::plan_forward(h200_shape(64, 32, 1, 100));
     EXPECT_TRUE(plan.forced);
     EXPECT_EQ(plan.num_splits, 7);
     EXPECT_NE(cuda::describe_plan(plan).find("FASTATTN_CUDA_NUM_SPLITS"), std::string::npos);
   }
   {
     ScopedEnv forced(cuda::kNumSplitsEnv, "1");
-    EXPECT_EQ(cuda::plan_forward(h200(1, 32, 1, 65536)).num_splits, 1);
+    EXPECT_EQ(cuda::plan_forward(h200_shape(1, 32, 1, 65536)).num_splits, 1);
   }
   for (const char* bad : {"0", "129", "two", "3x"}) {
     ScopedEnv forced(cuda::kNumSplitsEnv, bad);
-    expect_error([] { cuda::plan_forward(h200(1, 1, 1, 64)); }, ErrorCode::invalid_argument,
+    expect_error([] { cuda::plan_forward(h200_shape(1, 1, 1, 64)); }, ErrorCode::invalid_argument,
                  "FASTATTN_CUDA_NUM_SPLITS");
   }
-  EXPECT_FALSE(cuda::plan_forward(h200(1, 32, 1, 65536)).forced);
+  EXPECT_FALSE(cuda::plan_forward(h200_shape(1, 32, 1, 65536)).forced);
 }
 
 // The Volta / Turing plans: the main kernel only (no cp.async ring for short queries), the
@@ -175,7 +161,7 @@ TEST_F(CudaHeuristics, LowResPathsPlanTheirOwnKernel) {
   for (ForwardPath p : {ForwardPath::sm75, ForwardPath::sm70}) {
     for (std::int64_t d : {64, 128}) {
       for (std::int64_t seqlen_q : {1, 16, 4096}) {
-        ForwardShape s = h200(2, 8, seqlen_q, 4096, d);
+        ForwardShape s = h200_shape(2, 8, seqlen_q, 4096, d);
         s.path = p;
         s.path_forced = true;
         const ForwardPlan plan = cuda::plan_forward(s);
@@ -254,7 +240,7 @@ TEST(CudaQueryGroups, CallsWhereTheRowDoesNotSeeEveryKeyStayAsTheyAre) {
 }
 
 TEST_F(CudaHeuristics, PackedDecodeSaysSoInItsReason) {
-  ForwardShape s = h200(1, 8, 4, 65536);
+  ForwardShape s = h200_shape(1, 8, 4, 65536);
   s.query_group = 4;
   const ForwardPlan plan = cuda::plan_forward(s);
   EXPECT_TRUE(plan.short_query);

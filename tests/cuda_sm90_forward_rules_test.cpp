@@ -12,7 +12,7 @@
 
 #include "cuda/flash_fwd/heuristics.hpp"
 #include "cuda/forward_path.hpp"
-#include "cuda_sm90_forward_shape.hpp"
+#include "cuda_forward_shapes.hpp"
 #include "fastattn/error.hpp"
 #include "test_support.hpp"
 
