@@ -167,8 +167,8 @@ def render_cuda_kv_decode(result):
             + (f"; PyTorch {sdpa.get('torch', '?')} (cuDNN {sdpa.get('cudnn', '?')})" if sdpa else ""),
             "- bf16, d 128; ratios are the anchor's time / fastattn's time (> 1: fastattn faster). Since this "
             "kernel landed, forward() runs padded calls with seqlen_q <= 16 on it (the `cuda_decode` block "
-            "measured the kernels before it). Design and the issue's bars: docs/inference.md "
-            "\"CUDA decode kernel\"", ""]
+            "measured the kernels before it). Design and the issue's bars: "
+            "docs/inference-cuda-decode.md", ""]
     return "\n".join(head) + "\n" + render(rows)
 
 

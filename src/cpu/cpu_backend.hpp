@@ -64,8 +64,8 @@ amx::AmxMode backward_amx_mode(Isa isa, DType dtype, std::string* why);
 // A work unit is (sequence, KV head, row chunk, key split): the rows of all query heads of the
 // KV head and all query tokens form one tile (GQA packing), so each K/V byte is read once per
 // KV head and row chunk; each split writes a partial (out, lse) that merge_weights
-// (inference/merge_problem.hpp) folds exactly. Threshold measured in docs/inference.md
-// ("CPU decode"): at 16 queries the decode kernel still beats the prefill kernel on GQA shapes.
+// (inference/merge_problem.hpp) folds exactly. Threshold measured in docs/inference-cpu-decode.md:
+// at 16 queries the decode kernel still beats the prefill kernel on GQA shapes.
 inline constexpr std::int64_t kDecodeMaxQueries = 16;
 inline constexpr std::int64_t kDecodeMaxRows = 64;         // packed rows per work unit
 inline constexpr std::int64_t kDecodeMinSplitKeys = 512;   // keys per split, at least (auto)
@@ -73,7 +73,7 @@ inline constexpr std::int64_t kDecodeMaxSplits = 64;
 inline constexpr int kDecodeUnitsPerThread = 4;            // auto splits: load balance target
 inline constexpr std::int64_t kDecodeUnitStateBytes = 256 * 1024;  // Q + O of a unit's heads
 // AMX from this many packed rows per KV head (group * seqlen_q) up: below, a 16-row tile is
-// mostly padding and the vector form wins (measured in docs/inference.md, "CPU decode").
+// mostly padding and the vector form wins (measured in docs/inference-cpu-decode.md).
 inline constexpr std::int64_t kDecodeAmxMinRows = 8;
 inline constexpr std::int64_t kDecodeMaxBlockK = 128;      // keys per inner tile, at most
 

@@ -12,7 +12,7 @@
 // bf16 dot 113 GFLOP/s against fp32 FMA 226 on one thread), so f32 FMAs on widened bf16 won
 // over that row-at-a-time form as long as the widening is shared (until the twenty-third session
 // Sapphire Rapids ran this widened form; the pair form below, with its spread prefetches, then
-// ran 1.48-1.58x faster there too, docs/inference.md): here
+// ran 1.48-1.58x faster there too, docs/inference-cpu-decode.md): here
 //   S (rows, keys) = Q K^T: blocks of up to 4 rows x 4 keys (16 accumulators); each 32-column
 //        chunk of a K row is loaded and widened once for the block's rows (vpslld gives the even
 //        columns, vpandd the odd ones), Q held as f32 in the same even/odd order; one
@@ -22,7 +22,8 @@
 //        columns of accumulators in registers. O's columns are then in the even/odd order of
 //        each 32-column chunk (split_position, decode_tiles.hpp); write_partials restores them.
 // Measured (b1 h32/8 d128 bf16, one token, one thread, tile in L2, 256 keys): 17 GB/s of K+V
-// against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see docs/inference.md.
+// against 13 GB/s for the row-at-a-time form; at 32768 keys and 2 threads see
+// docs/inference-cpu-decode.md.
 // On AVX-512 BF16 CPUs (DecodeForm::bf16_dot; faster than the widened form both where vdpbf16ps
 // runs at twice the FMA's rate, AMD Zen 4, and where at half, Sapphire Rapids: decode_plan.cpp)
 // both products take it:
@@ -31,9 +32,9 @@
 //   O += P V with P rounded to bf16 (round_p_to_bf16; the GPU kernels round it the same way)
 //        and V's rows of two keys interleaved word by word (pv_pairs): one instruction per 32
 //        products, 16 columns of two keys, instead of two FMAs and the widening.
-// Measured on the AMD EPYC VM (docs/inference.md), with the spread prefetch (the pf arguments)
-// against the form before (P V on FMAs, one prefetch burst per head): one thread, 256 keys in
-// L2, 16.0 -> 21.0 GB/s of K+V; the one-token row at 32768 keys, 2 threads, 8.26 -> 5.00 ms.
+// Measured on the AMD EPYC VM (docs/inference-cpu-decode.md), with the spread prefetch (the pf
+// arguments) against the form before (P V on FMAs, one prefetch burst per head): one thread, 256
+// keys in L2, 16.0 -> 21.0 GB/s of K+V; the one-token row at 32768 keys, 2 threads, 8.26 -> 5.00 ms.
 #pragma once
 
 #include "cpu/simd.hpp"  // first: it includes <immintrin.h> with a GCC warning workaround

@@ -73,9 +73,9 @@ void decode_unit(const AttentionProblem& p, const DecodeKeys* cache, const Decod
   // buffers never fill and memory streams while the core computes; measured on AMD Zen 4, 1.5x
   // on the one-token row against one burst per head after its products, and with this form on
   // Sapphire Rapids (twenty-third session: 1.48-1.58x the widened form on the 2-core VM, 1.12x
-  // on the 16-core host; docs/inference.md). The other forms keep that burst: on the Sapphire
+  // on the 16-core host; docs/inference-cpu-decode.md). The other forms keep that burst: on the Sapphire
   // Rapids VM, 2026-12-02, prefetches spread through the widened form's products were slower
-  // than it (docs/inference.md, "What did not help").
+  // than it (docs/inference-cpu-decode.md, "What did not help").
   constexpr bool kSpreadPrefetch = kDot;
   static_assert(kDecodeMaxRows <= 2 * 32, "bf16_dot keeps P's bf16 rows (rows x bk words) in K's f32 tile (bk x dp)");
   static_assert(!kSplit || V::kWidth == 16, "the widened and vdpbf16ps forms are AVX-512's");

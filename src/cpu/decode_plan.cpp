@@ -31,7 +31,7 @@ std::int64_t forced_splits() { return env_integer(EnvVar::cpu_decode_splits, 1, 
 // kernel, which must beat the FMA by kBf16DotMinRatio, the decode form does not depend on
 // vdpbf16ps's rate: it ran 1.65x faster than the widened form on AMD Zen 4 (vdpbf16ps at 2x the
 // FMA's rate) and 1.48-1.58x on Sapphire Rapids (at 0.5x), where its spread prefetches let the
-// reads overlap the compute (docs/inference.md). FASTATTN_CPU_BF16_DOT, when set, picks among
+// reads overlap the compute (docs/inference-cpu-decode.md). FASTATTN_CPU_BF16_DOT, when set, picks among
 // the vector forms: off takes the f32 tiles, native the vdpbf16ps form (AVX-512 BF16), emulated
 // the widened form on AVX-512 and, under AVX2, the bf16-pair form (test paths). Unlike the
 // prefill's, it does not turn AMX off: shapes the AMX form takes keep it unless

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# run-tests.sh — set up, build with warnings as errors, run every test: the GoogleTest suite
-# (Release and ASan+UBSan), `fastattn check`, the install + find_package consumer, and the
-# Python package's tests.
+# run-tests.sh — set up, build with warnings as errors, run every test: the docs' links and
+# rendered results, the GoogleTest suite (Release and ASan+UBSan), `fastattn check`, the
+# install + find_package consumer, and the Python package's tests.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 bash tools/scripts/setup.sh
 jobs=$(nproc)
+
+echo "== docs: every relative link resolves; the results blocks are what bench/results/ gives"
+python3 tools/scripts/check-doc-links.py
+bash tools/scripts/update-docs.sh --check > /dev/null
 
 echo "== Release build (warnings are errors) and tests"
 cmake --preset ci >/dev/null

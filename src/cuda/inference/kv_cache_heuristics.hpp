@@ -75,7 +75,7 @@ constexpr KVRowTile kv_row_tile(std::int64_t rows, int head_dim) {
 enum class KVLoad { cp_async, tma };
 inline const char* kv_load_text(KVLoad l) { return l == KVLoad::tma ? "TMA" : "cp.async"; }
 // Whether a plan takes TMA loads where they can serve without FASTATTN_CUDA_KV_LOAD=tma. Not
-// now: on the H200 (2026-12-02, docs/inference.md "CUDA decode kernel", TMA loads) they ran
+// now: on the H200 (2026-12-02, docs/inference-cuda-decode.md, TMA loads) they ran
 // 3-11% slower than the cp.async ring at the same depth, the kernel alone (b16 kv 32k GQA 32/8:
 // 0.5294 against 0.4768 ms; MHA b16 kv 128k 8.078 against 7.696 ms), bitwise equal in results.
 constexpr bool kKVTmaByDefault = false;
@@ -155,7 +155,7 @@ inline std::string kv_smem_decline_reason(const KVRowTile& t, int head_dim, int 
 //             next launch. One launch instead of two: the combine kernel's launch and its gap
 //             behind the attention kernel are a fixed cost per call of a few microseconds, which
 //             is what separates fastattn from cuDNN on small one-token calls (b1, few CTAs;
-//             docs/inference.md). The counters must be zero before a launch: a plan zeroes
+//             docs/inference-cuda-decode.md). The counters must be zero before a launch: a plan zeroes
 //             them once when it is made (runs leave them zero), an eager call zeroes them with
 //             a memset node before the attention.
 //   separate: the combine kernel (one warp per packed row), launched after the attention.

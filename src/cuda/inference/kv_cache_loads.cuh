@@ -35,7 +35,7 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 // (issue_kv_tile over TileRows) computes page * page stride + row * token stride per copy,
 // 64-bit, and selects a safe address for rows past the length: about 100 instructions for the
 // 16 copies of a d-128 tile against about 50 here, and at one CTA per SM the stream is as fast as
-// its four warps issue (kv_cache_kernel.cuh; H200, 2026-12-02, docs/inference.md "Issue path").
+// its four warps issue (kv_cache_kernel.cuh; H200, 2026-12-02, docs/inference-cuda-decode.md "Issue path").
 // kApplies: the copies keep one chunk per thread (kThreads a multiple of a row's chunks) and step
 // a multiple of 8 rows: d 64 and 128 (not 96: 12 chunks; not 256: 4-row steps); up to 64 rows
 // (the 128-row tile of chunked prefill computes more per tile and is short of registers: its
@@ -244,8 +244,8 @@ __device__ __forceinline__ void issue_q_rows(const KVCacheParams& p, uint32_t sQ
 // cp.async of K and V tile n into one stage (its pages resolved first); rows at or past `len` are
 // zero-filled. Kept branch-free: at one CTA per SM (b1 splits, b16 GQA) the kernel streams only
 // as fast as its four warps issue, and a uniform runtime branch per copy here (a switch between
-// cp.async variants) made those calls 20-25% slower (H200, 2026-12-02, docs/inference.md "CUDA
-// decode kernel"). The variants themselves: .L2::128B no change, .L2::256B 8-12% slower at two
+// cp.async variants) made those calls 20-25% slower (H200, 2026-12-02,
+// docs/inference-cuda-decode.md). The variants themselves: .L2::128B no change, .L2::256B 8-12% slower at two
 // CTAs per SM and on paged caches.
 template <class T>
 __device__ __forceinline__ void issue_kv_tile(const KVCacheParams& p, TileRows<T>& rows, uint32_t sK,

@@ -209,7 +209,7 @@ KVCacheLaunch kv_cache_plan(const KVCacheProblem& kp, std::int64_t max_cache_len
   // Programmatic dependent launch (sm90): the CTAs launch while the kernel before them on the
   // stream finishes and wait for it at their first instruction (kv_cache_kernel.cuh), which
   // hides the launch gap in a graph-replayed decode loop: H200, 2026-12-02, b1 decode in graphs
-  // of 20 plan runs, 2-7% less time per call (1-3% on another H200; docs/inference.md
+  // of 20 plan runs, 2-7% less time per call (1-3% on another H200; docs/inference-cuda-decode.md
   // "Programmatic dependent launch").
   const bool pdl_asked = kv_pdl_request() && compute_capability(device) >= 90;
   kv_cache_select_kernels(kp, l);

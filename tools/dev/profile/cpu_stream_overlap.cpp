@@ -1,5 +1,5 @@
 // cpu_stream_overlap.cpp — does this CPU overlap memory reads with compute? A probe for issue
-// 17's CPU decode bar (docs/inference.md, "One-token decode against the read bandwidth").
+// 17's CPU decode bar (docs/inference-cpu-decode.md, "One-token decode against the read bandwidth").
 //
 // It reads a K and a V array laid out as the decode kernel's cache ([tokens, kv_heads, head_dim]
 // bf16: 32768 tokens, 8 KV heads, d 128, 128 MiB together) in the kernel's order (tiles of 32
