@@ -430,7 +430,7 @@ TEST(CudaSm90BackwardSchedule, AscendingAcrossHeadsWaitsLessThanHeadMajorWithout
 // rounds, +1..4; 16 pairs: 256 rounds, +7..28 (up to 11%). A second sdQ buffer changes no round
 // here: the model's steps take one round each, without the jitter a buffer absorbs. So the order
 // cannot explain the deterministic d = 64 row's 1.35x launch on the GPU
-// (docs/cuda-sm90-backward.md "Two dQ writers").
+// (docs/cuda-sm90-backward-dq.md "Two dQ writers").
 TEST(CudaSm90BackwardSchedule, CountLatencyCostsTheOrderFewRoundsWithoutAMask) {
   for (const int pairs : {64, 16}) {
     const Shape s = square(4096, pairs, -1);

@@ -358,7 +358,7 @@ __device__ __forceinline__ void finish_dq(int steps, int wg, int t) {
 // step i's adds are performed, then for the next turn, in sequence. (Counting them after step
 // i + 1's adds are issued, so that the two waits overlap, was a build knob until the
 // twenty-seventh session: on an H100 it made the deterministic backward 1-5% slower on three of
-// four rows, the fourth even; docs/cuda-sm90-backward.md "The dQ writer warp".)
+// four rows, the fourth even; docs/cuda-sm90-backward-dq.md "The dQ writer warp".)
 
 // Several writers: token[j] is the hand-off to writer j. The writer before it in the ring
 // (j - 1 mod W) arrives on it once it has seen dq_full's phase of its step, so its k-th arrival

@@ -86,7 +86,7 @@ constexpr bool sm90_backward_bulk_dq_fits(std::int64_t head_dim) { return head_d
 // warpgroup stores step i's tile only after the writer has taken step i - 1's (dq_empty), so a
 // writer that waits for its turn holds the MMA warpgroups within a step of it; with two, within
 // two steps. Why: deterministic calls at d = 64 without a mask wait there (ncu, twenty-fifth
-// session, docs/cuda-sm90-backward.md "Two dQ writers"). d = 64 has the shared memory (about
+// session, docs/cuda-sm90-backward-dq.md "Two dQ writers"). d = 64 has the shared memory (about
 // 115 KiB with one buffer); d = 128 would pass 227 KiB. Not yet timed: the default stays 1.
 // Every d = 64 kernel reserves the second buffer, the atomic ones too (131 KiB instead of 115):
 // an A/B must compare their times as well, not only bulk dQ's.
@@ -187,7 +187,7 @@ constexpr bool kSm90BwdDqWriter = FASTATTN_SM90_BWD_DQ_WRITER != 0;
 // to be performed and for its next turn while the others issue (dq_writer.cuh: run_dq_writer,
 // why). Non-deterministic kernels have one: they wait for neither. Measured on an H100
 // (2026-12-06, twenty-fifth session, cuda_bench determinism's 4 shapes, each build against its
-// own default, docs/cuda-sm90-backward.md "Two dQ writers"): one writer 0.570-0.760x the
+// own default, docs/cuda-sm90-backward-dq.md "Two dQ writers"): one writer 0.570-0.760x the
 // default's speed, two 0.733-1.089x (the deterministic time 1.31x shorter), three the same as two.
 // Read by host code too (describe_backward_sm90): an A/B build sets it for the C++ and CUDA units.
 #ifndef FASTATTN_SM90_BWD_DQ_WRITERS
