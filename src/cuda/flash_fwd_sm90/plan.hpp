@@ -201,7 +201,7 @@ constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // keeps the plain loop: its overlap loop, an A/B build until the thirty-third session, ran
 // 11-14% slower than the plain loop on the H200 (eleventh session) while it spilled the softmax's
 // row state, and 10-12% slower on an H100 (thirty-third session) compiled without spills
-// (docs/cuda-sm90-forward-measurements.md, "The three-warpgroup overlap loop").
+// (docs/cuda-sm90-forward-measurements-h100.md, "The three-warpgroup overlap loop").
 constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
   const int m = sm90_forward_blocks(head_dim, 0, block_m).block_m;
   return (head_dim <= 128 && m == 128) || head_dim == 256;
@@ -439,7 +439,7 @@ constexpr bool kSm90Varlen = true;
 // Positions in 32 bits: every tile visit works out its key range and its full key tiles from
 // positions and windows (tile_scheduler.cuh, consumer.cuh: SequenceMask32), in the producer and
 // in every consumer thread before the tile's first load or GEMM, where on short rows nothing
-// overlaps it (docs/cuda-sm90-forward-measurements.md, "Positions in 32 bits and the finalize by
+// overlaps it (docs/cuda-sm90-forward-measurements-h100.md, "Positions in 32 bits and the finalize by
 // the SFU"). The launcher clamps the windows to L = seqlen_q + seqlen_k (below;
 // a window that wide bounds no query of the call: key j of a sequence is below len_k <= L and
 // its diagonal d = i + offset in [-len_q, len_q + len_k)), so with L below kSm90MaxPositions
