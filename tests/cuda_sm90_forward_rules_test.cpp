@@ -1,7 +1,7 @@
 // cuda_sm90_forward_rules_test.cpp — the sm90 forward plan's rules past the path's choice
 // (src/cuda/flash_fwd/heuristics.hpp, src/cuda/flash_fwd_sm90/plan.hpp): the TMA-store epilogue,
-// the persistent order's sections and the wave sections' rule, d = 64's narrow tile, the two-CTA
-// clusters; what the environment forces and its bad values. Split out of
+// the persistent order's sections and the wave sections' rule, d = 64's narrow tile, d = 128's
+// short tile, the two-CTA clusters; what the environment forces and its bad values. Split out of
 // cuda_forward_path_test.cpp (same suite name, so the filters stay). Host-only arithmetic, so it
 // runs in CPU CI (label `cpu`).
 #include <gtest/gtest.h>
@@ -88,6 +88,8 @@ TEST(CudaForwardPath, Sm90EpilogueAndSections) {
 // d = 256 calls of 16 key tiles or more (of 80 keys: s4k, about 2.4k keys and up) take them on
 // every device, the shorter ones on none.
 TEST(CudaForwardPath, Sm90WaveSectionsRule) {
+  // The 128-row tile's rule (a build with d = 128's short tile would run s512 / s1k causal on it).
+  const ScopedEnv rows128(cuda::kSm90D128TileEnv, "128");
   auto causal = [](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d, std::int64_t group) {
     cuda::ForwardShape shape = hopper_shape(b, h, s, s, d);
     shape.window_right = 0;
@@ -223,6 +225,58 @@ TEST(CudaForwardPath, Sm90D64NarrowTile) {
   }
   ScopedEnv bad(cuda::kSm90D64TileEnv, "64");
   expect_error([&] { cuda::plan_forward(plain); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_D64_TILE");
+}
+
+// The d = 128 short tile (plan.hpp: sm90_d128_short_block_m), compiled only in builds with
+// FASTATTN_SM90_D128_SHORT_TILE=1: 64 x 64, one consumer warpgroup, two CTAs per SM (their
+// shared memory fits an SM), for padded causal calls without a soft-cap of at most 8 key tiles
+// of 128; the grid of a persistent plan counts both CTAs of an SM; FASTATTN_CUDA_SM90_D128_TILE
+// forces either tile, and a bad value names the variable whether or not the tile is compiled.
+TEST(CudaForwardPath, Sm90D128ShortTile) {
+  const cuda::Sm90ForwardBlocks b = cuda::sm90_forward_blocks(128, 0, cuda::kSm90D128ShortBlockM);
+  EXPECT_EQ(b.block_m, 64);
+  EXPECT_EQ(b.block_n, 64);
+  EXPECT_EQ(b.threads, 256);
+  EXPECT_EQ(cuda::sm90_ctas_per_sm(b), 2);
+  EXPECT_EQ(cuda::sm90_ctas_per_sm(cuda::sm90_forward_blocks(128)), 1);
+  EXPECT_TRUE(cuda::sm90_output_tile_fits(b, 128));
+  EXPECT_LE(2 * (cuda::sm90_forward_smem_bytes(b, 128) + 1024), cuda::kSm90SmemPerSm);
+  EXPECT_TRUE(cuda::sm90_overlap_fits(128, cuda::kSm90D128ShortBlockM));
+  cuda::ForwardShape s512 = hopper_shape(32, 16, 512, 512, 128), s2k = hopper_shape(8, 16, 2048, 2048, 128);
+  s512.window_right = 0;
+  s2k.window_right = 0;
+  cuda::ForwardShape plain = hopper_shape(32, 16, 512, 512, 128), capped = s512;
+  capped.softcap = true;
+  if (!cuda::sm90_d128_short_tile_compiled(128)) {
+    EXPECT_EQ(cuda::plan_forward(s512).sm90_block_m, 0);
+    ScopedEnv forced(cuda::kSm90D128TileEnv, "64");  // not compiled: the 128-row tile
+    EXPECT_EQ(cuda::plan_forward(s512).blocks.block_m, 128);
+  } else {
+    const cuda::ForwardPlan p = cuda::plan_forward(s512);
+    EXPECT_EQ(p.sm90_block_m, cuda::kSm90D128ShortBlockM);
+    EXPECT_EQ(p.blocks.block_m, 64);
+    EXPECT_EQ(p.ctas_per_sm, 2);
+    EXPECT_TRUE(p.sm90_overlap);
+    EXPECT_FALSE(p.sm90_wg_order);  // one consumer warpgroup
+    EXPECT_EQ(p.ctas, 32 * 16 * 8);
+    EXPECT_NE(cuda::describe_plan(p).find("short tile"), std::string::npos) << cuda::describe_plan(p);
+    EXPECT_NE(cuda::describe_plan(p).find("two per SM, 264"), std::string::npos) << cuda::describe_plan(p);
+    EXPECT_EQ(cuda::plan_forward(s2k).sm90_block_m, 0);  // 16 key tiles of 128
+    for (const cuda::ForwardShape& s : {plain, capped}) EXPECT_EQ(cuda::plan_forward(s).sm90_block_m, 0);
+    {
+      ScopedEnv dynamic(cuda::kSm90SchedulerEnv, "dynamic");  // no short dynamic kernel
+      EXPECT_EQ(cuda::plan_forward(s512).sm90_block_m, 0);
+    }
+    {
+      ScopedEnv rows128(cuda::kSm90D128TileEnv, "128");
+      EXPECT_EQ(cuda::plan_forward(s512).sm90_block_m, 0);
+    }
+    ScopedEnv forced(cuda::kSm90D128TileEnv, "64");
+    EXPECT_EQ(cuda::plan_forward(s2k).sm90_block_m, cuda::kSm90D128ShortBlockM);
+    EXPECT_EQ(cuda::plan_forward(plain).sm90_block_m, 0);  // no mask: not served, even forced
+  }
+  ScopedEnv bad(cuda::kSm90D128TileEnv, "96");
+  expect_error([&] { cuda::plan_forward(plain); }, ErrorCode::invalid_argument, "FASTATTN_CUDA_SM90_D128_TILE");
 }
 
 // Two-CTA clusters sharing the K/V loads (plan.hpp: sm90_cluster), compiled only in builds with

@@ -49,7 +49,7 @@ TEST(Environment, NamesEveryVariable) {
                                           "FASTATTN_CUDA_SM90_BLOCK_N", "FASTATTN_CUDA_SM90_WG_ORDER",
                                           "FASTATTN_CUDA_SM90_TMA_STORE", "FASTATTN_CUDA_SM90_SECTIONS",
                                           "FASTATTN_CUDA_SM90_D64_TILE", "FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS",
-                                          "FASTATTN_CUDA_SM90_CLUSTER"};
+                                          "FASTATTN_CUDA_SM90_CLUSTER", "FASTATTN_CUDA_SM90_D128_TILE"};
   ASSERT_EQ(names.size(), kEnvVarCount);
   for (std::size_t i = 0; i < kEnvVarCount; ++i) {
     const auto var = static_cast<EnvVar>(i);

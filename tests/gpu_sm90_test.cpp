@@ -15,7 +15,9 @@
 //   * the wide key tile (FASTATTN_CUDA_SM90_BLOCK_N=176) against float64, and the calls it does
 //     not serve;
 //   * varlen: +inf / NaN in the next sequence's K and V leave a sequence's output unchanged;
-//   * d = 64's narrow tile (forced by FASTATTN_CUDA_SM90_D64_TILE=128, and by its rule) against float64.
+//   * d = 64's narrow tile (forced by FASTATTN_CUDA_SM90_D64_TILE=128, and by its rule) against float64;
+//   * d = 128's short tile (builds with FASTATTN_SM90_D128_SHORT_TILE=1; forced by
+//     FASTATTN_CUDA_SM90_D128_TILE=64, and by its rule) against float64.
 #include <gtest/gtest.h>
 
 #if defined(FASTATTN_TESTS_CUDA) && FASTATTN_TESTS_CUDA
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/flash_fwd_sm90/plan.hpp"
 #include "gpu_sm90_support.hpp"
 
 namespace fastattn::testing {
@@ -277,6 +280,51 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
   expect_tile("b=1 sq=2048 sk=2048 h=2 hkv=2 d=64 dtype=f16 mask=causal", true);
   expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1 d=64 dtype=bf16 mask=causal", false);
   expect_tile("b=1 sq=512 sk=512 h=2 hkv=2 d=64 dtype=bf16 mask=none", false);
+}
+
+// The d = 128 short tile (64 x 64, one consumer warpgroup with the overlap, two CTAs per SM;
+// plan.hpp: sm90_d128_short_block_m), in builds that compile it, forced, against float64 on
+// causal calls: both alignments with rows that see no key, GQA 7:1, seqlen 1 / 17 / 1023 / 4097
+// (several key tiles per query tile, a last query tile of one row), large logits, 1280 query
+// tiles (several per persistent CTA, two CTAs per SM), both dtypes, both schedulers; the calls
+// it does not serve (no mask, a two-sided window, a soft-cap, varlen) keep the 128-row tile.
+TEST_F(CudaSm90, D128ShortTileMatchesFloat64) {
+  if (!cuda::sm90_d128_short_tile_compiled(128)) GTEST_SKIP() << "built without FASTATTN_SM90_D128_SHORT_TILE";
+  if (std::find(dims_.begin(), dims_.end(), 128) == dims_.end()) GTEST_SKIP() << "no d 128 in this build";
+  const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
+  const ScopedEnv short_tile("FASTATTN_CUDA_SM90_D128_TILE", std::string("64"));
+  auto expect_tile = [](const std::string& text, bool short_tile_taken) {
+    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+    EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
+    EXPECT_EQ(r.forward_choice.reason.find("short tile") != std::string::npos, short_tile_taken)
+        << text << "\n" << r.forward_choice.describe();
+  };
+  for (const char* scheduler : {"grid", "persistent"}) {
+    const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
+    for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
+      const std::string t = std::string(" d=128") + dtype;
+      expect_tile("b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=causal", true);
+      expect_tile("b=1 sq=17 sk=5 h=2 hkv=2" + t + " mask=causal", true);  // rows that see no key
+      expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal", true);
+      expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal", true);
+      expect_tile("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right", true);
+      expect_tile("b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left", true);
+      expect_tile("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left", true);
+      expect_tile("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=causal", true);  // GQA 7:1
+      expect_tile("b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4", true);
+      expect_tile("b=4 sq=1000 sk=1000 h=20 hkv=4" + t + " mask=causal", true);  // 1280 query tiles
+      expect_tile("b=2 sq=1000 sk=200 h=8 hkv=8" + t + " mask=causal align=bottom_right", true);
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none", false);
+      expect_tile("b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right", false);
+      expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=causal softcap=30", false);
+    }
+  }
+  // Unforced, the rule: causal calls of at most 8 key tiles of 128 (seqlen_k <= 1024).
+  const ScopedEnv by_rule("FASTATTN_CUDA_SM90_D128_TILE", std::nullopt);
+  expect_tile("b=1 sq=1024 sk=1024 h=2 hkv=1 d=128 dtype=bf16 mask=causal", true);
+  expect_tile("b=1 sq=1025 sk=1025 h=2 hkv=2 d=128 dtype=f16 mask=causal", false);
+  expect_tile("b=1 sq=512 sk=512 h=2 hkv=2 d=128 dtype=bf16 mask=none", false);
 }
 
 // The plain loop's warpgroups pass on the key tiles none of their rows sees (consumer.cuh:

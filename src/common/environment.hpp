@@ -48,8 +48,9 @@ enum class EnvVar {
   cuda_sm90_d64_tile,   // FASTATTN_CUDA_SM90_D64_TILE src/cuda/flash_fwd_sm90/plan.hpp
   cuda_sm90_bwd_group_pairs,  // FASTATTN_CUDA_SM90_BWD_GROUP_PAIRS src/cuda/flash_bwd_sm90/plan.hpp
   cuda_sm90_cluster,    // FASTATTN_CUDA_SM90_CLUSTER  src/cuda/flash_fwd_sm90/plan.hpp
+  cuda_sm90_d128_tile,  // FASTATTN_CUDA_SM90_D128_TILE src/cuda/flash_fwd_sm90/plan.hpp
 };
-inline constexpr std::size_t kEnvVarCount = 24;
+inline constexpr std::size_t kEnvVarCount = 25;
 
 // "FASTATTN_CPU_ISA", ...
 const char* env_name(EnvVar var) noexcept;

@@ -403,7 +403,7 @@ void forward(const AttentionProblem& call, const ForwardPlan& plan) {
     sm90.scheduler = plan.sm90_scheduler;
     sm90.sections = plan.sm90_sections;
     sm90.tma_store = plan.sm90_tma_store;
-    sm90.multiprocessors = plan.multiprocessors;
+    sm90.cta_slots = plan.multiprocessors * plan.ctas_per_sm;
     sm90.cluster = plan.sm90_cluster;
     if (plan.sm90_scheduler == Sm90Scheduler::dynamic) sm90.tile_counter = scratch.data();  // plan.hpp
     if (p.dtype == DType::bf16) {

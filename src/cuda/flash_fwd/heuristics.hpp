@@ -101,7 +101,8 @@ struct ForwardPlan {
   Sm90Scheduler sm90_scheduler = Sm90Scheduler::persistent;  // sm90 plans: tile order (plan.hpp)
   Sm90Sections sm90_sections = Sm90Sections::l2_half;        // sm90 persistent plans: the order's sections
   bool sm90_tma_store = false;                               // sm90 plans: O by TMA store where possible
-  int sm90_block_m = 0;  // sm90 plans: 0 the head dim's query tile, kSm90D64NarrowBlockM d = 64's narrow one
+  int sm90_block_m = 0;  // sm90 plans: 0 the head dim's query tile, kSm90D64NarrowBlockM d = 64's narrow
+                         // one, kSm90D128ShortBlockM d = 128's short one
   std::int64_t sm90_key_tiles = 0;  // sm90 plans: key tiles per query tile, on average
   ForwardKernel kernel = ForwardKernel::flash;
   // kernel == kv_cache: the KV-cache kernel's launch plan (kernels resolved, scratch, reason),
@@ -185,7 +186,8 @@ inline std::string sm90_decline_reason(const ForwardShape& s, const ForwardPlan&
 }
 
 // block_n: 0 for the head dim's key tile, else the wide one (plan.hpp: sm90_wide_block_n);
-// block_m: 0 for the head dim's query tile, else d = 64's narrow one (sm90_d64_narrow_block_m).
+// block_m: 0 for the head dim's query tile, else d = 64's narrow one (sm90_d64_narrow_block_m)
+// or d = 128's short one (sm90_d128_short_block_m).
 inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int block_m = 0) {
   ForwardPlan plan;
   const Sm90ForwardBlocks b = sm90_forward_blocks(s.head_dim, block_n, block_m);
@@ -194,13 +196,15 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.blocks = {b.block_m, b.block_n, b.threads};
   plan.sm90_block_m = block_m;
   plan.sm90_stages = b.stages;
-  // The narrow d = 64 tile has overlap kernels only (launch.cuh); the variable is still checked.
-  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m) || block_m == kSm90D64NarrowBlockM;
+  // The narrow d = 64 and short d = 128 tiles have overlap kernels only (launch.cuh); the
+  // variable is still checked.
+  const bool short_tile = block_m == kSm90D128ShortBlockM;
+  plan.sm90_overlap = sm90_overlap(s.head_dim, block_m) || block_m == kSm90D64NarrowBlockM || short_tile;
   const bool masked = s.window_left >= 0 || s.window_right >= 0;
   plan.sm90_exp2_poly_every = sm90_exp2_poly_every(s.head_dim);  // a build switch (plan.hpp)
   plan.query_group = s.query_group;
   plan.multiprocessors = std::max(s.multiprocessors, 1);
-  plan.ctas_per_sm = 1;
+  plan.ctas_per_sm = sm90_ctas_per_sm(b);
   const std::int64_t m_blocks = (s.seqlen_q + b.block_m - 1) / b.block_m;
   plan.ctas = s.batch * s.num_heads * m_blocks;
   std::int64_t keys = s.seqlen_k;
@@ -211,12 +215,15 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_key_tiles = one_sided ? (plan.n_blocks + 1) / 2 : plan.n_blocks;
   plan.sm90_scheduler = sm90_scheduler(plan.sm90_key_tiles, plan.sm90_overlap, masked, one_sided);
   // Varlen calls keep the L2-half sections: tiles past a short sequence are empty, so their
-  // tiles are not all as long as another (plan.hpp: Sm90Sections).
+  // tiles are not all as long as another (plan.hpp: Sm90Sections). The short d = 128 tile
+  // follows the 128-row tile's rule, its key tiles counted in 128 keys.
   const bool wave = block_m == kSm90D64NarrowBlockM ||
-                    (block_m == 0 && block_n == 0 &&
+                    ((block_m == 0 || short_tile) && block_n == 0 &&
                      sm90_wave_sections_pay(s.head_dim, s.window_left < 0 && s.window_right >= 0,
                                             s.window_left >= 0 && s.window_right == 0, s.varlen, s.softcap,
-                                            s.heads_per_kv_head, plan.sm90_key_tiles, s.dram_gbs_per_multiprocessor));
+                                            s.heads_per_kv_head,
+                                            short_tile ? plan.sm90_key_tiles * b.block_n / 128 : plan.sm90_key_tiles,
+                                            s.dram_gbs_per_multiprocessor));
   plan.sm90_sections = sm90_sections(masked || s.varlen, wave);
   // The dynamic scheduler's kernels store from registers (epilogue.cuh).
   plan.sm90_tma_store = sm90_tma_store() && sm90_output_tile_fits(b, s.head_dim) && !s.varlen &&
@@ -233,7 +240,8 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s, int block_n, int blo
   plan.sm90_cluster = sm90_cluster({s.head_dim, block_n == 0 && block_m == 0, masked, s.varlen, s.softcap,
                                     plan.sm90_overlap, plan.sm90_wg_order, plan.sm90_scheduler, plan.sm90_sections,
                                     m_blocks});
-  const double waves = static_cast<double>(plan.ctas) / static_cast<double>(plan.multiprocessors);
+  const double waves =
+      static_cast<double>(plan.ctas) / (static_cast<double>(plan.multiprocessors) * plan.ctas_per_sm);
   plan.wave_efficiency = waves > 0.0 ? static_cast<float>(waves / std::ceil(waves)) : 0.0f;
   return plan;
 }
@@ -244,8 +252,10 @@ inline ForwardPlan plan_forward_sm90(const ForwardShape& s) {
   const bool one_sided = (s.window_left >= 0) != (s.window_right >= 0);
   const int wide = sm90_wide_block_n(s.head_dim, s.seqlen_k, masked, s.varlen, s.softcap);
   const int narrow = sm90_d64_narrow_block_m(s.head_dim, s.seqlen_k, one_sided, masked, s.varlen, s.softcap);
-  if (wide == 0 && narrow == 0) return plan_forward_sm90(s, 0);
-  const ForwardPlan plan = plan_forward_sm90(s, wide, narrow);
+  const int short_tile = sm90_d128_short_block_m(s.head_dim, s.seqlen_k, one_sided, s.varlen, s.softcap);
+  const int block_m = narrow != 0 ? narrow : short_tile;
+  if (wide == 0 && block_m == 0) return plan_forward_sm90(s, 0);
+  const ForwardPlan plan = plan_forward_sm90(s, wide, block_m);
   // The dynamic scheduler's kernels have the default tiles only.
   return plan.sm90_scheduler == Sm90Scheduler::dynamic ? plan_forward_sm90(s, 0) : plan;
 }
@@ -340,11 +350,15 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            plan.kv_cache.reason;
   }
   if (plan.path == ForwardPath::sm90) {
+    const std::string per_sm = plan.ctas_per_sm == 2 ? "two per SM" : "one per SM";
     return std::string("sm90 path (Hopper): TMA loads by a producer warp, wgmma in ") +
-           std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups (setmaxnreg), " +
-           std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) + " tiles, " +
-           std::to_string(plan.sm90_stages) + "-stage K/V ring" +
+           (plan.blocks.block_m == 64 ? std::string("1 consumer warpgroup")
+                                      : std::to_string(plan.blocks.block_m / 64) + " consumer warpgroups") +
+           " (setmaxnreg), " + std::to_string(plan.blocks.block_m) + "x" + std::to_string(plan.blocks.block_n) +
+           " tiles, " + std::to_string(plan.sm90_stages) + "-stage K/V ring" +
            (plan.sm90_block_m == kSm90D64NarrowBlockM ? " (d64's narrow tile, for causal calls)" : "") +
+           (plan.sm90_block_m == kSm90D128ShortBlockM ? " (d128's short tile, two CTAs per SM, for short causal calls)"
+                                                       : "") +
            (plan.sm90_overlap ? ", softmax overlapped with the next tile's GEMMs" : ", GEMMs and softmax in turn") +
            (plan.sm90_exp2_poly_every > 0 ? ", 1 in " + std::to_string(plan.sm90_exp2_poly_every) +
                                                 " of its exponentials on the FMA pipe"
@@ -356,13 +370,14 @@ inline std::string describe_plan(const ForwardPlan& plan) {
            (plan.path_forced ? std::string(", path forced by ") + kForwardPathEnv : std::string()) + ", " +
            std::to_string(plan.ctas) + " tiles (query block, head, batch)" +
            (plan.sm90_scheduler == Sm90Scheduler::persistent
-                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) + "), " +
+                ? ", persistent CTAs (" + per_sm + ", " + std::to_string(plan.multiprocessors * plan.ctas_per_sm) +
+                      "), " +
                       (plan.sm90_sections == Sm90Sections::per_pair ? "a (head, batch) pair's query blocks together"
                        : plan.sm90_sections == Sm90Sections::wave
                            ? "sections of one wave, long and short tiles in turn"
                            : "longest tiles first")
             : plan.sm90_scheduler == Sm90Scheduler::dynamic
-                ? ", persistent CTAs (one per SM, " + std::to_string(plan.multiprocessors) +
+                ? ", persistent CTAs (" + per_sm + ", " + std::to_string(plan.multiprocessors * plan.ctas_per_sm) +
                       ") taking tiles from an atomic counter, longest tiles first"
                 : ", one CTA per tile") +
            " (" + std::to_string(plan.sm90_key_tiles) + " key tiles per query tile)";

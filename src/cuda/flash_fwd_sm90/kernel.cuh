@@ -37,8 +37,10 @@ namespace fastattn::cuda {
 
 // kVarlen: cu_seqlens batches (tile_scheduler.cuh); false compiles the padded kernel as before.
 // kWgOrder (overlap only): the consumer warpgroups issue their GEMMs in turn (consumer.cuh).
+// T::kCtasPerSm CTAs share an SM (two for the d = 128 short tile: plan.hpp sm90_ctas_per_sm),
+// and ptxas gives the kernel the registers that leaves (setmaxnreg moves them between roles).
 template <class T, bool kSoftcap, bool kOverlap, bool kVarlen, bool kWgOrder = false, bool kCluster = false>
-__global__ void __launch_bounds__(T::kThreads, 1)
+__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     flash_forward_sm90_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ Sm90TileSchedule sched,
                               const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                               const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o,

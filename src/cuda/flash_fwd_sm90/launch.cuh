@@ -25,10 +25,16 @@ namespace fastattn::cuda {
 
 // The kernel of one (softcap, overlap, wg_order) choice, padded or varlen.
 // The wide key tile (T::kUnmaskedCallsOnly) has no soft-cap kernels (plan.hpp); the d = 64
-// narrow tile (T::kNarrowD64) only the overlap kernels without a soft-cap.
+// narrow tile (T::kNarrowD64) only the overlap kernels without a soft-cap, and the d = 128
+// short tile (T::kShortD128, one consumer warpgroup) only the unordered one of them.
 template <class T, bool kVarlen>
 auto sm90_forward_kernel(bool softcap, bool overlap, bool wg_order) {
-  if constexpr (T::kNarrowD64) {
+  if constexpr (T::kShortD128) {
+    (void)softcap;
+    (void)overlap;
+    (void)wg_order;
+    return flash_forward_sm90_kernel<T, false, true, kVarlen>;
+  } else if constexpr (T::kNarrowD64) {
     (void)softcap;
     (void)overlap;
     return wg_order ? flash_forward_sm90_kernel<T, false, true, kVarlen, true>
@@ -114,8 +120,8 @@ Sm90ForwardSetup sm90_forward_setup(const ForwardParams& p, const Sm90LaunchChoi
   int l2_bytes = 0;
   check(cudaGetDevice(&s.device), "cudaGetDevice", "sm90 forward");
   check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, s.device), "cudaDeviceGetAttribute", "L2 size");
-  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, choice.sections, l2_bytes, choice.multiprocessors);
-  s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.multiprocessors);
+  s.schedule = Sm90TileScheduler<T>::schedule(p, choice.scheduler, choice.sections, l2_bytes, choice.cta_slots);
+  s.grid = Sm90TileScheduler<T>::grid(p, s.schedule, choice.cta_slots);
   s.name = "flash_forward_sm90_kernel<d" + std::to_string(kHeadDim) + ", " + std::to_string(T::kBlockM) + "x" +
            std::to_string(T::kBlockN) + (s.overlap ? ", overlap" : "") + (s.wg_order ? ", wg order" : "") +
            (s.varlen ? ", varlen" : "") + (s.tma_store_o ? ", TMA store" : "") + ", " + to_string(choice.scheduler) + ">";
@@ -192,9 +198,11 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
       throw Error(ErrorCode::internal, "cuda forward (sm90): the wide key tile serves no varlen, soft-capped or masked call");
     }
   }
-  if constexpr (T::kNarrowD64) {  // likewise (plan.hpp: sm90_d64_narrow_block_m)
+  if constexpr (T::kNarrowD64 || T::kShortD128) {  // likewise (plan.hpp: sm90_d64_narrow_block_m, sm90_d128_short_block_m)
     if (p.cu_seqlens_q != nullptr || p.softcap > 0.0f) {
-      throw Error(ErrorCode::internal, "cuda forward (sm90): the d64 narrow tile serves no varlen or soft-capped call");
+      throw Error(ErrorCode::internal, std::string("cuda forward (sm90): the ") +
+                                           (T::kNarrowD64 ? "d64 narrow" : "d128 short") +
+                                           " tile serves no varlen or soft-capped call");
     }
   }
   const Sm90ForwardSetup s = sm90_forward_setup<T>(p, choice);
@@ -239,6 +247,11 @@ void run_forward_sm90(const ForwardParams& call, const Sm90LaunchChoice& choice,
   if constexpr (kHeadDim == 64 && sm90_forward_blocks(64).block_m != kSm90D64NarrowBlockM) {
     if (choice.block_m == kSm90D64NarrowBlockM) {
       return launch_forward_sm90<Sm90ForwardTraits<64, Element, 0, kSm90D64NarrowBlockM>>(p, choice, stream);
+    }
+  }
+  if constexpr (sm90_d128_short_tile_compiled(kHeadDim)) {
+    if (choice.block_m == kSm90D128ShortBlockM) {
+      return launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element, 0, kSm90D128ShortBlockM>>(p, choice, stream);
     }
   }
   launch_forward_sm90<Sm90ForwardTraits<kHeadDim, Element>>(p, choice, stream);

@@ -111,11 +111,20 @@ constexpr int sm90_exp2_poly_every(std::int64_t head_dim) {
 // The d = 64 narrow tile (block_m = kSm90D64NarrowBlockM, sm90_d64_narrow_block_m below): 128 x
 // 128, two consumer warpgroups with the overlap, 4 stages, the shape of cuDNN's d = 64 kernel.
 constexpr int kSm90D64NarrowBlockM = 128;
+// The d = 128 short tile (block_m = kSm90D128ShortBlockM, sm90_d128_short_block_m below): 64 x
+// 64, one consumer warpgroup with the overlap, 2 stages, two CTAs per SM (sm90_ctas_per_sm).
+// Build knob FASTATTN_SM90_D128_SHORT_TILE (default 0: not compiled; 1 for A/B builds).
+#ifndef FASTATTN_SM90_D128_SHORT_TILE
+#define FASTATTN_SM90_D128_SHORT_TILE 0
+#endif
+constexpr int kSm90D128ShortBlockM = 64;
 constexpr Sm90ForwardBlocks sm90_forward_blocks(std::int64_t head_dim, int block_n = 0, int block_m = 0) {
   constexpr int kD64BlockM = FASTATTN_SM90_D64_BLOCK_M;
   static_assert(kD64BlockM == 128 || kD64BlockM == 192, "d = 64: 2 or 3 consumer warpgroups");
   const Sm90ForwardBlocks b =
       head_dim <= 64 && block_m == kSm90D64NarrowBlockM ? Sm90ForwardBlocks{kSm90D64NarrowBlockM, 128, 4, 384}
+      : head_dim > 64 && head_dim <= 128 && block_m == kSm90D128ShortBlockM
+          ? Sm90ForwardBlocks{kSm90D128ShortBlockM, 64, 2, 256}
       : head_dim <= 64  ? Sm90ForwardBlocks{kD64BlockM, 128, FASTATTN_SM90_D64_STAGES, 128 + 2 * kD64BlockM}
       : head_dim <= 128 ? Sm90ForwardBlocks{128, 128, FASTATTN_SM90_D128_STAGES, 384}
                         : Sm90ForwardBlocks{128, 80, 2, 384};
@@ -204,7 +213,7 @@ constexpr const char* kSm90OverlapEnv = "FASTATTN_CUDA_SM90_OVERLAP";
 // (docs/cuda-sm90-forward-measurements-h100.md, "The three-warpgroup overlap loop").
 constexpr bool sm90_overlap_fits(std::int64_t head_dim, int block_m = 0) {
   const int m = sm90_forward_blocks(head_dim, 0, block_m).block_m;
-  return (head_dim <= 128 && m == 128) || head_dim == 256;
+  return (head_dim <= 128 && (m == 128 || m == kSm90D128ShortBlockM)) || head_dim == 256;
 }
 // The overlap loop wherever it is compiled (sm90_overlap_fits), unless
 // FASTATTN_CUDA_SM90_OVERLAP=0.
@@ -237,6 +246,32 @@ inline int sm90_d64_narrow_block_m(std::int64_t head_dim, std::int64_t seqlen_k,
   const int block_n = sm90_forward_blocks(64, 0, kSm90D64NarrowBlockM).block_n;
   const bool by_rule = one_sided_mask && (seqlen_k + block_n - 1) / block_n <= kSm90D64NarrowMaxKeyTiles;
   return serves && (forced == 128 || (forced == 0 && by_rule)) ? kSm90D64NarrowBlockM : 0;
+}
+
+// The d = 128 short tile for short causal calls (kSm90D128ShortBlockM; the build knob above).
+// On the short causal rows where issue 15's bars are missed (s512 / s1k) a 128-row query tile
+// sees 1-8 key tiles of 128, one serial chain: Q's load, the first S = Q K^T and the last P V
+// wait on each other (ncu of b32 h16 s512 d128 causal, thirty-fourth session: 9.2%, 4.2% and
+// 4.0% of the warp samples), and a CTA runs one tile at a time. The short tile runs each 64-row
+// query tile in a CTA of one consumer warpgroup, two CTAs per SM (Q, the 2-stage ring of 64-key
+// tiles and the output tile: 98 KiB a CTA), so two chains share an SM and one's waits run under
+// the other's GEMMs (docs/cuda.md's lead "each consumer warpgroup on its own 64-row tile").
+// Where compiled it serves padded causal calls (a one-sided mask) without a soft-cap, by default
+// those of at most kSm90D128ShortMaxKeyTiles key tiles of 128 (seqlen_k <= 1024); not yet timed.
+// FASTATTN_CUDA_SM90_D128_TILE=64 / 128 forces it (where it serves) or the 128-row tile.
+// Returns kSm90D128ShortBlockM or 0.
+constexpr const char* kSm90D128TileEnv = "FASTATTN_CUDA_SM90_D128_TILE";
+constexpr std::int64_t kSm90D128ShortMaxKeyTiles = 8;
+constexpr bool sm90_d128_short_tile_compiled(std::int64_t head_dim) {
+  return FASTATTN_SM90_D128_SHORT_TILE != 0 && head_dim == 128;
+}
+inline int sm90_d128_short_block_m(std::int64_t head_dim, std::int64_t seqlen_k, bool one_sided_mask, bool varlen,
+                                   bool softcap) {
+  // Checked for every call (a bad value throws), also those the short tile does not serve.
+  const int forced = env_choice<int>(EnvVar::cuda_sm90_d128_tile, {{"64", 64}, {"128", 128}}, 0);
+  const bool serves = sm90_d128_short_tile_compiled(head_dim) && one_sided_mask && !varlen && !softcap;
+  const bool by_rule = (seqlen_k + 127) / 128 <= kSm90D128ShortMaxKeyTiles;
+  return serves && (forced == 64 || (forced == 0 && by_rule)) ? kSm90D128ShortBlockM : 0;
 }
 
 // Which tiles a CTA runs (tile_scheduler.cuh):
@@ -459,11 +494,12 @@ struct Sm90LaunchChoice {
   bool overlap = true;
   bool wg_order = false;  // overlap kernels: the consumer warpgroups issue their GEMMs in turn
   int block_n = 0;        // 0: the head dim's key tile; kSm90WideBlockN: the wide one
-  int block_m = 0;        // 0: the head dim's query tile; kSm90D64NarrowBlockM: d = 64's narrow one
+  int block_m = 0;        // 0: the head dim's query tile; kSm90D64NarrowBlockM: d = 64's narrow one;
+                          // kSm90D128ShortBlockM: d = 128's short one
   Sm90Scheduler scheduler = Sm90Scheduler::persistent;
   Sm90Sections sections = Sm90Sections::l2_half;  // persistent, dynamic: the numbering's sections
   bool tma_store = false;  // the epilogue's TMA store (the plan checked the tile, the call and out's layout)
-  int multiprocessors = 1;  // persistent, dynamic: the grid
+  int cta_slots = 1;       // persistent, dynamic: the grid (SMs x the tile's CTAs per SM)
   bool cluster = false;     // two-CTA clusters sharing the K/V loads (sm90_cluster)
   // dynamic: kSm90TileCounterBytes of device scratch for the tile counter (the launcher zeroes
   // it on the call's stream); null otherwise.
@@ -487,6 +523,13 @@ constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t h
   return sm90_forward_smem_bytes_without_o(b, head_dim) +
          (sm90_output_tile_fits(b, head_dim) ? static_cast<int>(b.block_m * sm90_tile_head_dim(head_dim) * 2) : 0);
 }
+// CTAs a tile's kernel is built to share an SM with (__launch_bounds__' minimum, so 128
+// registers a thread at launch; traits.cuh): two for the d = 128 short tile, one otherwise.
+constexpr int kSm90SmemPerSm = 233472;  // sm90: 228 KiB of shared memory per SM, 1 KiB of it reserved per CTA
+constexpr int sm90_ctas_per_sm(const Sm90ForwardBlocks& b) { return b.block_m == kSm90D128ShortBlockM ? 2 : 1; }
+static_assert(2 * (sm90_forward_smem_bytes(sm90_forward_blocks(128, 0, kSm90D128ShortBlockM), 128) + 1024) <=
+                  kSm90SmemPerSm,
+              "two CTAs of the d = 128 short tile share an SM");
 
 // Whether TMA can describe an operand: 16-byte aligned base, and for every dimension of extent
 // > 1 a positive stride that is a multiple of 16 bytes and below 2^40 bytes (the

@@ -22,7 +22,8 @@
 namespace fastattn::cuda {
 
 // kBlockN_ (0: the head dim's default) selects the wide key tile (plan.hpp: kSm90WideBlockN),
-// kBlockM_ the d = 64 narrow query tile (kSm90D64NarrowBlockM).
+// kBlockM_ the d = 64 narrow query tile (kSm90D64NarrowBlockM) or the d = 128 short one
+// (kSm90D128ShortBlockM).
 template <int kHeadDim_, typename Element_, int kBlockN_ = 0, int kBlockM_ = 0>
 struct Sm90ForwardTraits {
   using Element = Element_;
@@ -37,9 +38,13 @@ struct Sm90ForwardTraits {
   // The d = 64 narrow tile serves padded causal calls without a soft-cap (plan.hpp:
   // sm90_d64_narrow_block_m), with the overlap: only those kernels are compiled (launch.cuh).
   static constexpr bool kNarrowD64 = kBlockM_ == kSm90D64NarrowBlockM && kHeadDim_ <= 64;
+  // The d = 128 short tile serves padded causal calls without a soft-cap too (plan.hpp:
+  // sm90_d128_short_block_m), with the overlap, two CTAs per SM.
+  static constexpr bool kShortD128 = kBlockM_ == kSm90D128ShortBlockM && kHeadDim_ > 64 && kHeadDim_ <= 128;
   static constexpr bool kOverlapFits = sm90_overlap_fits(kHeadDim_, kBlockM_);
-  // Neither the wide nor the narrow tile has varlen kernels (launch.cuh).
-  static constexpr bool kVarlenKernels = kSm90Varlen && !kUnmaskedCallsOnly && !kNarrowD64;
+  // Neither the wide, the narrow nor the short tile has varlen kernels (launch.cuh).
+  static constexpr bool kVarlenKernels = kSm90Varlen && !kUnmaskedCallsOnly && !kNarrowD64 && !kShortD128;
+  static constexpr int kCtasPerSm = sm90_ctas_per_sm(kBlocks);
   static constexpr int kStages = kBlocks.stages;
   // The first key tile's left half (plan.hpp: sm90_left_half_first_tile; consumer.cuh): 128-key
   // tiles and two consumer warpgroups only: the overlap loop's (three warpgroups run the plain
@@ -59,11 +64,13 @@ struct Sm90ForwardTraits {
   static_assert(kHeadDimTile % 64 == 0 && kHeadDim % 16 == 0, "whole 128-byte swizzle panels, k16 steps");
 
   // setmaxnreg (multiples of 8): the producer warpgroup keeps few, the consumers take the rest
-  // of the 64K registers: 2 consumer warpgroups 128 * 24 + 256 * 240 = 64512; 3: 128 * 32 +
-  // 384 * 160 = 65536.
-  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
-  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "register file");
+  // of the CTA's share of the 64K registers: 2 consumer warpgroups 128 * 24 + 256 * 240 =
+  // 64512; 3: 128 * 32 + 384 * 160 = 65536; 1 (two CTAs per SM, 128 a thread at launch):
+  // 128 * 24 + 128 * 232 = 32768.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 3 ? 32 : 24;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 1 ? 232 : kConsumerWarpgroups == 2 ? 240 : 160;
+  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536 / kCtasPerSm,
+                "register file");
   // The dynamic scheduler's kernel (kernel_dynamic.cuh) runs a second producer thread (the tile
   // fetcher) beside the load thread; at 24 registers ptxas spilled 20-24 bytes there (d = 128,
   // 256), so its producer keeps 32 and two consumer warpgroups 232 (no spill with the overlap):
