@@ -213,6 +213,12 @@ void launch_forward_sm90(const ForwardParams& p, const Sm90LaunchChoice& choice,
   }
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
         "cudaFuncSetAttribute", s.name);
+  if constexpr (T::kCtasPerSm > 1) {
+    // Two CTAs of the short tile need the SM's whole shared memory (plan.hpp: sm90_ctas_per_sm);
+    // the carveout is otherwise the driver's choice.
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+          "cudaFuncSetAttribute", s.name);
+  }
   kernel<<<s.grid, T::kThreads, T::kSmemBytes, stream>>>(p, s.schedule, s.map_q, s.map_k, s.map_v, s.map_o,
                                                           s.tma_store_o ? 1 : 0);
   check_launch(s.name);
