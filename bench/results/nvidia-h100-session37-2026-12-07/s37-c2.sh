@@ -11,7 +11,8 @@
 #      (FASTATTN_CUDA_SM90_D128_TILE=128: the tree's defaults), and on the 128-row tile the
 #      thirty-sixth session's two leads, without the ordered issue (FASTATTN_CUDA_SM90_WG_ORDER=0)
 #      and with the dynamic scheduler.
-# carry ["build/calls", "build/carry-short"]; about 400 s on an H100.
+# carry ["build/calls", "build/carry-short"]; about 400 s on an H100 (ROUNDS=2
+# SWEEP_VARIANTS="short rows128": about 300 s).
 set -u
 out=${OUT:-/tmp/fastattn_out}; mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
@@ -31,8 +32,8 @@ for tool in memcheck racecheck; do
 done
 py=/opt/torch/.venv/bin/python3; [ -x "$py" ] || py=python3
 "$py" bench/cuda/sdpa_anchor.py sweep90 --backends cudnn --repeats 10 --max-seconds 2 --no-gemm > "$out/sdpa.jsonl" 2> "$out/bench.err"
-for r in 1 2 3; do
-  for v in short rows128 wgo0 dyn; do
+for r in $(seq 1 ${ROUNDS:-3}); do
+  for v in ${SWEEP_VARIANTS:-short rows128 wgo0 dyn}; do
     case $v in
       short) env_v=() ;;
       rows128) env_v=(FASTATTN_CUDA_SM90_D128_TILE=128) ;;
