@@ -523,9 +523,9 @@ constexpr int sm90_forward_smem_bytes(const Sm90ForwardBlocks& b, std::int64_t h
   return sm90_forward_smem_bytes_without_o(b, head_dim) +
          (sm90_output_tile_fits(b, head_dim) ? static_cast<int>(b.block_m * sm90_tile_head_dim(head_dim) * 2) : 0);
 }
-// CTAs a tile's kernel is built to share an SM with (__launch_bounds__' minimum, so 128
-// registers a thread at launch; traits.cuh): two for the d = 128 short tile, one otherwise.
-constexpr int kSm90SmemPerSm = 233472;  // sm90: 228 KiB of shared memory per SM, 1 KiB of it reserved per CTA
+// How many CTAs of a tile's kernel share an SM: two for the d = 128 short tile (its
+// __launch_bounds__' minimum, so 128 registers a thread at launch; traits.cuh), one otherwise.
+constexpr int kSm90SmemPerSm = 233472;  // sm90: 228 KiB of shared memory per SM, of which 1 KiB per CTA is reserved
 constexpr int sm90_ctas_per_sm(const Sm90ForwardBlocks& b) { return b.block_m == kSm90D128ShortBlockM ? 2 : 1; }
 static_assert(2 * (sm90_forward_smem_bytes(sm90_forward_blocks(128, 0, kSm90D128ShortBlockM), 128) + 1024) <=
                   kSm90SmemPerSm,
