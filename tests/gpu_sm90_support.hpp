@@ -51,6 +51,31 @@ inline void expect_sm90(const std::string& text) {
   EXPECT_NE(r.forward_choice.kernel.find("cuda.forward.sm90."), std::string::npos) << r.forward_choice.describe();
 }
 
+// A call that matches float64 on the sm90 path, on a tile whose KernelChoice::reason names
+// `tile` (e.g. "narrow tile") exactly when `taken`.
+inline void expect_sm90_tile(const std::string& text, const char* tile, bool taken) {
+  const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
+  EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
+  EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
+  EXPECT_EQ(r.forward_choice.reason.find(tile) != std::string::npos, taken)
+      << text << "\n" << r.forward_choice.describe();
+}
+
+// Causal calls that a tile for causal calls (d = 64's narrow one, d = 128's short one) serves:
+// both alignments with rows that see no key, seqlen 17 / 1023 / 4097, GQA 7:1, large logits.
+// `t`: the head dim and dtype (" d=64 dtype=bf16").
+inline std::vector<std::string> causal_tile_cases(const std::string& t) {
+  return {"b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=causal",
+          "b=1 sq=17 sk=5 h=2 hkv=2" + t + " mask=causal",  // rows that see no key
+          "b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal",
+          "b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal",
+          "b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right",
+          "b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left",
+          "b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left",
+          "b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=causal",  // GQA 7:1
+          "b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4"};
+}
+
 // A varlen call: on the sm90 kernels while kSm90Varlen (plan.hpp), else on sm80 with the reason.
 inline void expect_varlen(const std::string& text) {
   if (cuda::kSm90Varlen) return expect_sm90(text);

@@ -31,7 +31,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/flash_fwd_sm90/plan.hpp"
 #include "gpu_sm90_support.hpp"
 
 namespace fastattn::testing {
@@ -243,27 +242,15 @@ TEST_F(CudaSm90, D64NarrowTileMatchesFloat64) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   const ScopedEnv narrow("FASTATTN_CUDA_SM90_D64_TILE", std::string("128"));
   auto expect_tile = [](const std::string& text, bool narrow_tile) {
-    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
-    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
-    EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
-    EXPECT_EQ(r.forward_choice.reason.find("narrow tile") != std::string::npos, narrow_tile)
-        << text << "\n" << r.forward_choice.describe();
+    expect_sm90_tile(text, "narrow tile", narrow_tile);
   };
   for (const char* scheduler : {"grid", "persistent"}) {
     const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
     for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
       const std::string t = std::string(" d=64") + dtype;
-      expect_tile("b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=causal", true);
-      expect_tile("b=1 sq=17 sk=5 h=2 hkv=2" + t + " mask=causal", true);  // rows that see no key
-      expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal", true);
-      expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal", true);
-      expect_tile("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right", true);
-      expect_tile("b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left", true);
-      expect_tile("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left", true);
+      for (const std::string& text : causal_tile_cases(t)) expect_tile(text, true);
       // A window bounded on both sides (wl=10 wr=0) is not one-sided: the 192-row tile.
       expect_tile("b=1 sq=500 sk=200 h=2 hkv=2" + t + " mask=window wl=10 wr=0 align=bottom_right", false);
-      expect_tile("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=causal", true);  // GQA 7:1
-      expect_tile("b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4", true);
       expect_tile("b=4 sq=1000 sk=1000 h=12 hkv=4" + t + " mask=causal", true);  // 384 query tiles
       // 640 query tiles, 6 of each head's 8 without a key (rows before 800): several tiles per
       // persistent CTA, tiles without keys between tiles with keys.
@@ -294,25 +281,13 @@ TEST_F(CudaSm90, D128ShortTileMatchesFloat64) {
   const ScopedEnv one_split("FASTATTN_CUDA_NUM_SPLITS", std::string("1"));
   const ScopedEnv short_tile("FASTATTN_CUDA_SM90_D128_TILE", std::string("64"));
   auto expect_tile = [](const std::string& text, bool short_tile_taken) {
-    const harness::CheckReport r = harness::check_case(harness::parse_case(text), Backend::cuda, forward_only());
-    EXPECT_TRUE(r.pass) << text << "\n" << r.to_string();
-    EXPECT_EQ(r.forward_choice.isa, "sm90") << text << "\n" << r.forward_choice.describe();
-    EXPECT_EQ(r.forward_choice.reason.find("short tile") != std::string::npos, short_tile_taken)
-        << text << "\n" << r.forward_choice.describe();
+    expect_sm90_tile(text, "short tile", short_tile_taken);
   };
   for (const char* scheduler : {"grid", "persistent"}) {
     const ScopedEnv env("FASTATTN_CUDA_SM90_SCHEDULER", std::string(scheduler));
     for (const char* dtype : {" dtype=bf16", " dtype=f16"}) {
       const std::string t = std::string(" d=128") + dtype;
-      expect_tile("b=2 sq=17 sk=17 h=3 hkv=3" + t + " mask=causal", true);
-      expect_tile("b=1 sq=17 sk=5 h=2 hkv=2" + t + " mask=causal", true);  // rows that see no key
-      expect_tile("b=1 sq=1023 sk=1023 h=2 hkv=1" + t + " mask=causal", true);
-      expect_tile("b=1 sq=4097 sk=4097 h=1 hkv=1" + t + " mask=causal", true);
-      expect_tile("b=2 sq=300 sk=65 h=2 hkv=2" + t + " mask=causal align=bottom_right", true);
-      expect_tile("b=2 sq=300 sk=65 h=2 hkv=1" + t + " mask=causal align=top_left", true);
-      expect_tile("b=1 sq=129 sk=700 h=2 hkv=2" + t + " mask=causal align=top_left", true);
-      expect_tile("b=2 sq=200 sk=333 h=7 hkv=1" + t + " mask=causal", true);  // GQA 7:1
-      expect_tile("b=1 sq=129 sk=1000 h=2 hkv=2" + t + " mask=causal qk_std=4", true);
+      for (const std::string& text : causal_tile_cases(t)) expect_tile(text, true);
       expect_tile("b=4 sq=1000 sk=1000 h=20 hkv=4" + t + " mask=causal", true);  // 1280 query tiles
       expect_tile("b=2 sq=1000 sk=200 h=8 hkv=8" + t + " mask=causal align=bottom_right", true);
       expect_tile("b=1 sq=300 sk=700 h=2 hkv=2" + t + " mask=none", false);
