@@ -7,6 +7,8 @@ lower case, punctuation but '-' and '_' dropped, spaces to '-', '-1', '-2', ... 
 
 Links to the web and links inside code blocks and inline code are not checked.
 """
+import bisect
+import functools
 import os
 import re
 import subprocess
@@ -24,33 +26,33 @@ def slug(text):
     return text.replace(" ", "-")
 
 
-def prose_lines(path):
-    """The file's lines outside fenced code blocks, with inline code blanked."""
+def unfenced_lines(path):
+    """(number, line) of the file's lines outside fenced code blocks."""
     fenced = False
     for number, line in enumerate(open(path, encoding="utf-8"), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
-            continue
-        if not fenced:
-            yield number, re.sub(r"`[^`]*`", "``", line)
+        elif not fenced:
+            yield number, line
 
 
-def anchors(path, cache={}):
-    if path not in cache:
-        seen, found = {}, set()
-        fenced = False
-        for line in open(path, encoding="utf-8"):
-            if line.lstrip().startswith("```"):
-                fenced = not fenced
-                continue
-            m = None if fenced else HEADING.match(line)
-            if m:
-                base = slug(m.group(2))
-                n = seen.get(base, 0)
-                seen[base] = n + 1
-                found.add(base if n == 0 else f"{base}-{n}")
-        cache[path] = found
-    return cache[path]
+def prose_lines(path):
+    """unfenced_lines with inline code blanked."""
+    for number, line in unfenced_lines(path):
+        yield number, re.sub(r"`[^`]*`", "``", line)
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(path):
+    seen, found = {}, set()
+    for _, line in unfenced_lines(path):
+        m = HEADING.match(line)
+        if m:
+            base = slug(m.group(2))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
 
 
 def main():
@@ -62,18 +64,27 @@ def main():
         path = os.path.join(root, rel)
         if not os.path.isfile(path):
             continue
-        for number, line in prose_lines(path):
-            for target in LINK.findall(line):
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
-                    continue
-                file_part, _, fragment = target.partition("#")
-                dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
-                if not os.path.exists(dest):
-                    print(f"{rel}:{number}: no file {file_part}")
-                    broken += 1
-                elif fragment and dest.endswith(".md") and fragment.lower() not in anchors(dest):
-                    print(f"{rel}:{number}: no heading #{fragment} in {os.path.relpath(dest, root)}")
-                    broken += 1
+        # The prose as one text (a link's text may run over lines), each line's start offset
+        # mapped back to its number.
+        numbered = list(prose_lines(path))
+        starts, offset = [], 0
+        for _, line in numbered:
+            starts.append(offset)
+            offset += len(line)
+        text = "".join(line for _, line in numbered)
+        for match in LINK.finditer(text):
+            target = match.group(1)
+            number = numbered[bisect.bisect_right(starts, match.start()) - 1][0]
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                continue
+            file_part, _, fragment = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+            if not os.path.exists(dest):
+                print(f"{rel}:{number}: no file {file_part}")
+                broken += 1
+            elif fragment and dest.endswith(".md") and fragment.lower() not in anchors(dest):
+                print(f"{rel}:{number}: no heading #{fragment} in {os.path.relpath(dest, root)}")
+                broken += 1
     print(f"check-doc-links: {len(files)} files, {broken} broken links", file=sys.stderr)
     return 1 if broken else 0
 
